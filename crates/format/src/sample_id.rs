@@ -1,0 +1,257 @@
+//! Where the identifying fields of a record are, given its attr's `sample_type`.
+//!
+//! A sample starts with `IDENTIFIER, IP, TID, TIME, ADDR, ID, STREAM_ID, CPU`
+//! (each present when its bit is set) before any variable-length field, so
+//! these fields sit at offsets fixed by the `sample_type`. Every other record
+//! type ends with the `sample_id_all` trailer: `TID, TIME, ID, STREAM_ID, CPU,
+//! IDENTIFIER`, so the identifier is always its last u64. The layout is
+//! computed once per attr, as `perf_evsel__calc_id_pos` does in perf.
+
+use crate::header::{HEADER_SIZE, SAMPLE};
+use crate::u64_at;
+
+/// `PERF_SAMPLE_IP`
+pub const IP: u64 = 1 << 0;
+/// `PERF_SAMPLE_TID`
+pub const TID: u64 = 1 << 1;
+/// `PERF_SAMPLE_TIME`
+pub const TIME: u64 = 1 << 2;
+/// `PERF_SAMPLE_ADDR`
+pub const ADDR: u64 = 1 << 3;
+/// `PERF_SAMPLE_ID`
+pub const ID: u64 = 1 << 6;
+/// `PERF_SAMPLE_CPU`
+pub const CPU: u64 = 1 << 7;
+/// `PERF_SAMPLE_STREAM_ID`
+pub const STREAM_ID: u64 = 1 << 9;
+/// `PERF_SAMPLE_IDENTIFIER`
+pub const IDENTIFIER: u64 = 1 << 16;
+
+/// The identifying fields of one record; absent fields read as 0.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SampleId {
+    /// Process id.
+    pub pid: u32,
+    /// Thread id.
+    pub tid: u32,
+    /// Timestamp (perf clock, ns).
+    pub time: u64,
+    /// The kernel's id of the event that produced the record.
+    pub id: u64,
+    /// The id of the event the record's event is inherited from.
+    pub stream_id: u64,
+    /// CPU the record was produced on.
+    pub cpu: u32,
+}
+
+/// Offsets of the identifying fields for one `sample_type`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SampleIdLayout {
+    sample_type: u64,
+    trailer_size: usize,
+}
+
+impl SampleIdLayout {
+    /// The layout of records from an attr with this `sample_type`.
+    pub fn new(sample_type: u64) -> Self {
+        let trailer_fields = [TID, TIME, ID, STREAM_ID, CPU, IDENTIFIER];
+        let trailer_size = trailer_fields
+            .iter()
+            .filter(|&&bit| sample_type & bit != 0)
+            .count()
+            * 8;
+        SampleIdLayout {
+            sample_type,
+            trailer_size,
+        }
+    }
+
+    /// Bytes the `sample_id_all` trailer takes at the end of a non-sample record.
+    pub fn trailer_size(&self) -> usize {
+        self.trailer_size
+    }
+
+    fn has(&self, bit: u64) -> bool {
+        self.sample_type & bit != 0
+    }
+
+    /// The identifying fields of any record: from the fixed head of a
+    /// sample, or from the trailer of anything else. `None` if the record is
+    /// too short to hold them.
+    pub fn parse(&self, record: &[u8], type_: u32) -> Option<SampleId> {
+        if type_ == SAMPLE {
+            self.parse_sample(record)
+        } else {
+            self.parse_trailer(record)
+        }
+    }
+
+    fn parse_sample(&self, record: &[u8]) -> Option<SampleId> {
+        let mut fields = Fields::new(record, HEADER_SIZE);
+        let mut id = SampleId::default();
+        if self.has(IDENTIFIER) {
+            id.id = fields.next()?;
+        }
+        if self.has(IP) {
+            fields.next()?;
+        }
+        if self.has(TID) {
+            (id.pid, id.tid) = split(fields.next()?);
+        }
+        if self.has(TIME) {
+            id.time = fields.next()?;
+        }
+        if self.has(ADDR) {
+            fields.next()?;
+        }
+        if self.has(ID) {
+            id.id = fields.next()?;
+        }
+        if self.has(STREAM_ID) {
+            id.stream_id = fields.next()?;
+        }
+        if self.has(CPU) {
+            id.cpu = split(fields.next()?).0;
+        }
+        Some(id)
+    }
+
+    fn parse_trailer(&self, record: &[u8]) -> Option<SampleId> {
+        let start = record.len().checked_sub(self.trailer_size)?;
+        if start < HEADER_SIZE {
+            return None;
+        }
+        let mut fields = Fields::new(record, start);
+        let mut id = SampleId::default();
+        if self.has(TID) {
+            (id.pid, id.tid) = split(fields.next()?);
+        }
+        if self.has(TIME) {
+            id.time = fields.next()?;
+        }
+        if self.has(ID) {
+            id.id = fields.next()?;
+        }
+        if self.has(STREAM_ID) {
+            id.stream_id = fields.next()?;
+        }
+        if self.has(CPU) {
+            id.cpu = split(fields.next()?).0;
+        }
+        if self.has(IDENTIFIER) {
+            id.id = fields.next()?;
+        }
+        Some(id)
+    }
+
+    /// Appends the trailer for `id`, as the kernel would write it.
+    pub fn write_trailer(&self, id: &SampleId, out: &mut Vec<u8>) {
+        let mut put = |bit: u64, value: u64| {
+            if self.has(bit) {
+                out.extend_from_slice(&value.to_ne_bytes());
+            }
+        };
+        put(TID, join(id.pid, id.tid));
+        put(TIME, id.time);
+        put(ID, id.id);
+        put(STREAM_ID, id.stream_id);
+        put(CPU, join(id.cpu, 0));
+        put(IDENTIFIER, id.id);
+    }
+}
+
+/// The event id of a record whose attr has `PERF_SAMPLE_IDENTIFIER`, which
+/// can be found without knowing the attr: first field of a sample, last u64
+/// of anything else.
+pub fn identifier(record: &[u8], type_: u32) -> Option<u64> {
+    if type_ == SAMPLE {
+        u64_at(record, HEADER_SIZE)
+    } else {
+        u64_at(record, record.len().checked_sub(8)?.max(HEADER_SIZE))
+    }
+}
+
+struct Fields<'a> {
+    bytes: &'a [u8],
+    offset: usize,
+}
+
+impl<'a> Fields<'a> {
+    fn new(bytes: &'a [u8], offset: usize) -> Self {
+        Fields { bytes, offset }
+    }
+
+    fn next(&mut self) -> Option<u64> {
+        let value = u64_at(self.bytes, self.offset)?;
+        self.offset += 8;
+        Some(value)
+    }
+}
+
+/// Two u32 packed in a u64 as the kernel writes them (first at the lower address).
+fn split(value: u64) -> (u32, u32) {
+    let bytes = value.to_ne_bytes();
+    (
+        u32::from_ne_bytes(bytes[..4].try_into().unwrap()),
+        u32::from_ne_bytes(bytes[4..].try_into().unwrap()),
+    )
+}
+
+fn join(first: u32, second: u32) -> u64 {
+    let mut bytes = [0u8; 8];
+    bytes[..4].copy_from_slice(&first.to_ne_bytes());
+    bytes[4..].copy_from_slice(&second.to_ne_bytes());
+    u64::from_ne_bytes(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::header::{RecordHeader, COMM};
+
+    const TYPE: u64 = IDENTIFIER | IP | TID | TIME | CPU | (1 << 8);
+
+    #[test]
+    fn trailer_round_trips() {
+        let layout = SampleIdLayout::new(TYPE);
+        assert_eq!(layout.trailer_size(), 32);
+        let id = SampleId {
+            pid: 10,
+            tid: 11,
+            time: 12345,
+            id: 77,
+            stream_id: 0,
+            cpu: 3,
+        };
+        let mut record = Vec::new();
+        RecordHeader {
+            type_: COMM,
+            misc: 0,
+            size: 48,
+        }
+        .write_to(&mut record);
+        record.extend_from_slice(&[0; 8]);
+        layout.write_trailer(&id, &mut record);
+        assert_eq!(layout.parse(&record, COMM), Some(id));
+        assert_eq!(identifier(&record, COMM), Some(77));
+    }
+
+    #[test]
+    fn sample_fields_at_fixed_offsets() {
+        let layout = SampleIdLayout::new(TYPE);
+        let mut record = Vec::new();
+        RecordHeader {
+            type_: SAMPLE,
+            misc: 0,
+            size: 56,
+        }
+        .write_to(&mut record);
+        for v in [5u64, 0xffff_ffff_8100_0000, join(7, 8), 999, join(1, 0), 1] {
+            record.extend_from_slice(&v.to_ne_bytes());
+        }
+        let id = layout.parse(&record, SAMPLE).unwrap();
+        assert_eq!((id.id, id.pid, id.tid, id.time, id.cpu), (5, 7, 8, 999, 1));
+        assert_eq!(identifier(&record, SAMPLE), Some(5));
+        assert_eq!(layout.parse(&record[..20], SAMPLE), None);
+    }
+}

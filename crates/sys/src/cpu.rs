@@ -1,0 +1,88 @@
+//! CPU numbers: the kernel's list syntax, the online set, pinning.
+
+use std::fmt;
+use std::io;
+
+/// Parses a CPU list as the kernel and perf write it: `0,2-3,8`.
+pub fn parse_list(text: &str) -> Result<Vec<u32>, String> {
+    let mut cpus = Vec::new();
+    for part in text.trim().split(',').filter(|p| !p.is_empty()) {
+        let (lo, hi) = match part.split_once('-') {
+            Some((lo, hi)) => (number(lo, part)?, number(hi, part)?),
+            None => (number(part, part)?, number(part, part)?),
+        };
+        if lo > hi {
+            return Err(format!("'{part}' is a decreasing range"));
+        }
+        cpus.extend(lo..=hi);
+    }
+    cpus.sort_unstable();
+    cpus.dedup();
+    Ok(cpus)
+}
+
+fn number(text: &str, part: &str) -> Result<u32, String> {
+    text.trim()
+        .parse()
+        .map_err(|_| format!("'{part}' is not a CPU number or range"))
+}
+
+/// The online CPUs, from `/sys/devices/system/cpu/online`.
+pub fn online() -> io::Result<Vec<u32>> {
+    let text = std::fs::read_to_string("/sys/devices/system/cpu/online")?;
+    parse_list(&text).map_err(io::Error::other)
+}
+
+/// The CPUs the kernel could ever bring online (`possible`).
+pub fn possible() -> io::Result<Vec<u32>> {
+    let text = std::fs::read_to_string("/sys/devices/system/cpu/possible")?;
+    parse_list(&text).map_err(io::Error::other)
+}
+
+/// Pins the calling process to `cpu`.
+pub fn pin_to(cpu: u32) -> io::Result<()> {
+    let mut set = nix::sched::CpuSet::new();
+    set.set(cpu as usize).map_err(io::Error::from)?;
+    nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set).map_err(io::Error::from)
+}
+
+/// A CPU list written back in the kernel's compact form (`0-3,8`).
+pub struct CpuList<'a>(pub &'a [u32]);
+
+impl fmt::Display for CpuList<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut i = 0;
+        while i < self.0.len() {
+            let start = self.0[i];
+            let mut end = start;
+            while i + 1 < self.0.len() && self.0[i + 1] == end + 1 {
+                i += 1;
+                end = self.0[i];
+            }
+            if i > 0 && start != self.0[0] {
+                f.write_str(",")?;
+            }
+            if start == end {
+                write!(f, "{start}")?;
+            } else {
+                write!(f, "{start}-{end}")?;
+            }
+            i += 1;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_and_prints_lists() {
+        assert_eq!(parse_list("0,2-3,8\n").unwrap(), vec![0, 2, 3, 8]);
+        assert_eq!(CpuList(&[0, 1, 2, 3, 8]).to_string(), "0-3,8");
+        assert_eq!(CpuList(&[1]).to_string(), "1");
+        assert!(parse_list("3-1").is_err());
+        assert!(parse_list("x").is_err());
+    }
+}

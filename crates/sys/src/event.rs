@@ -1,0 +1,121 @@
+//! An open perf event and the ioctls shardrec issues on it.
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+
+use perf_event_open_sys as sys;
+
+use crate::Attr;
+
+/// What an event watches: a task (or every task, `pid = -1`) on a CPU (or
+/// every CPU, `cpu = -1`), as `perf_event_open(2)` takes them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Target {
+    /// Task id, or -1 for every task.
+    pub pid: i32,
+    /// CPU number, or -1 for every CPU.
+    pub cpu: i32,
+}
+
+impl Target {
+    /// Every task on `cpu`.
+    pub fn cpu(cpu: u32) -> Target {
+        Target {
+            pid: -1,
+            cpu: cpu as i32,
+        }
+    }
+
+    /// Task `pid` while it runs on `cpu`.
+    pub fn task_on_cpu(pid: i32, cpu: u32) -> Target {
+        Target {
+            pid,
+            cpu: cpu as i32,
+        }
+    }
+}
+
+/// An open perf event. Closing it (drop) ends the event once no ring
+/// mapping or io_uring request still holds it.
+#[derive(Debug)]
+pub struct PerfEvent {
+    fd: OwnedFd,
+}
+
+impl PerfEvent {
+    /// Opens an event, close-on-exec so a workload never inherits it.
+    pub fn open(attr: &Attr, target: Target) -> io::Result<PerfEvent> {
+        let mut raw = *attr.raw();
+        // SAFETY: `raw` is a fully initialised perf_event_attr whose `size`
+        // (ATTR_SIZE) is within the struct; the kernel reads at most `size`
+        // bytes of it and writes back at most `size` on E2BIG.
+        let fd = unsafe {
+            sys::perf_event_open(
+                &mut raw,
+                target.pid,
+                target.cpu,
+                -1,
+                sys::bindings::PERF_FLAG_FD_CLOEXEC as libc::c_ulong,
+            )
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: the syscall just returned this descriptor and nothing else owns it.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(PerfEvent { fd })
+    }
+
+    /// Starts counting and sampling.
+    pub fn enable(&self) -> io::Result<()> {
+        // SAFETY: ENABLE takes an integer argument; the fd is a perf event we own.
+        check(unsafe { sys::ioctls::ENABLE(self.raw(), 0) })
+    }
+
+    /// Stops counting and sampling; records already in the ring stay.
+    pub fn disable(&self) -> io::Result<()> {
+        // SAFETY: DISABLE takes an integer argument; the fd is a perf event we own.
+        check(unsafe { sys::ioctls::DISABLE(self.raw(), 0) })
+    }
+
+    /// The kernel's id of this event, as found in samples and trailers.
+    pub fn id(&self) -> io::Result<u64> {
+        let mut id = 0u64;
+        // SAFETY: ID writes one u64 through the pointer, which points at `id`.
+        check(unsafe { sys::ioctls::ID(self.raw(), &mut id) })?;
+        Ok(id)
+    }
+
+    /// Sends this event's records into `ring_owner`'s ring (same CPU).
+    pub fn set_output(&self, ring_owner: &PerfEvent) -> io::Result<()> {
+        // SAFETY: SET_OUTPUT takes another perf fd, which `ring_owner` keeps open.
+        check(unsafe { sys::ioctls::SET_OUTPUT(self.raw(), ring_owner.raw()) })
+    }
+
+    /// Sets a tracepoint filter (ftrace filter syntax).
+    pub fn set_filter(&self, filter: &str) -> io::Result<()> {
+        let filter = CString::new(filter).map_err(io::Error::other)?;
+        // SAFETY: the kernel copies the NUL-terminated string and does not
+        // keep or modify the pointer, which stays valid for the call.
+        check(unsafe { sys::ioctls::SET_FILTER(self.raw(), filter.as_ptr() as *mut _) })
+    }
+
+    fn raw(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
+impl AsFd for PerfEvent {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+fn check(ret: libc::c_int) -> io::Result<()> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}

@@ -1,0 +1,40 @@
+//! The kernel ABI of shardrec, and nearly all of its `unsafe`.
+//!
+//! Everything that touches a perf file descriptor or its mapped ring lives
+//! here, so the crates above it (the writer, the coordinator, the merge) are
+//! safe code:
+//!
+//! - [`Attr`]: a `perf_event_attr` with the fields shardrec sets, and the
+//!   bytes it is written to disk as;
+//! - [`PerfEvent`]: an open event and its ioctls (enable, disable, id,
+//!   output redirection, tracepoint filters);
+//! - [`RingBuffer`]: the mapped ring of one event, read as two slices between
+//!   `data_tail` and `data_head`, with the orderings the kernel documents;
+//! - [`cpu`]: CPU lists, the online set and pinning;
+//! - [`tracefs`]: finding (and mounting) tracefs, tracepoint ids and formats.
+//!
+//! ```no_run
+//! use shardrec_sys::{Attr, PerfEvent, RingBuffer, Target};
+//! let mut attr = Attr::software(shardrec_sys::abi::PERF_COUNT_SW_CPU_CLOCK as u64);
+//! attr.set_frequency(1000);
+//! let event = PerfEvent::open(&attr, Target::cpu(0))?;
+//! let ring = RingBuffer::map(&event, 8)?;
+//! event.enable()?;
+//! let (tail, head) = (ring.tail(), ring.head());
+//! let [first, second] = ring.segments(tail, head);
+//! # let _ = (first, second);
+//! # Ok::<(), std::io::Error>(())
+//! ```
+
+mod attr;
+pub mod cpu;
+mod event;
+mod ring;
+pub mod tracefs;
+
+pub use attr::{Attr, ATTR_SIZE};
+pub use event::{PerfEvent, Target};
+pub use ring::RingBuffer;
+
+/// The raw constants and structs of `<linux/perf_event.h>`.
+pub use perf_event_open_sys::bindings as abi;

@@ -1,0 +1,126 @@
+//! The mapped ring buffer of a perf event.
+//!
+//! Layout (see `struct perf_event_mmap_page` in `include/uapi/linux/perf_event.h`):
+//! one metadata page, then `2^n` data pages that the kernel fills as a
+//! circular buffer. The kernel advances `data_head` after writing whole
+//! records; the reader advances `data_tail` after consuming them. The
+//! orderings follow the comment above `perf_output_put_handle()` in
+//! `kernel/events/ring_buffer.c`: load head with acquire before reading
+//! data, store tail with release after the data is no longer needed.
+
+use std::io;
+use std::mem::offset_of;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use std::os::fd::{AsFd, AsRawFd};
+
+use memmap2::{MmapOptions, MmapRaw};
+
+use crate::abi::perf_event_mmap_page;
+use crate::PerfEvent;
+
+/// One event's ring, mapped read-write so the reader can publish `data_tail`.
+pub struct RingBuffer {
+    map: MmapRaw,
+    data_offset: usize,
+    data_size: usize,
+}
+
+impl RingBuffer {
+    /// Maps `data_pages` (a power of two) data pages plus the metadata page.
+    ///
+    /// Fails with `EPERM` when the mapping would exceed `perf_event_mlock_kb`
+    /// and `RLIMIT_MEMLOCK` without `CAP_IPC_LOCK`.
+    pub fn map(event: &PerfEvent, data_pages: usize) -> io::Result<RingBuffer> {
+        if !data_pages.is_power_of_two() {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        let page = page_size();
+        let len = (data_pages + 1) * page;
+        let map = MmapOptions::new().len(len).map_raw(event.as_fd().as_raw_fd())?;
+        let mut ring = RingBuffer {
+            map,
+            data_offset: page,
+            data_size: data_pages * page,
+        };
+        // Kernels since 4.1 publish where the data area is; older ones leave 0.
+        let (offset, size) = (ring.meta_u64(DATA_OFFSET), ring.meta_u64(DATA_SIZE));
+        if offset != 0 && size != 0 {
+            ring.data_offset = offset as usize;
+            ring.data_size = size as usize;
+        }
+        Ok(ring)
+    }
+
+    /// Bytes in the data area.
+    pub fn data_size(&self) -> usize {
+        self.data_size
+    }
+
+    /// The kernel's write position (a byte count that only grows).
+    pub fn head(&self) -> u64 {
+        self.meta_atomic(DATA_HEAD).load(Ordering::Acquire)
+    }
+
+    /// The reader's position: everything before it may be overwritten.
+    pub fn tail(&self) -> u64 {
+        // Only this reader stores the tail, so a relaxed load sees its own last store.
+        self.meta_atomic(DATA_TAIL).load(Ordering::Relaxed)
+    }
+
+    /// Releases every byte before `tail` back to the kernel.
+    ///
+    /// Call it only once nothing reads those bytes any more: slices from
+    /// [`segments`](Self::segments), or I/O submitted from them, must be done.
+    pub fn set_tail(&self, tail: u64) {
+        self.meta_atomic(DATA_TAIL).store(tail, Ordering::Release);
+    }
+
+    /// The bytes in `[from, to)` as at most two slices (two when they wrap
+    /// around the end of the data area). `from..to` must lie within
+    /// `[tail, head]`, where the kernel does not write.
+    pub fn segments(&self, from: u64, to: u64) -> [&[u8]; 2] {
+        let len = (to - from) as usize;
+        assert!(len <= self.data_size, "ring range longer than the ring");
+        let start = (from as usize) & (self.data_size - 1);
+        let first = len.min(self.data_size - start);
+        [self.data(start, first), self.data(0, len - first)]
+    }
+
+    fn data(&self, offset: usize, len: usize) -> &[u8] {
+        debug_assert!(offset + len <= self.data_size);
+        // SAFETY: the range lies inside the data area of a mapping that lives
+        // as long as `self`; the caller only asks for bytes between tail and
+        // head, which the kernel does not modify until the tail passes them.
+        unsafe {
+            std::slice::from_raw_parts(self.map.as_ptr().add(self.data_offset + offset), len)
+        }
+    }
+
+    fn meta_atomic(&self, offset: usize) -> &AtomicU64 {
+        // SAFETY: the offset is that of an 8-byte-aligned u64 field of the
+        // metadata page at the start of the mapping, which lives as long as
+        // `self`; the kernel accesses it atomically too.
+        unsafe { AtomicU64::from_ptr(self.map.as_mut_ptr().add(offset).cast::<u64>()) }
+    }
+
+    fn meta_u64(&self, offset: usize) -> u64 {
+        self.meta_atomic(offset).load(Ordering::Relaxed)
+    }
+}
+
+const DATA_HEAD: usize = offset_of!(perf_event_mmap_page, data_head);
+const DATA_TAIL: usize = offset_of!(perf_event_mmap_page, data_tail);
+const DATA_OFFSET: usize = offset_of!(perf_event_mmap_page, data_offset);
+const DATA_SIZE: usize = offset_of!(perf_event_mmap_page, data_size);
+
+/// The system page size.
+pub fn page_size() -> usize {
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if size > 0 {
+        size as usize
+    } else {
+        4096
+    }
+}
