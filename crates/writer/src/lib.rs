@@ -1,1 +1,24 @@
-//! placeholder
+//! The writer: one CPU's perf ring streamed into its shard file.
+//!
+//! A [`ShardWriter`] waits on io_uring for the ring's wakeup (a poll on the
+//! event fd), a timed flush, or a word from the coordinator; then it writes
+//! `[data_tail, data_head)` straight from the mapped ring — one or two
+//! segments, as the range wraps — at the shard's current end, and moves
+//! `data_tail` only once the kernel reports the write complete. It never
+//! looks inside a record: the kernel publishes `data_head` only at record
+//! boundaries, so the shard is a clean concatenation of records.
+//!
+//! ```no_run
+//! # fn demo(ring: &shardrec_sys::RingBuffer, event: &shardrec_sys::PerfEvent,
+//! #         shard: std::fs::File, control: std::os::fd::OwnedFd) -> std::io::Result<()> {
+//! use shardrec_writer::{ShardWriter, WriterConfig};
+//! let stats = ShardWriter::new(ring, event, shard, control, WriterConfig::default())?.run()?;
+//! println!("{} bytes in {} writes", stats.bytes, stats.writes);
+//! # Ok(()) }
+//! ```
+
+mod control;
+mod shard_writer;
+
+pub use control::Command;
+pub use shard_writer::{ShardWriter, WriterConfig, WriterStats};

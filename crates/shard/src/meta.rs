@@ -1,0 +1,128 @@
+//! `meta`: what the coordinator knows about a recording.
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+use shardrec_format::SampleIdLayout;
+
+/// The `meta` format version this build writes and reads.
+pub const META_VERSION: u32 = 1;
+
+/// Everything the merge needs besides the shards themselves.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Meta {
+    /// [`META_VERSION`] of the writer.
+    pub version: u32,
+    /// The recorded events, in command-line order.
+    pub events: Vec<EventMeta>,
+    /// The recorded CPUs: one `cpuNNN.shard` each.
+    pub cpus: Vec<u32>,
+    /// Data pages of each ring.
+    pub ring_pages: usize,
+    /// The shardrec command line.
+    pub command_line: Vec<String>,
+    /// Facts about the host, for perf.data's header features.
+    pub host: Host,
+    /// Wall-clock start (ns since the Unix epoch).
+    pub start_unix_ns: u64,
+    /// Every process of the recorder (coordinator, writers), excluded from
+    /// tracepoint events.
+    pub recorder_pids: Vec<i32>,
+    /// The workload started with `-- CMD`, if any.
+    pub workload_pid: Option<i32>,
+    /// Filled in at stop; `None` in a recording that was never stopped
+    /// cleanly (its shards are still a valid prefix).
+    pub stats: Option<Stats>,
+}
+
+/// One recorded event.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct EventMeta {
+    /// The name as given (`cpu-clock`, `sched:sched_switch:u`).
+    pub name: String,
+    /// The `perf_event_attr` bytes passed to the kernel.
+    pub attr: Vec<u8>,
+    /// The kernel's id of this event on each CPU (several per CPU when
+    /// several tasks are followed), as `(cpu, id)`.
+    pub ids: Vec<(u32, u64)>,
+}
+
+impl EventMeta {
+    /// The attr's `sample_type` (offset 24 of `perf_event_attr`).
+    pub fn sample_type(&self) -> u64 {
+        shardrec_format::u64_at(&self.attr, 24).unwrap_or(0)
+    }
+}
+
+/// Facts about the recording host.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Host {
+    /// `uname -n`
+    pub hostname: String,
+    /// `uname -r`
+    pub os_release: String,
+    /// `uname -v`
+    pub kernel_version: String,
+    /// `uname -m`
+    pub arch: String,
+    /// CPUs online.
+    pub cpus_online: u32,
+    /// CPUs the kernel could bring online.
+    pub cpus_available: u32,
+    /// The CPU's model name.
+    pub cpu_desc: String,
+    /// perf's cpuid string (vendor,family,model,stepping).
+    pub cpuid: String,
+    /// Memory in kB.
+    pub total_mem_kb: u64,
+}
+
+/// The outcome of a recording, written at stop.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Stats {
+    /// One entry per recorded CPU.
+    pub cpus: Vec<CpuStats>,
+    /// Bytes in `synth.shard`.
+    pub synth_bytes: u64,
+    /// Why recording stopped ("workload exited", "SIGINT", ...).
+    pub stopped_by: String,
+    /// Wall-clock stop (ns since the Unix epoch).
+    pub stop_unix_ns: u64,
+}
+
+/// What one CPU's shard holds.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct CpuStats {
+    /// The CPU.
+    pub cpu: u32,
+    /// Bytes the writer wrote.
+    pub bytes: u64,
+    /// Whole records in the shard.
+    pub records: u64,
+    /// Samples among them.
+    pub samples: u64,
+    /// Records the kernel dropped (sum of `PERF_RECORD_LOST`).
+    pub lost: u64,
+    /// Samples the kernel dropped (sum of `PERF_RECORD_LOST_SAMPLES`).
+    pub lost_samples: u64,
+    /// First and last record time seen (perf clock, ns), 0 when none.
+    pub first_time: u64,
+    /// See `first_time`.
+    pub last_time: u64,
+    /// Bytes after the last whole record (a write cut short).
+    pub torn_bytes: u64,
+}
+
+impl Meta {
+    /// The sample-id layout of each kernel id, to find any record's fields.
+    pub fn layouts(&self) -> HashMap<u64, SampleIdLayout> {
+        let mut layouts = HashMap::new();
+        for event in &self.events {
+            let layout = SampleIdLayout::new(event.sample_type());
+            for &(_, id) in &event.ids {
+                layouts.insert(id, layout);
+            }
+        }
+        layouts
+    }
+}

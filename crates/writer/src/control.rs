@@ -1,0 +1,29 @@
+//! The one-byte words the coordinator sends a writer over its control pipe.
+
+/// What the coordinator asks of a writer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Command {
+    /// Events are disabled: write everything left in the ring, sync, exit.
+    Drain,
+    /// Stop as soon as the write in flight (if any) completes.
+    Quit,
+}
+
+impl Command {
+    /// The byte sent for this command.
+    pub fn byte(self) -> u8 {
+        match self {
+            Command::Drain => b'D',
+            Command::Quit => b'Q',
+        }
+    }
+
+    /// The command a byte stands for. End of file (the coordinator is gone)
+    /// reads as `Drain`, so a killed coordinator still leaves whole shards.
+    pub fn from_read(read: &[u8]) -> Command {
+        match read.first() {
+            Some(b'Q') => Command::Quit,
+            _ => Command::Drain,
+        }
+    }
+}

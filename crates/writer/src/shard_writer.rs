@@ -1,0 +1,333 @@
+//! The writer loop: wait, write `[tail, head)` from the ring, release it.
+
+use std::fs::File;
+use std::io::{self, Read};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::time::Duration;
+
+use io_uring::{cqueue, opcode, types, IoUring};
+use shardrec_sys::{PerfEvent, RingBuffer};
+
+use crate::Command;
+
+// user_data of each kind of request.
+const POLL: u64 = 1;
+const TICK: u64 = 2;
+const CONTROL: u64 = 3;
+const WRITE: u64 = 4;
+const CANCEL: u64 = 5;
+
+/// How a writer behaves.
+#[derive(Clone, Copy, Debug)]
+pub struct WriterConfig {
+    /// A quiet ring (below its wakeup watermark) still reaches the shard
+    /// this often.
+    pub flush_interval: Duration,
+}
+
+impl Default for WriterConfig {
+    fn default() -> Self {
+        WriterConfig {
+            flush_interval: Duration::from_millis(100),
+        }
+    }
+}
+
+/// What a writer did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WriterStats {
+    /// Bytes written to the shard.
+    pub bytes: u64,
+    /// Completed write requests.
+    pub writes: u64,
+    /// Of which short (the rest was resubmitted).
+    pub short_writes: u64,
+    /// Ring wakeups (watermark reached).
+    pub wakeups: u64,
+    /// Timed flushes.
+    pub ticks: u64,
+    /// The most bytes seen waiting in the ring at once.
+    pub peak_fill: u64,
+}
+
+/// The ring range being written: `[from, to)`, of which `done` bytes are on disk.
+struct InFlight {
+    from: u64,
+    to: u64,
+    done: u64,
+}
+
+/// Streams one ring into one shard file. See the crate docs.
+pub struct ShardWriter<'a> {
+    ring: &'a RingBuffer,
+    event: &'a PerfEvent,
+    shard: File,
+    control: File,
+    uring: IoUring,
+    // Boxed so their addresses stay put while the kernel reads them.
+    iov: Box<[libc::iovec; 2]>,
+    tick: Box<types::Timespec>,
+    in_flight: Option<InFlight>,
+    /// Ring position of the shard's first byte.
+    base: u64,
+    stop: Option<Command>,
+    control_open: bool,
+    stats: WriterStats,
+}
+
+impl<'a> ShardWriter<'a> {
+    /// A writer of `ring` (mapped from `event`) into `shard`, written from
+    /// its start, taking commands from the read end of a pipe.
+    pub fn new(
+        ring: &'a RingBuffer,
+        event: &'a PerfEvent,
+        shard: File,
+        control: OwnedFd,
+        config: WriterConfig,
+    ) -> io::Result<Self> {
+        let tick = types::Timespec::from(config.flush_interval);
+        Ok(ShardWriter {
+            ring,
+            event,
+            shard,
+            control: File::from(control),
+            uring: IoUring::new(8)?,
+            iov: Box::new([empty_iovec(); 2]),
+            tick: Box::new(tick),
+            in_flight: None,
+            base: ring.tail(),
+            stop: None,
+            control_open: true,
+            stats: WriterStats::default(),
+        })
+    }
+
+    /// Runs until the coordinator says stop (or goes away), then syncs the
+    /// shard. An I/O error ends the writer; the shard holds every write
+    /// completed before it.
+    pub fn run(mut self) -> io::Result<WriterStats> {
+        self.arm_poll()?;
+        self.arm_control()?;
+        self.arm_tick()?;
+        loop {
+            self.wait()?;
+            self.reap()?;
+            if self.in_flight.is_some() {
+                continue;
+            }
+            if self.stop == Some(Command::Quit) {
+                break;
+            }
+            if !self.start_write()? && self.stop == Some(Command::Drain) {
+                break;
+            }
+        }
+        self.cancel_poll()?;
+        self.shard.sync_data()?;
+        Ok(self.stats)
+    }
+
+    /// Writes whatever the ring holds, if no write is in flight. Returns
+    /// whether a write was started.
+    fn start_write(&mut self) -> io::Result<bool> {
+        let (tail, head) = (self.ring.tail(), self.ring.head());
+        if head == tail {
+            return Ok(false);
+        }
+        self.stats.peak_fill = self.stats.peak_fill.max(head - tail);
+        self.in_flight = Some(InFlight {
+            from: tail,
+            to: head,
+            done: 0,
+        });
+        self.submit_write()?;
+        Ok(true)
+    }
+
+    /// Submits the part of the in-flight range not yet on disk, at the
+    /// shard offset it belongs at.
+    fn submit_write(&mut self) -> io::Result<()> {
+        let flight = self.in_flight.as_ref().expect("a write in flight");
+        let start = flight.from + flight.done;
+        let segments = self.ring.segments(start, flight.to);
+        for (iov, segment) in self.iov.iter_mut().zip(segments) {
+            iov.iov_base = segment.as_ptr() as *mut libc::c_void;
+            iov.iov_len = segment.len();
+        }
+        let count = if segments[1].is_empty() { 1 } else { 2 };
+        // The shard holds exactly the ring's bytes from `base` to `start`.
+        let entry =
+            opcode::Writev::new(types::Fd(self.shard.as_raw_fd()), self.iov.as_ptr(), count)
+                .offset(start - self.base)
+                .build()
+                .user_data(WRITE);
+        // SAFETY: the iovecs live in `self.iov` (boxed, not touched again
+        // until this write completes) and point into ring bytes in
+        // [tail, head), which stay mapped and unreleased until
+        // `write_done` moves the tail after the completion.
+        unsafe { self.push(&entry) }
+    }
+
+    fn write_done(&mut self, result: i32) -> io::Result<()> {
+        if result == -libc::EINTR || result == -libc::EAGAIN {
+            return self.submit_write();
+        }
+        if result < 0 {
+            return Err(io::Error::from_raw_os_error(-result));
+        }
+        if result == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::WriteZero,
+                "shard write wrote nothing",
+            ));
+        }
+        self.stats.writes += 1;
+        let flight = self.in_flight.as_mut().expect("a write in flight");
+        flight.done += result as u64;
+        if flight.from + flight.done < flight.to {
+            self.stats.short_writes += 1;
+            return self.submit_write();
+        }
+        self.stats.bytes += flight.to - flight.from;
+        self.ring.set_tail(flight.to);
+        self.in_flight = None;
+        Ok(())
+    }
+
+    fn reap(&mut self) -> io::Result<()> {
+        let mut done = [(0u64, 0i32, 0u32); 8];
+        loop {
+            let mut count = 0;
+            for cqe in self.uring.completion().take(done.len()) {
+                done[count] = (cqe.user_data(), cqe.result(), cqe.flags());
+                count += 1;
+            }
+            if count == 0 {
+                return Ok(());
+            }
+            for &(kind, result, flags) in &done[..count] {
+                self.handle(kind, result, flags)?;
+            }
+        }
+    }
+
+    fn handle(&mut self, kind: u64, result: i32, flags: u32) -> io::Result<()> {
+        match kind {
+            POLL => {
+                if result < 0 && result != -libc::ECANCELED {
+                    return Err(io::Error::from_raw_os_error(-result));
+                }
+                self.stats.wakeups += 1;
+                // A multishot poll ends on overflow of the completion queue; re-arm it.
+                if !cqueue::more(flags) && self.stop.is_none() {
+                    self.arm_poll()?;
+                }
+            }
+            TICK => {
+                self.stats.ticks += 1;
+                if self.stop.is_none() {
+                    self.arm_tick()?;
+                }
+            }
+            CONTROL => self.control_ready()?,
+            WRITE => self.write_done(result)?,
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn control_ready(&mut self) -> io::Result<()> {
+        let mut byte = [0u8; 1];
+        let read = match self.control.read(&mut byte) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => return self.arm_control(),
+            Err(e) => return Err(e),
+        };
+        let command = Command::from_read(&byte[..read]);
+        // Quit overrides Drain, never the other way round.
+        if self.stop != Some(Command::Quit) {
+            self.stop = Some(command);
+        }
+        if read == 0 {
+            self.control_open = false;
+            return Ok(());
+        }
+        self.arm_control()
+    }
+
+    fn arm_poll(&mut self) -> io::Result<()> {
+        let fd = types::Fd(self.event.as_fd().as_raw_fd());
+        let entry = opcode::PollAdd::new(fd, libc::POLLIN as u32)
+            .multi(true)
+            .build()
+            .user_data(POLL);
+        // SAFETY: a poll request carries no buffer; the event fd outlives
+        // the request, which `cancel_poll` ends before `run` returns.
+        unsafe { self.push(&entry) }
+    }
+
+    fn arm_control(&mut self) -> io::Result<()> {
+        if !self.control_open {
+            return Ok(());
+        }
+        let fd = types::Fd(self.control.as_raw_fd());
+        let entry = opcode::PollAdd::new(fd, libc::POLLIN as u32)
+            .build()
+            .user_data(CONTROL);
+        // SAFETY: a poll request carries no buffer; the control pipe is owned
+        // by `self` and outlives the ring.
+        unsafe { self.push(&entry) }
+    }
+
+    fn arm_tick(&mut self) -> io::Result<()> {
+        let entry = opcode::Timeout::new(&*self.tick).build().user_data(TICK);
+        // SAFETY: the timespec is boxed in `self` and never freed or changed
+        // while the writer runs.
+        unsafe { self.push(&entry) }
+    }
+
+    /// Ends the multishot poll: an armed poll holds a reference to the perf
+    /// event, which would otherwise outlive the close.
+    fn cancel_poll(&mut self) -> io::Result<()> {
+        let entry = opcode::AsyncCancel::new(POLL).build().user_data(CANCEL);
+        // SAFETY: a cancel request carries no buffer.
+        unsafe { self.push(&entry) }?;
+        loop {
+            self.wait()?;
+            if self.uring.completion().any(|cqe| cqe.user_data() == CANCEL) {
+                return Ok(());
+            }
+        }
+    }
+
+    fn wait(&mut self) -> io::Result<()> {
+        match self.uring.submit_and_wait(1) {
+            Ok(_) => Ok(()),
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => Ok(()),
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Queues one request, submitting first if the queue is full.
+    ///
+    /// # Safety
+    /// Every buffer the entry points to must stay valid, and unmoved, until
+    /// its completion has been reaped.
+    unsafe fn push(&mut self, entry: &io_uring::squeue::Entry) -> io::Result<()> {
+        loop {
+            // SAFETY: the caller guarantees the entry's buffers outlive it.
+            if unsafe { self.uring.submission().push(entry) }.is_ok() {
+                return Ok(());
+            }
+            self.uring.submit()?;
+        }
+    }
+}
+
+fn empty_iovec() -> libc::iovec {
+    libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    }
+}

@@ -1,0 +1,110 @@
+//! A real event's ring streamed into a real shard through io_uring.
+
+use std::io::Write;
+use std::os::fd::OwnedFd;
+use std::time::{Duration, Instant};
+
+use shardrec_format::header::{LOST, SAMPLE};
+use shardrec_format::walk::{End, RecordWalker};
+use shardrec_sys::abi;
+use shardrec_sys::{Attr, PerfEvent, RingBuffer, Target};
+use shardrec_writer::{Command, ShardWriter, WriterConfig};
+
+fn require_root() -> bool {
+    if nix::unistd::geteuid().is_root() {
+        return true;
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "these tests need root under CI"
+    );
+    eprintln!("skipping: not root");
+    false
+}
+
+/// Samples this thread's cpu-clock every 10 µs into a ring of `pages`,
+/// streams it with a writer thread while busy for `busy`, and returns the
+/// shard's bytes with the writer's byte count.
+fn record_self(pages: usize, busy: Duration) -> (Vec<u8>, u64) {
+    let mut attr = Attr::software(abi::PERF_COUNT_SW_TASK_CLOCK as u64);
+    attr.set_period(10_000);
+    attr.set_sample_type(
+        (abi::PERF_SAMPLE_IP | abi::PERF_SAMPLE_TID | abi::PERF_SAMPLE_TIME) as u64,
+    );
+    attr.set_sample_id_all();
+    attr.set_wakeup_watermark(1024);
+    let tid = nix::unistd::gettid().as_raw();
+    let event = PerfEvent::open(&attr, Target { pid: tid, cpu: -1 }).expect("perf_event_open");
+    let ring = RingBuffer::map(&event, pages).expect("mmap ring");
+    let dir = std::env::temp_dir().join(format!("shardrec-writer-{}-{pages}", std::process::id()));
+    let _ = std::fs::remove_file(&dir);
+    let shard = std::fs::File::create(&dir).unwrap();
+    let (read_end, write_end): (OwnedFd, OwnedFd) = nix::unistd::pipe().unwrap();
+    let stats = std::thread::scope(|scope| {
+        let writer = scope.spawn(|| {
+            ShardWriter::new(&ring, &event, shard, read_end, WriterConfig::default())
+                .unwrap()
+                .run()
+                .unwrap()
+        });
+        event.enable().unwrap();
+        let start = Instant::now();
+        let mut x = 0u64;
+        while start.elapsed() < busy {
+            x = x.wrapping_mul(31).wrapping_add(7);
+        }
+        std::hint::black_box(x);
+        event.disable().unwrap();
+        std::fs::File::from(write_end)
+            .write_all(&[Command::Drain.byte()])
+            .unwrap();
+        writer.join().unwrap()
+    });
+    let bytes = std::fs::read(&dir).unwrap();
+    std::fs::remove_file(&dir).unwrap();
+    (bytes, stats.bytes)
+}
+
+fn count(bytes: &[u8]) -> (u64, u64) {
+    let mut walker = RecordWalker::new(bytes);
+    let (mut samples, mut lost) = (0, 0);
+    for record in walker.by_ref() {
+        match record.header.type_ {
+            SAMPLE => samples += 1,
+            LOST => lost += shardrec_format::u64_at(record.bytes, 16).unwrap(),
+            _ => {}
+        }
+    }
+    assert_eq!(
+        walker.end(),
+        End::Clean,
+        "shard is a clean sequence of records"
+    );
+    (samples, lost)
+}
+
+#[test]
+fn streams_every_byte_as_whole_records() {
+    if !require_root() {
+        return;
+    }
+    let (bytes, written) = record_self(64, Duration::from_millis(300));
+    assert_eq!(bytes.len() as u64, written);
+    let (samples, lost) = count(&bytes);
+    assert!(samples > 1000, "only {samples} samples");
+    assert_eq!(lost, 0);
+}
+
+#[test]
+fn a_one_page_ring_wraps_and_stays_whole() {
+    if !require_root() {
+        return;
+    }
+    let (bytes, written) = record_self(1, Duration::from_millis(300));
+    assert_eq!(bytes.len() as u64, written);
+    // 300 ms at 100 kHz of 40-byte samples is ~1.2 MB through a 4 KiB ring.
+    assert!(written > 16 * 4096, "ring wrapped only {written} bytes");
+    let (samples, lost) = count(&bytes);
+    assert!(samples > 0);
+    eprintln!("one-page ring: {samples} samples, {lost} lost");
+}
