@@ -1,1 +1,62 @@
-fn main() {}
+//! `shardrec-load`: workloads of known shape for the tests and benchmarks.
+//!
+//! - `syscalls N`: exactly N `getppid` system calls, then exit;
+//! - `spin SECONDS`: one busy thread pinned to each online CPU.
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let words: Vec<&str> = args.iter().map(String::as_str).collect();
+    let result = match words.as_slice() {
+        ["syscalls", n] => n
+            .parse()
+            .map(syscalls)
+            .map_err(|_| format!("bad count '{n}'")),
+        ["spin", secs] => secs
+            .parse()
+            .map(spin)
+            .map_err(|_| format!("bad seconds '{secs}'")),
+        _ => Err("usage: shardrec-load syscalls N | spin SECONDS".to_string()),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("shardrec-load: {message}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Makes exactly `n` getppid calls: glibc never caches getppid, so each one
+/// is one `syscalls:sys_enter_getppid` hit.
+fn syscalls(n: u64) {
+    for _ in 0..n {
+        std::hint::black_box(nix::unistd::getppid());
+    }
+}
+
+/// Keeps every online CPU busy for `secs` seconds, one pinned thread each.
+fn spin(secs: f64) {
+    let until = Instant::now() + Duration::from_secs_f64(secs);
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    std::thread::scope(|scope| {
+        for cpu in 0..cpus {
+            scope.spawn(move || {
+                let mut set = nix::sched::CpuSet::new();
+                if set.set(cpu).is_ok() {
+                    let _ = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set);
+                }
+                let mut x = 1u64;
+                while Instant::now() < until {
+                    for _ in 0..10_000 {
+                        x = std::hint::black_box(
+                            x.wrapping_mul(6364136223846793005).wrapping_add(1),
+                        );
+                    }
+                }
+            });
+        }
+    });
+}

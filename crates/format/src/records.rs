@@ -57,7 +57,10 @@ impl RecordBuilder {
 
 /// `PERF_RECORD_COMM`: a thread's name.
 pub fn comm(pid: u32, tid: u32, name: &[u8], misc: u16) -> RecordBuilder {
-    RecordBuilder::new(COMM, misc).u32(pid).u32(tid).string(name)
+    RecordBuilder::new(COMM, misc)
+        .u32(pid)
+        .u32(tid)
+        .string(name)
 }
 
 /// `PERF_RECORD_FORK`: `tid` of process `pid` was created by `ptid` of `ppid`.

@@ -1,1 +1,38 @@
-//! placeholder
+//! `shardrec record`: the coordinator and its helpers.
+//!
+//! The coordinator resolves the events and targets ([`plan`]), opens every
+//! event disabled with one ring per CPU ([`open`]), synthesizes the state
+//! that already exists, forks one pinned writer process per CPU
+//! ([`writers`]), filters its own processes out of tracepoints, writes
+//! `meta`, then enables the events (or lets the held workload exec). On a
+//! stop signal, or when the workload exits, it disables everything, lets
+//! every writer drain its ring, and rewrites `meta` with what each shard
+//! holds.
+//!
+//! ```no_run
+//! use shardrec_record::{record, RecordConfig};
+//! let mut config = RecordConfig::new();
+//! config.events = vec!["cpu-clock".into()];
+//! config.command = vec!["sleep".into(), "1".into()];
+//! let report = record(&config)?;
+//! eprint!("{report}");
+//! # Ok::<(), shardrec_record::RecordError>(())
+//! ```
+
+mod attrs;
+pub mod config;
+mod coordinator;
+mod error;
+pub mod events;
+mod host;
+mod open;
+pub mod plan;
+mod signals;
+mod summary;
+mod workload;
+mod writers;
+
+pub use config::{CallGraph, RecordConfig, Sampling};
+pub use coordinator::record;
+pub use error::RecordError;
+pub use summary::{CpuReport, RecordReport};

@@ -84,6 +84,10 @@ pub struct Stats {
     pub cpus: Vec<CpuStats>,
     /// Bytes in `synth.shard`.
     pub synth_bytes: u64,
+    /// Each event's `PERF_FORMAT_LOST` count where it is not zero, as
+    /// `(cpu, id, lost)`: the merge turns them into `PERF_RECORD_LOST_SAMPLES`
+    /// as perf record does at its end.
+    pub lost_by_event: Vec<(u32, u64, u64)>,
     /// Why recording stopped ("workload exited", "SIGINT", ...).
     pub stopped_by: String,
     /// Wall-clock stop (ns since the Unix epoch).
@@ -105,12 +109,27 @@ pub struct CpuStats {
     pub lost: u64,
     /// Samples the kernel dropped (sum of `PERF_RECORD_LOST_SAMPLES`).
     pub lost_samples: u64,
+    /// Samples the kernel counted as dropped for this CPU's events
+    /// (`PERF_FORMAT_LOST`, read at stop; 0 where the kernel lacks it).
+    /// Unlike the LOST records it includes drops after the last record that
+    /// fit, which the kernel never gets to report in the ring.
+    pub lost_read: u64,
     /// First and last record time seen (perf clock, ns), 0 when none.
     pub first_time: u64,
     /// See `first_time`.
     pub last_time: u64,
     /// Bytes after the last whole record (a write cut short).
     pub torn_bytes: u64,
+}
+
+impl CpuStats {
+    /// Records dropped by the kernel on this CPU: the per-event counts when
+    /// the kernel keeps them, else what the LOST records report. (Events
+    /// inherited by a workload's children report only through LOST records,
+    /// so the larger of the two is the better count.)
+    pub fn dropped(&self) -> u64 {
+        self.lost.max(self.lost_read) + self.lost_samples
+    }
 }
 
 impl Meta {

@@ -1,1 +1,183 @@
-//! placeholder
+//! Records that describe what already exists when recording starts, as
+//! `perf record` synthesizes them (`tools/perf/util/synthetic-events.c`):
+//!
+//! - [`Synthesizer::kernel`]: one `PERF_RECORD_MMAP` for the kernel image
+//!   (`[kernel.kallsyms]_text`) and one per loaded module;
+//! - [`Synthesizer::tasks`]: per process, a `PERF_RECORD_FORK` and a
+//!   `PERF_RECORD_COMM` for each thread, then a `PERF_RECORD_MMAP2` for each
+//!   executable mapping.
+//!
+//! Every record carries the `sample_id_all` trailer of the attr it is
+//! attributed to, with time 0 so that it sorts before anything recorded.
+//! Tasks that exit while `/proc` is being walked are skipped and counted,
+//! never reported as errors; only the output writer's errors are.
+//!
+//! ```no_run
+//! use shardrec_synth::{Synthesizer, Tasks};
+//! let sample_type = 1 << 16; // PERF_SAMPLE_IDENTIFIER
+//! let synth = Synthesizer::new(sample_type, 42);
+//! let mut shard = std::io::BufWriter::new(std::fs::File::create("synth.shard")?);
+//! let mut stats = synth.kernel(&mut shard)?;
+//! stats += synth.tasks(&Tasks::All, &mut shard)?;
+//! println!("{} records for {} processes", stats.records, stats.processes);
+//! # Ok::<(), std::io::Error>(())
+//! ```
+
+mod kernel;
+mod parallel;
+mod proc_maps;
+mod scan;
+mod tasks;
+
+use shardrec_format::records::RecordBuilder;
+use shardrec_format::{SampleId, SampleIdLayout};
+use std::io::Write;
+use std::ops::AddAssign;
+
+/// Which tasks to describe.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Tasks {
+    /// Every process in `/proc`, with all its threads.
+    All,
+    /// These processes (thread group ids; a thread id stands for its
+    /// process), with all their threads.
+    Processes(Vec<i32>),
+}
+
+/// What a synthesis wrote and what it had to leave out.
+#[derive(Default, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SynthStats {
+    /// Processes described.
+    pub processes: u64,
+    /// Threads described (a FORK and a COMM each).
+    pub threads: u64,
+    /// Mappings described (MMAP or MMAP2 records).
+    pub maps: u64,
+    /// Records written.
+    pub records: u64,
+    /// Bytes written.
+    pub bytes: u64,
+    /// Tasks that vanished or could not be read while walking `/proc`, and
+    /// records too large to frame (over 64 KiB).
+    pub skipped: u64,
+}
+
+impl SynthStats {
+    /// Adds `other`'s counts to these.
+    pub fn add(&mut self, other: &SynthStats) {
+        self.processes += other.processes;
+        self.threads += other.threads;
+        self.maps += other.maps;
+        self.records += other.records;
+        self.bytes += other.bytes;
+        self.skipped += other.skipped;
+    }
+}
+
+impl AddAssign for SynthStats {
+    fn add_assign(&mut self, other: SynthStats) {
+        self.add(&other);
+    }
+}
+
+/// Synthesizes records attributed to one event, with that event's
+/// `sample_id_all` trailer.
+#[derive(Clone, Debug)]
+pub struct Synthesizer {
+    layout: SampleIdLayout,
+    event_id: u64,
+    threads: usize,
+}
+
+impl Synthesizer {
+    /// Records for an attr with this `sample_type` (which sets the trailer's
+    /// fields), attributed to the event with kernel id `event_id`.
+    pub fn new(sample_type: u64, event_id: u64) -> Self {
+        Synthesizer {
+            layout: SampleIdLayout::new(sample_type),
+            event_id,
+            threads: 0,
+        }
+    }
+
+    /// Walks `/proc` with at most `threads` threads; 0 (the default) picks a
+    /// number from the CPUs available and the number of processes.
+    pub fn with_threads(mut self, threads: usize) -> Self {
+        self.threads = threads;
+        self
+    }
+
+    /// Writes the kernel image's map and one map per loaded module.
+    pub fn kernel(&self, out: &mut impl Write) -> std::io::Result<SynthStats> {
+        let mut emitter = self.emitter();
+        kernel::synthesize(&mut emitter);
+        out.write_all(&emitter.buf)?;
+        Ok(emitter.stats)
+    }
+
+    /// Writes the threads and executable maps of `tasks`. All records of one
+    /// process are written together; processes come in no particular order.
+    pub fn tasks(&self, tasks: &Tasks, out: &mut impl Write) -> std::io::Result<SynthStats> {
+        let pids = match tasks {
+            Tasks::All => tasks::list_processes(),
+            Tasks::Processes(pids) => {
+                let mut pids = pids.clone();
+                pids.sort_unstable();
+                pids.dedup();
+                pids
+            }
+        };
+        let threads = parallel::threads_for(self.threads, pids.len());
+        if threads <= 1 {
+            tasks::synthesize(&mut self.emitter(), &pids, out)
+        } else {
+            parallel::synthesize(self, &pids, threads, out)
+        }
+    }
+
+    fn emitter(&self) -> Emitter<'_> {
+        Emitter {
+            layout: &self.layout,
+            event_id: self.event_id,
+            stats: SynthStats::default(),
+            buf: Vec::with_capacity(FLUSH_AT * 2),
+        }
+    }
+}
+
+/// How many bytes of whole processes to gather before writing them out.
+const FLUSH_AT: usize = 64 * 1024;
+
+/// Finishes records into a buffer and counts them.
+struct Emitter<'a> {
+    layout: &'a SampleIdLayout,
+    event_id: u64,
+    stats: SynthStats,
+    buf: Vec<u8>,
+}
+
+impl Emitter<'_> {
+    /// Appends `record` with the trailer of task `pid`/`tid`; false (and
+    /// counted as skipped) if it is too large to frame.
+    fn push(&mut self, record: RecordBuilder, pid: u32, tid: u32) -> bool {
+        let id = SampleId {
+            pid,
+            tid,
+            time: 0,
+            id: self.event_id,
+            cpu: 0,
+            stream_id: 0,
+        };
+        let Some(bytes) = record.finish(self.layout, &id) else {
+            self.stats.skipped += 1;
+            return false;
+        };
+        self.buf.extend_from_slice(&bytes);
+        self.stats.records += 1;
+        self.stats.bytes += bytes.len() as u64;
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -68,6 +68,11 @@ impl Attr {
         self.raw.sample_type
     }
 
+    /// The `PERF_FORMAT_*` bits of what `read()` returns.
+    pub fn set_read_format(&mut self, read_format: u64) {
+        self.raw.read_format = read_format;
+    }
+
     /// Exclude user-space (`:k`) and/or kernel (`:u`) samples.
     pub fn set_exclude(&mut self, user: bool, kernel: bool) {
         self.raw.set_exclude_user(user.into());
@@ -103,6 +108,11 @@ impl Attr {
     /// Enable the event when the target task calls exec.
     pub fn set_enable_on_exec(&mut self) {
         self.raw.set_enable_on_exec(1);
+    }
+
+    /// Leave user callchains to DWARF unwinding of a copied stack.
+    pub fn set_exclude_callchain_user(&mut self) {
+        self.raw.set_exclude_callchain_user(1);
     }
 
     /// Wake pollers once `bytes` are waiting in the ring.

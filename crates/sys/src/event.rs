@@ -101,6 +101,18 @@ impl PerfEvent {
         check(unsafe { sys::ioctls::SET_FILTER(self.raw(), filter.as_ptr() as *mut _) })
     }
 
+    /// The event's `read()` values: `value`, then one u64 per
+    /// `PERF_FORMAT_*` bit of its attr's `read_format`, in the kernel's order
+    /// (`TOTAL_TIME_ENABLED`, `TOTAL_TIME_RUNNING`, `ID`, `LOST`).
+    pub fn read_values(&self) -> io::Result<Vec<u64>> {
+        let mut buf = [0u8; 40];
+        let read = nix::unistd::read(&self.fd, &mut buf)?;
+        Ok(buf[..read]
+            .chunks_exact(8)
+            .map(|c| u64::from_ne_bytes(c.try_into().expect("8 bytes")))
+            .collect())
+    }
+
     fn raw(&self) -> RawFd {
         self.fd.as_raw_fd()
     }

@@ -29,7 +29,8 @@
 mod attr;
 pub mod cpu;
 mod event;
-mod ring;
+pub mod process;
+pub mod ring;
 pub mod tracefs;
 
 pub use attr::{Attr, ATTR_SIZE};

@@ -37,7 +37,9 @@ impl RingBuffer {
         }
         let page = page_size();
         let len = (data_pages + 1) * page;
-        let map = MmapOptions::new().len(len).map_raw(event.as_fd().as_raw_fd())?;
+        let map = MmapOptions::new()
+            .len(len)
+            .map_raw(event.as_fd().as_raw_fd())?;
         let mut ring = RingBuffer {
             map,
             data_offset: page,
@@ -92,9 +94,7 @@ impl RingBuffer {
         // SAFETY: the range lies inside the data area of a mapping that lives
         // as long as `self`; the caller only asks for bytes between tail and
         // head, which the kernel does not modify until the tail passes them.
-        unsafe {
-            std::slice::from_raw_parts(self.map.as_ptr().add(self.data_offset + offset), len)
-        }
+        unsafe { std::slice::from_raw_parts(self.map.as_ptr().add(self.data_offset + offset), len) }
     }
 
     fn meta_atomic(&self, offset: usize) -> &AtomicU64 {

@@ -21,7 +21,12 @@ pub fn root() -> io::Result<PathBuf> {
         nix::mount::MsFlags::empty(),
         None::<&str>,
     )
-    .map_err(|e| io::Error::new(io::Error::from(e).kind(), format!("mounting tracefs on {MOUNT_POINT}: {e}")))?;
+    .map_err(|e| {
+        io::Error::new(
+            io::Error::from(e).kind(),
+            format!("mounting tracefs on {MOUNT_POINT}: {e}"),
+        )
+    })?;
     Ok(PathBuf::from(MOUNT_POINT))
 }
 

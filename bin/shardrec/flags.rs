@@ -1,0 +1,129 @@
+//! The command line, with perf record's option names and help in its words.
+//! Parsing is two steps: clap checks the words, `into_config` builds the
+//! checked configuration.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+use shardrec_record::config::{parse_call_graph, parse_ring_pages, CallGraph, Sampling};
+use shardrec_record::RecordConfig;
+
+/// A perf record for many-CPU hosts.
+#[derive(Parser)]
+#[command(name = "shardrec", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Run a command and record its profile, or record the whole system.
+    Record(RecordArgs),
+}
+
+#[derive(Args)]
+pub struct RecordArgs {
+    /// Event selector: a software event (cpu-clock, task-clock, page-faults,
+    /// context-switches, ...), a hardware event (cycles, instructions, ...)
+    /// or a tracepoint subsys:name (globs allowed), each with optional :u/:k.
+    #[arg(short = 'e', long = "event", value_name = "EVENT")]
+    events: Vec<String>,
+    /// System-wide collection from all CPUs.
+    #[arg(short = 'a', long = "all-cpus")]
+    all_cpus: bool,
+    /// List of CPUs to monitor (e.g. 0,2-3).
+    #[arg(short = 'C', long = "cpu", value_name = "CPU")]
+    cpu: Option<String>,
+    /// Record events on existing process ids (comma separated).
+    #[arg(short = 'p', long = "pid", value_name = "PID")]
+    pid: Option<String>,
+    /// Profile at this frequency ("max" for the kernel's limit).
+    #[arg(
+        short = 'F',
+        long = "freq",
+        value_name = "FREQ",
+        conflicts_with = "count"
+    )]
+    freq: Option<String>,
+    /// Event period to sample.
+    #[arg(short = 'c', long = "count", value_name = "N")]
+    count: Option<u64>,
+    /// Enables call-graph recording (frame pointers).
+    #[arg(short = 'g')]
+    g: bool,
+    /// Setup and enable call-graph recording: fp, dwarf[,SIZE].
+    #[arg(long = "call-graph", value_name = "MODE")]
+    call_graph: Option<String>,
+    /// Number of mmap data pages per CPU ring (a power of two), or a size with B/K/M/G.
+    #[arg(short = 'm', long = "mmap-pages", value_name = "PAGES")]
+    mmap_pages: Option<String>,
+    /// Output file name; shards are written to FILE.shards/ while recording.
+    #[arg(
+        short = 'o',
+        long = "output",
+        value_name = "FILE",
+        default_value = "perf.data"
+    )]
+    output: PathBuf,
+    /// Stop after writing the shards; do not merge them.
+    #[arg(long = "no-merge")]
+    no_merge: bool,
+    /// Don't print any message.
+    #[arg(short = 'q', long = "quiet")]
+    quiet: bool,
+    /// The command to run and record (after --, or as the last words).
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "COMMAND"
+    )]
+    command: Vec<String>,
+}
+
+impl RecordArgs {
+    /// The checked configuration, or a message naming the bad option.
+    pub fn into_config(self, command_line: Vec<String>) -> Result<RecordConfig, String> {
+        let sampling = match (self.freq.as_deref(), self.count) {
+            (Some("max"), _) => Sampling::MaxFrequency,
+            (Some(hz), _) => Sampling::Frequency(
+                hz.parse()
+                    .map_err(|_| format!("-F: '{hz}' is not a frequency in Hz or 'max'"))?,
+            ),
+            (None, Some(period)) => Sampling::Period(period),
+            (None, None) => Sampling::Default,
+        };
+        let call_graph = match (&self.call_graph, self.g) {
+            (Some(mode), _) => parse_call_graph(mode).map_err(|e| format!("--call-graph: {e}"))?,
+            (None, true) => CallGraph::FramePointer,
+            (None, false) => CallGraph::None,
+        };
+        let page = shardrec_sys_page_size();
+        let ring_pages = self
+            .mmap_pages
+            .as_deref()
+            .map(|m| parse_ring_pages(m, page))
+            .transpose()?;
+        Ok(RecordConfig {
+            events: self.events,
+            all_cpus: self.all_cpus,
+            cpu_list: self.cpu,
+            pids: self.pid,
+            sampling,
+            call_graph,
+            ring_pages,
+            output: self.output,
+            no_merge: self.no_merge,
+            command: self.command,
+            command_line,
+            quiet: self.quiet,
+        })
+    }
+}
+
+fn shardrec_sys_page_size() -> usize {
+    nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+        .ok()
+        .flatten()
+        .map_or(4096, |p| p as usize)
+}

@@ -1,0 +1,122 @@
+//! Everything that stops a recording, worded for the person who started it.
+
+use std::io;
+use std::path::PathBuf;
+
+/// Why `shardrec record` could not record.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    /// A bad option value or combination.
+    #[error("{0}")]
+    Usage(String),
+    /// `-e` names nothing known.
+    #[error("event '{name}' not found{}", .suggestion.as_ref().map(|s| format!(" (did you mean '{s}'?)")).unwrap_or_default())]
+    UnknownEvent {
+        /// The name given.
+        name: String,
+        /// A close known name.
+        suggestion: Option<String>,
+    },
+    /// The event exists but this machine cannot count it.
+    #[error("event '{name}' is not supported on this machine: {reason}")]
+    Unsupported {
+        /// The event.
+        name: String,
+        /// Why.
+        reason: String,
+    },
+    /// tracefs could not be found or mounted.
+    #[error("tracepoints need tracefs: {0}")]
+    Tracefs(String),
+    /// `-C` names a CPU that is not online.
+    #[error("CPU {cpu} is not online (online: {online})")]
+    CpuNotOnline {
+        /// The CPU asked for.
+        cpu: u32,
+        /// The online list.
+        online: String,
+    },
+    /// `-p` names a process that does not exist.
+    #[error("process {0} not found")]
+    NoSuchProcess(i32),
+    /// The kernel refused for lack of privilege.
+    #[error("no permission to record {what} (kernel.perf_event_paranoid = {paranoid}): run as root or with CAP_PERFMON, or lower /proc/sys/kernel/perf_event_paranoid")]
+    NoPermission {
+        /// What was refused.
+        what: String,
+        /// The paranoid setting.
+        paranoid: i32,
+    },
+    /// Ring mappings exceed the locked-memory limits.
+    #[error("cannot map a {ring_kb} KiB ring per CPU: over the locked-memory limit (kernel.perf_event_mlock_kb = {mlock_kb} per CPU, then RLIMIT_MEMLOCK = {rlimit_kb} KiB); use a smaller -m, raise the limits, or run with CAP_IPC_LOCK")]
+    Memlock {
+        /// Ring size asked for.
+        ring_kb: u64,
+        /// perf_event_mlock_kb.
+        mlock_kb: u64,
+        /// RLIMIT_MEMLOCK in KiB.
+        rlimit_kb: u64,
+    },
+    /// perf_event_open or a ring failed for another reason.
+    #[error("cannot open event '{name}' on CPU {cpu}: {source}")]
+    Open {
+        /// The event.
+        name: String,
+        /// The CPU.
+        cpu: u32,
+        /// The kernel's answer.
+        source: io::Error,
+    },
+    /// The output could not be created.
+    #[error("cannot write the recording to {}: {source}", .path.display())]
+    Output {
+        /// The path.
+        path: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
+    /// The workload could not be started.
+    #[error("cannot run '{command}': {source}")]
+    Workload {
+        /// The program.
+        command: String,
+        /// Why.
+        source: io::Error,
+    },
+    /// A writer process failed.
+    #[error("writer of CPU {cpu} failed: {message}")]
+    Writer {
+        /// Its CPU.
+        cpu: u32,
+        /// What it said.
+        message: String,
+    },
+    /// Any other system call failed.
+    #[error("{what}: {source}")]
+    System {
+        /// What was being done.
+        what: String,
+        /// Why it failed.
+        source: io::Error,
+    },
+}
+
+impl RecordError {
+    /// A failed system call, with what it was for.
+    pub fn system(what: impl Into<String>) -> impl FnOnce(io::Error) -> RecordError {
+        let what = what.into();
+        move |source| RecordError::System { what, source }
+    }
+}
+
+impl From<shardrec_shard::Error> for RecordError {
+    fn from(error: shardrec_shard::Error) -> Self {
+        match error {
+            shardrec_shard::Error::Io { path, source } => RecordError::Output { path, source },
+            other => RecordError::Output {
+                path: PathBuf::new(),
+                source: io::Error::other(other.to_string()),
+            },
+        }
+    }
+}

@@ -1,0 +1,134 @@
+//! Opening every event, one ring per CPU, before anything is enabled.
+
+use std::io;
+
+use shardrec_sys::{abi, Attr, PerfEvent, RingBuffer, Target};
+
+use crate::plan::{read_sysctl, Plan, Tasks};
+use crate::RecordError;
+
+/// One open event.
+pub struct OpenEvent {
+    /// Index of its spec in the plan.
+    pub spec: usize,
+    /// The event.
+    pub event: PerfEvent,
+    /// The kernel's id, as found in its records.
+    pub id: u64,
+}
+
+/// Everything recorded on one CPU: its events share the first one's ring
+/// through `PERF_EVENT_IOC_SET_OUTPUT`.
+pub struct CpuEvents {
+    /// The CPU.
+    pub cpu: u32,
+    /// Its events; `events[0]` owns the ring.
+    pub events: Vec<OpenEvent>,
+    /// The coordinator's mapping of the ring. Writers map it again after
+    /// fork (perf mappings are not inherited), sharing the same buffer.
+    pub ring: RingBuffer,
+}
+
+impl CpuEvents {
+    /// The event whose fd the ring belongs to.
+    pub fn ring_owner(&self) -> &PerfEvent {
+        &self.events[0].event
+    }
+}
+
+/// Opens every event of the plan on every CPU, disabled. `workload` is the
+/// held child's pid when the plan follows a workload.
+pub fn open_all(
+    plan: &Plan,
+    attrs: &[Attr],
+    workload: Option<i32>,
+) -> Result<Vec<CpuEvents>, RecordError> {
+    let pids = match &plan.tasks {
+        Tasks::SystemWide => vec![-1],
+        Tasks::Threads(tids) => tids.clone(),
+        Tasks::Workload => vec![workload.expect("a workload pid")],
+    };
+    plan.cpus
+        .iter()
+        .map(|&cpu| open_cpu(plan, attrs, &pids, cpu))
+        .collect()
+}
+
+fn open_cpu(plan: &Plan, attrs: &[Attr], pids: &[i32], cpu: u32) -> Result<CpuEvents, RecordError> {
+    let mut events: Vec<OpenEvent> = Vec::with_capacity(pids.len() * attrs.len());
+    let mut ring = None;
+    for &pid in pids {
+        for (spec, attr) in attrs.iter().enumerate() {
+            let fail = |e| open_error(plan, spec, cpu, pid, e);
+            let event = PerfEvent::open(attr, Target::task_on_cpu(pid, cpu)).map_err(fail)?;
+            match &ring {
+                None => ring = Some(map_ring(plan, &event, spec, cpu)?),
+                Some(_) => event.set_output(&events[0].event).map_err(fail)?,
+            }
+            let id = event.id().map_err(fail)?;
+            events.push(OpenEvent { spec, event, id });
+        }
+    }
+    Ok(CpuEvents {
+        cpu,
+        events,
+        ring: ring.expect("at least one event per CPU"),
+    })
+}
+
+fn map_ring(
+    plan: &Plan,
+    event: &PerfEvent,
+    spec: usize,
+    cpu: u32,
+) -> Result<RingBuffer, RecordError> {
+    RingBuffer::map(event, plan.ring_pages).map_err(|e| {
+        if e.raw_os_error() == Some(libc::EPERM) {
+            memlock_error(plan.ring_pages)
+        } else {
+            open_error(plan, spec, cpu, -1, e)
+        }
+    })
+}
+
+/// The error for a mapping over the locked-memory limits, with the limits.
+pub fn memlock_error(ring_pages: usize) -> RecordError {
+    let rlimit = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_MEMLOCK)
+        .map(|(soft, _)| soft)
+        .unwrap_or(0);
+    RecordError::Memlock {
+        ring_kb: (ring_pages * shardrec_sys::ring::page_size() / 1024) as u64,
+        mlock_kb: read_sysctl("perf_event_mlock_kb").unwrap_or(0),
+        rlimit_kb: rlimit / 1024,
+    }
+}
+
+fn open_error(plan: &Plan, spec: usize, cpu: u32, pid: i32, error: io::Error) -> RecordError {
+    let event = &plan.events[spec];
+    let name = event.name.clone();
+    match error.raw_os_error() {
+        Some(libc::EACCES) | Some(libc::EPERM) => RecordError::NoPermission {
+            what: if pid == -1 {
+                "CPU-wide events".to_string()
+            } else {
+                format!("process {pid}")
+            },
+            paranoid: read_sysctl("perf_event_paranoid").map_or(-9, |v| v as i32),
+        },
+        Some(libc::ESRCH) => RecordError::NoSuchProcess(pid),
+        Some(libc::ENOENT) | Some(libc::EOPNOTSUPP) | Some(libc::ENODEV)
+            if event.type_ == abi::PERF_TYPE_HARDWARE =>
+        {
+            RecordError::Unsupported {
+                name,
+                reason: "no hardware PMU counts it here (software events such as cpu-clock work)"
+                    .into(),
+            }
+        }
+        _ => RecordError::Open {
+            name,
+            cpu,
+            source: error,
+        },
+    }
+}

@@ -1,0 +1,222 @@
+//! The checked plan of a recording: which events, CPUs, tasks and ring
+//! size. Every user mistake is caught here, before anything is opened.
+
+use shardrec_sys::cpu::{self, CpuList};
+use shardrec_sys::{abi, Attr, PerfEvent, Target};
+
+use crate::config::{CallGraph, RecordConfig, Sampling};
+use crate::events::{self, EventSpec};
+use crate::RecordError;
+
+/// Whose activity is recorded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Tasks {
+    /// Everything on the recorded CPUs (`-a`, `-C`, or the default).
+    SystemWide,
+    /// These threads and their future children (`-p`, expanded to threads).
+    Threads(Vec<i32>),
+    /// The workload from `-- CMD` and its children.
+    Workload,
+}
+
+/// A recording, resolved and checked.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// The events, in command-line order.
+    pub events: Vec<EventSpec>,
+    /// One ring and one writer per CPU.
+    pub cpus: Vec<u32>,
+    /// Whose activity.
+    pub tasks: Tasks,
+    /// The processes named by `-p`.
+    pub pids: Vec<i32>,
+    /// Data pages per ring.
+    pub ring_pages: usize,
+    /// Sampling, with `max` resolved and over-limit rates lowered.
+    pub sampling: Sampling,
+    /// Callchains.
+    pub call_graph: CallGraph,
+    /// Whether the kernel counts lost samples per event (`PERF_FORMAT_LOST`, 6.0+).
+    pub lost_counts: bool,
+    /// Things the user should know that do not stop the recording.
+    pub warnings: Vec<String>,
+}
+
+impl Plan {
+    /// Checks `config` against this machine.
+    pub fn resolve(config: &RecordConfig) -> Result<Plan, RecordError> {
+        let mut warnings = Vec::new();
+        let events = resolve_events(&config.events)?;
+        let (tasks, pids) = resolve_tasks(config)?;
+        let cpus = resolve_cpus(config, &tasks)?;
+        let sampling = resolve_sampling(config.sampling, &mut warnings)?;
+        let ring_pages = config.ring_pages.unwrap_or_else(default_ring_pages);
+        Ok(Plan {
+            events,
+            cpus,
+            tasks,
+            pids,
+            ring_pages,
+            sampling,
+            call_graph: config.call_graph,
+            lost_counts: kernel_counts_lost(),
+            warnings,
+        })
+    }
+
+    /// Whether any event is a tracepoint (and so needs tracing data).
+    pub fn has_tracepoints(&self) -> bool {
+        self.events.iter().any(EventSpec::is_tracepoint)
+    }
+}
+
+fn resolve_events(lists: &[String]) -> Result<Vec<EventSpec>, RecordError> {
+    let mut specs = Vec::new();
+    for list in lists {
+        specs.extend(events::parse(list)?);
+    }
+    if specs.is_empty() {
+        // perf's default is cycles, and it falls back to cpu-clock without a PMU.
+        let default = if cycles_available() {
+            "cycles"
+        } else {
+            "cpu-clock"
+        };
+        specs = events::parse(default)?;
+    }
+    Ok(specs)
+}
+
+fn cycles_available() -> bool {
+    let mut attr = Attr::new(
+        abi::PERF_TYPE_HARDWARE,
+        abi::PERF_COUNT_HW_CPU_CYCLES as u64,
+    );
+    attr.set_exclude(false, true);
+    PerfEvent::open(&attr, Target { pid: 0, cpu: -1 }).is_ok()
+}
+
+/// `PERF_FORMAT_LOST`, read_format bit 4.
+pub const FORMAT_LOST: u64 = 1 << 4;
+/// `PERF_FORMAT_ID`, read_format bit 2.
+pub const FORMAT_ID: u64 = 1 << 2;
+
+/// Kernels before 6.0 refuse a read_format bit they do not know (EINVAL).
+fn kernel_counts_lost() -> bool {
+    let mut attr = Attr::software(abi::PERF_COUNT_SW_DUMMY as u64);
+    attr.set_read_format(FORMAT_ID | FORMAT_LOST);
+    PerfEvent::open(&attr, Target { pid: 0, cpu: -1 }).is_ok()
+}
+
+fn resolve_tasks(config: &RecordConfig) -> Result<(Tasks, Vec<i32>), RecordError> {
+    if let Some(list) = &config.pids {
+        if config.all_cpus || config.cpu_list.is_some() {
+            return Err(RecordError::Usage(
+                "-p records the given processes; it cannot be combined with -a or -C".into(),
+            ));
+        }
+        if !config.command.is_empty() {
+            return Err(RecordError::Usage(
+                "-p and a command to run cannot be combined".into(),
+            ));
+        }
+        let pids = parse_pids(list)?;
+        let mut threads = Vec::new();
+        for &pid in &pids {
+            threads.extend(threads_of(pid)?);
+        }
+        return Ok((Tasks::Threads(threads), pids));
+    }
+    let system_wide = config.all_cpus || config.cpu_list.is_some() || config.command.is_empty();
+    let tasks = if system_wide {
+        Tasks::SystemWide
+    } else {
+        Tasks::Workload
+    };
+    Ok((tasks, Vec::new()))
+}
+
+fn parse_pids(list: &str) -> Result<Vec<i32>, RecordError> {
+    list.split(',')
+        .filter(|p| !p.trim().is_empty())
+        .map(|p| {
+            p.trim()
+                .parse::<i32>()
+                .ok()
+                .filter(|&pid| pid > 0)
+                .ok_or_else(|| RecordError::Usage(format!("-p: '{p}' is not a process id")))
+        })
+        .collect()
+}
+
+/// The threads of process `pid`, from `/proc/PID/task`.
+fn threads_of(pid: i32) -> Result<Vec<i32>, RecordError> {
+    let dir = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map_err(|_| RecordError::NoSuchProcess(pid))?;
+    let mut tids: Vec<i32> = dir
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    tids.sort_unstable();
+    Ok(tids)
+}
+
+fn resolve_cpus(config: &RecordConfig, tasks: &Tasks) -> Result<Vec<u32>, RecordError> {
+    let online = cpu::online().map_err(RecordError::system("reading the online CPUs"))?;
+    let Some(list) = &config.cpu_list else {
+        return Ok(online);
+    };
+    debug_assert_eq!(*tasks, Tasks::SystemWide);
+    let cpus = cpu::parse_list(list).map_err(|e| RecordError::Usage(format!("-C {list}: {e}")))?;
+    if cpus.is_empty() {
+        return Err(RecordError::Usage(format!("-C '{list}' names no CPU")));
+    }
+    if let Some(&cpu) = cpus.iter().find(|c| !online.contains(c)) {
+        return Err(RecordError::CpuNotOnline {
+            cpu,
+            online: CpuList(&online).to_string(),
+        });
+    }
+    Ok(cpus)
+}
+
+fn resolve_sampling(
+    sampling: Sampling,
+    warnings: &mut Vec<String>,
+) -> Result<Sampling, RecordError> {
+    let max = read_sysctl("perf_event_max_sample_rate").unwrap_or(100_000);
+    match sampling {
+        Sampling::MaxFrequency => Ok(Sampling::Frequency(max)),
+        Sampling::Frequency(0) | Sampling::Period(0) => {
+            Err(RecordError::Usage("-F and -c need a value above 0".into()))
+        }
+        Sampling::Frequency(hz) if hz > max => {
+            warnings.push(format!(
+                "-F {hz} is above kernel.perf_event_max_sample_rate; recording at {max} Hz"
+            ));
+            Ok(Sampling::Frequency(max))
+        }
+        other => Ok(other),
+    }
+}
+
+/// Reads a number from `/proc/sys/kernel/NAME`.
+pub fn read_sysctl(name: &str) -> Option<u64> {
+    std::fs::read_to_string(format!("/proc/sys/kernel/{name}"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// 4 MiB rings when locked memory is no limit (root), so a ring absorbs a
+/// write's latency at hundreds of MB/s; otherwise what perf picks: the
+/// largest power of two that fits `perf_event_mlock_kb` with its header page.
+fn default_ring_pages() -> usize {
+    let page = shardrec_sys::ring::page_size();
+    if nix::unistd::geteuid().is_root() {
+        return (4 << 20) / page;
+    }
+    let mlock_kb = read_sysctl("perf_event_mlock_kb").unwrap_or(516) as usize;
+    let pages = (mlock_kb * 1024 / page).saturating_sub(1).max(1);
+    1 << pages.ilog2()
+}

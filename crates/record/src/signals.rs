@@ -1,0 +1,99 @@
+//! Signals as events: INT/TERM/HUP ask for a stop, CHLD says a child ended.
+
+use std::os::fd::AsFd;
+
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::signal::{SigSet, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::unistd::Pid;
+use shardrec_sys::process;
+
+use crate::RecordError;
+
+/// What woke the coordinator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wake {
+    /// A stop was asked for by this signal.
+    Stop(Signal),
+    /// A child changed state: reap with [`reap`].
+    Child,
+    /// Nothing happened within the timeout.
+    Timeout,
+}
+
+/// The coordinator's signals, blocked and read from a signalfd. Children
+/// inherit the block: writers thereby ignore the terminal's Ctrl-C and stop
+/// only when told; the workload unblocks before exec.
+pub struct Signals {
+    fd: SignalFd,
+}
+
+impl Signals {
+    /// Blocks INT, TERM, HUP and CHLD and opens their signalfd.
+    pub fn block() -> Result<Signals, RecordError> {
+        let mut set = SigSet::empty();
+        for signal in [
+            Signal::SIGINT,
+            Signal::SIGTERM,
+            Signal::SIGHUP,
+            Signal::SIGCHLD,
+        ] {
+            set.add(signal);
+        }
+        process::block_signals(&set).map_err(RecordError::system("blocking signals"))?;
+        let fd = SignalFd::with_flags(&set, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
+            .map_err(|e| RecordError::system("opening a signalfd")(e.into()))?;
+        Ok(Signals { fd })
+    }
+
+    /// Waits up to `timeout_ms` for a signal.
+    pub fn wait(&mut self, timeout_ms: u16) -> Result<Wake, RecordError> {
+        loop {
+            if let Some(info) = self
+                .fd
+                .read_signal()
+                .map_err(|e| RecordError::system("reading signals")(e.into()))?
+            {
+                let signal = Signal::try_from(info.ssi_signo as i32).ok();
+                return Ok(match signal {
+                    Some(Signal::SIGCHLD) => Wake::Child,
+                    Some(signal) => Wake::Stop(signal),
+                    None => continue,
+                });
+            }
+            let mut fds = [PollFd::new(self.fd.as_fd(), PollFlags::POLLIN)];
+            match poll(&mut fds, PollTimeout::from(timeout_ms)) {
+                Ok(0) => return Ok(Wake::Timeout),
+                Ok(_) | Err(nix::errno::Errno::EINTR) => continue,
+                Err(e) => return Err(RecordError::system("waiting for signals")(e.into())),
+            }
+        }
+    }
+}
+
+/// One child that ended, with the exit code a shell would report.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ended {
+    /// Its pid.
+    pub pid: Pid,
+    /// Exit code, or 128 + signal.
+    pub code: i32,
+}
+
+/// Reaps every child that has ended.
+pub fn reap() -> Vec<Ended> {
+    let mut ended = Vec::new();
+    while let Ok(status) = waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+        match status {
+            WaitStatus::Exited(pid, code) => ended.push(Ended { pid, code }),
+            WaitStatus::Signaled(pid, signal, _) => ended.push(Ended {
+                pid,
+                code: 128 + signal as i32,
+            }),
+            WaitStatus::StillAlive => break,
+            _ => {}
+        }
+    }
+    ended
+}

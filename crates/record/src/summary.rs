@@ -1,0 +1,85 @@
+//! The report printed when a recording stops.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use shardrec_shard::CpuStats;
+use shardrec_writer::WriterStats;
+
+/// One CPU's outcome: what its shard holds and what its writer did.
+#[derive(Clone, Debug)]
+pub struct CpuReport {
+    /// Counted from the shard.
+    pub stats: CpuStats,
+    /// Reported by the writer.
+    pub writer: WriterStats,
+    /// Bytes left in the ring when the writer stopped (only after a
+    /// second stop signal made it quit without draining).
+    pub unwritten: u64,
+}
+
+/// The outcome of a recording.
+#[derive(Clone, Debug)]
+pub struct RecordReport {
+    /// The shard directory.
+    pub dir: PathBuf,
+    /// Per CPU, in CPU order.
+    pub cpus: Vec<CpuReport>,
+    /// From enabling to the stop.
+    pub elapsed: Duration,
+    /// Why it stopped.
+    pub stopped_by: String,
+    /// The workload's exit code (0 without a workload).
+    pub exit_code: i32,
+}
+
+impl RecordReport {
+    /// Records the kernel dropped, over all CPUs.
+    pub fn lost(&self) -> u64 {
+        self.cpus.iter().map(|c| c.stats.dropped()).sum()
+    }
+}
+
+impl fmt::Display for RecordReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let secs = self.elapsed.as_secs_f64().max(1e-9);
+        let bytes: u64 = self.cpus.iter().map(|c| c.stats.bytes).sum();
+        let samples: u64 = self.cpus.iter().map(|c| c.stats.samples).sum();
+        writeln!(
+            f,
+            "[ shardrec record: {:.3} MB in {} ({} samples, {} lost) over {:.2} s; stopped by {} ]",
+            bytes as f64 / 1e6,
+            self.dir.display(),
+            samples,
+            self.lost(),
+            secs,
+            self.stopped_by
+        )?;
+        writeln!(
+            f,
+            "  {:>4} {:>12} {:>9} {:>10} {:>8}",
+            "CPU", "bytes", "MB/s", "records", "lost"
+        )?;
+        for cpu in &self.cpus {
+            let s = &cpu.stats;
+            writeln!(
+                f,
+                "  {:>4} {:>12} {:>9.2} {:>10} {:>8}",
+                s.cpu,
+                s.bytes,
+                s.bytes as f64 / 1e6 / secs,
+                s.records,
+                s.dropped()
+            )?;
+        }
+        let unwritten: u64 = self.cpus.iter().map(|c| c.unwritten).sum();
+        if unwritten > 0 {
+            writeln!(
+                f,
+                "  {unwritten} bytes were still in the rings when the writers quit"
+            )?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,94 @@
+//! Forking the recorder's helper processes.
+
+use std::io;
+use std::os::fd::RawFd;
+
+use nix::sys::signal::{sigprocmask, SigSet, SigmaskHow};
+use nix::unistd::{ForkResult, Pid};
+
+/// Runs `body` in a new child process, which exits with its return value.
+/// The parent gets the child's pid and drops `body` (closing whatever it owns
+/// on the parent's side).
+///
+/// Refuses (`EBUSY`) when the calling process has more than one thread: a
+/// fork then copies only the calling thread and can leave locks held forever.
+pub fn spawn(body: impl FnOnce() -> i32) -> io::Result<Pid> {
+    if !wait_single_threaded()? {
+        return Err(io::Error::new(
+            io::ErrorKind::ResourceBusy,
+            "cannot fork a helper process while other threads run",
+        ));
+    }
+    // SAFETY: the process has a single thread (checked above), so the child
+    // is a complete copy and may run arbitrary code; it leaves through
+    // `_exit` and never returns into the caller's frames.
+    match unsafe { nix::unistd::fork() }? {
+        ForkResult::Parent { child } => Ok(child),
+        ForkResult::Child => {
+            let code = body();
+            exit_now(code)
+        }
+    }
+}
+
+/// Ends the process at once, without running destructors or atexit
+/// handlers that belong to the parent's state.
+pub fn exit_now(code: i32) -> ! {
+    // SAFETY: _exit has no preconditions and does not return.
+    unsafe { libc::_exit(code) }
+}
+
+/// Whether this process is down to one thread. A thread that was just
+/// joined can stay listed for a moment (the join wakes before the kernel
+/// releases the task), so this waits up to 100 ms for it to go.
+fn wait_single_threaded() -> io::Result<bool> {
+    for _ in 0..100 {
+        if std::fs::read_dir("/proc/self/task")?.count() == 1 {
+            return Ok(true);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    Ok(false)
+}
+
+/// Closes every descriptor of this process except `keep` (and 0, 1, 2).
+/// For a child that must not hold its siblings' pipes and events.
+pub fn close_fds_except(keep: &[RawFd]) -> io::Result<()> {
+    let fds: Vec<RawFd> = std::fs::read_dir("/proc/self/fd")?
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    for fd in fds {
+        if fd > 2 && !keep.contains(&fd) {
+            // SAFETY: closing a descriptor has no memory-safety effect; the
+            // caller is a fresh child that will not use the closed ones again.
+            unsafe { libc::close(fd) };
+        }
+    }
+    Ok(())
+}
+
+/// Blocks `signals` in this process, returning the previous mask.
+pub fn block_signals(signals: &SigSet) -> io::Result<SigSet> {
+    let mut old = SigSet::empty();
+    sigprocmask(SigmaskHow::SIG_BLOCK, Some(signals), Some(&mut old))?;
+    Ok(old)
+}
+
+/// Unblocks every signal (for a child about to exec a workload).
+pub fn unblock_all_signals() -> io::Result<()> {
+    sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None)?;
+    Ok(())
+}
+
+/// The user-register mask perf asks for in DWARF mode on this architecture
+/// (all general registers; on x86-64 without the segment registers).
+pub fn user_regs_mask() -> u64 {
+    if cfg!(target_arch = "x86_64") {
+        // AX..R15 are bits 0..23; DS, ES, FS, GS (12..15) are not sampled.
+        0xff_ffff & !0xf000
+    } else if cfg!(target_arch = "aarch64") {
+        (1 << 33) - 1
+    } else {
+        0
+    }
+}

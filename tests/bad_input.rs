@@ -1,0 +1,193 @@
+//! Every bad input gets one clear line naming the problem, a non-zero exit
+//! before anything is enabled, and no half-created recording.
+
+mod common;
+
+use std::process::{Command, Output};
+
+use common::*;
+
+fn run(scratch: &Scratch, args: &[&str]) -> Output {
+    run_as(shardrec(), scratch, args)
+}
+
+fn run_as(mut command: Command, scratch: &Scratch, args: &[&str]) -> Output {
+    command
+        .arg("record")
+        .arg("-o")
+        .arg(scratch.output())
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// The run failed with exactly one line of stderr containing `message`,
+/// and left no shard directory.
+fn assert_refused(output: &Output, scratch: &Scratch, message: &str) {
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "succeeded; stderr: {stderr}");
+    assert!(
+        stderr.contains(message),
+        "stderr lacks {message:?}: {stderr}"
+    );
+    assert_eq!(
+        stderr.trim_end().lines().count(),
+        1,
+        "more than one line: {stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(
+        !scratch.shards().exists(),
+        "a shard directory was left behind"
+    );
+}
+
+#[test]
+fn unknown_event() {
+    if !require_root() {
+        return;
+    }
+    let scratch = Scratch::new("bad-event");
+    let output = run(&scratch, &["-a", "-e", "cyles", "--", "true"]);
+    assert_refused(
+        &output,
+        &scratch,
+        "event 'cyles' not found (did you mean 'cycles'?)",
+    );
+    let output = run(&scratch, &["-e", "nosuchsys:nosuchevent", "--", "true"]);
+    assert_refused(&output, &scratch, "event 'nosuchsys:nosuchevent' not found");
+}
+
+#[test]
+fn hardware_event_without_a_pmu() {
+    if !require_root() {
+        return;
+    }
+    let scratch = Scratch::new("bad-hw");
+    let output = run(&scratch, &["-a", "-e", "instructions", "--", "true"]);
+    // On a machine with a PMU this records; without one it must say why.
+    if !output.status.success() {
+        assert_refused(
+            &output,
+            &scratch,
+            "event 'instructions' is not supported on this machine",
+        );
+    }
+}
+
+#[test]
+fn offline_or_absent_cpu() {
+    if !require_root() {
+        return;
+    }
+    let scratch = Scratch::new("bad-cpu");
+    let output = run(&scratch, &["-C", "4095", "--", "true"]);
+    assert_refused(&output, &scratch, "CPU 4095 is not online (online: 0-");
+    let output = run(&scratch, &["-C", "1-x", "--", "true"]);
+    assert_refused(&output, &scratch, "-C 1-x:");
+}
+
+#[test]
+fn missing_pid() {
+    if !require_root() {
+        return;
+    }
+    let scratch = Scratch::new("bad-pid");
+    // pid_max is at most 2^22, so this pid cannot exist.
+    let output = run(&scratch, &["-p", "8388607"]);
+    assert_refused(&output, &scratch, "process 8388607 not found");
+}
+
+#[test]
+fn unwritable_output() {
+    if !require_root() {
+        return;
+    }
+    let scratch = Scratch::new("bad-out");
+    let output = shardrec()
+        .args([
+            "record",
+            "-a",
+            "-o",
+            "/proc/no-such-dir/perf.data",
+            "--",
+            "true",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(
+        stderr.contains("cannot write the recording to /proc/no-such-dir/perf.data.shards"),
+        "{stderr}"
+    );
+    drop(scratch);
+}
+
+#[test]
+fn bad_ring_size_and_options() {
+    if !require_root() {
+        return;
+    }
+    let scratch = Scratch::new("bad-opts");
+    let output = run(&scratch, &["-m", "3", "--", "true"]);
+    assert_refused(&output, &scratch, "power-of-two number of data pages");
+    let output = run(&scratch, &["--call-graph", "lbr", "--", "true"]);
+    assert_refused(&output, &scratch, "'lbr' is not a call-graph mode");
+    let output = run(&scratch, &["--", "/no/such/program"]);
+    assert_refused(&output, &scratch, "cannot run '/no/such/program'");
+}
+
+/// An unprivileged user, through setpriv (util-linux).
+fn as_nobody() -> Command {
+    let mut command = Command::new("setpriv");
+    command
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(env!("CARGO_BIN_EXE_shardrec"));
+    command
+}
+
+#[test]
+fn no_permission_for_cpu_wide_events() {
+    if !require_root() {
+        return;
+    }
+    let scratch = Scratch::new("bad-perm");
+    std::fs::set_permissions(
+        &scratch.0,
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    let paranoid = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid").unwrap();
+    if paranoid.trim().parse::<i32>().unwrap() < 1 {
+        eprintln!("perf_event_paranoid < 1 lets anyone record CPU-wide: nothing to refuse");
+        return;
+    }
+    let output = run_as(
+        as_nobody(),
+        &scratch,
+        &["-a", "-e", "cpu-clock", "--", "true"],
+    );
+    assert_refused(&output, &scratch, "no permission to record CPU-wide events");
+}
+
+#[test]
+fn locked_memory_limit() {
+    if !require_root() {
+        return;
+    }
+    let scratch = Scratch::new("bad-memlock");
+    std::fs::set_permissions(
+        &scratch.0,
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    // A user-only event on our own workload is allowed unprivileged; a 64 MiB
+    // ring per CPU is far over perf_event_mlock_kb and RLIMIT_MEMLOCK.
+    let output = run_as(
+        as_nobody(),
+        &scratch,
+        &["-e", "cpu-clock:u", "-m", "16384", "--", "true"],
+    );
+    assert_refused(&output, &scratch, "over the locked-memory limit");
+}

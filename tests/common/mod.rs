@@ -1,0 +1,176 @@
+//! Shared helpers of the integration tests: the binaries, scratch
+//! directories, and reading a recording back record by record.
+
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::{Mutex, MutexGuard};
+
+use shardrec_format::walk::{End, RecordWalker};
+use shardrec_format::{SampleId, SampleIdLayout};
+use shardrec_shard::{scan::ShardBytes, Meta, RecordingDir};
+
+/// True when the tests may use perf events. Under CI, not being root is a
+/// failure, never a silent skip.
+pub fn require_root() -> bool {
+    if nix::unistd::geteuid().is_root() {
+        return true;
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "the recording tests need root (perf events on every CPU, tracefs)"
+    );
+    eprintln!("skipping: not root");
+    false
+}
+
+/// Recordings share two CPUs: run one at a time so counts stay exact.
+pub fn serial() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+pub fn shardrec() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_shardrec"))
+}
+
+pub fn load() -> &'static str {
+    env!("CARGO_BIN_EXE_shardrec-load")
+}
+
+/// A scratch directory removed on drop.
+pub struct Scratch(pub PathBuf);
+
+impl Scratch {
+    pub fn new(name: &str) -> Scratch {
+        let path =
+            std::env::temp_dir().join(format!("shardrec-test-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).unwrap();
+        Scratch(path)
+    }
+
+    pub fn output(&self) -> PathBuf {
+        self.0.join("perf.data")
+    }
+
+    pub fn shards(&self) -> PathBuf {
+        RecordingDir::for_output(&self.output())
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Runs `shardrec record -o OUT --no-merge ARGS...` and checks it succeeded.
+pub fn record(scratch: &Scratch, args: &[&str]) -> Output {
+    let output = shardrec()
+        .arg("record")
+        .arg("-q")
+        .arg("--no-merge")
+        .arg("-o")
+        .arg(scratch.output())
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "shardrec record {args:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
+}
+
+/// One record of a shard, decoded as far as the tests need.
+#[derive(Clone, Debug)]
+pub struct Rec {
+    pub type_: u32,
+    pub id: SampleId,
+    pub bytes: Vec<u8>,
+}
+
+/// A recording directory read back: meta and each shard's records.
+pub struct Recording {
+    pub meta: Meta,
+    pub shards: Vec<(u32, Vec<Rec>)>,
+}
+
+impl Recording {
+    pub fn read(dir: &Path) -> Recording {
+        let dir = RecordingDir::open(dir);
+        let meta = dir.read_meta().expect("meta reads back");
+        let layouts = meta.layouts();
+        let shards = meta
+            .cpus
+            .iter()
+            .map(|&cpu| (cpu, read_shard(&dir.shard_path(cpu), &layouts)))
+            .collect();
+        Recording { meta, shards }
+    }
+
+    pub fn records(&self) -> impl Iterator<Item = &Rec> {
+        self.shards.iter().flat_map(|(_, r)| r)
+    }
+
+    pub fn samples(&self) -> impl Iterator<Item = &Rec> {
+        self.records()
+            .filter(|r| r.type_ == shardrec_format::header::SAMPLE)
+    }
+
+    /// Records the kernel reported lost in LOST records, over every shard.
+    pub fn lost_records(&self) -> u64 {
+        self.records()
+            .filter(|r| r.type_ == shardrec_format::header::LOST)
+            .map(|r| shardrec_format::u64_at(&r.bytes, 16).unwrap())
+            .sum()
+    }
+
+    /// Every loss the kernel counted: per-event counts read at stop where
+    /// larger than what LOST records report (they miss drops after the last
+    /// record that fit).
+    pub fn lost(&self) -> u64 {
+        let stats = self.meta.stats.as_ref().expect("a stopped recording");
+        let read: u64 = stats.lost_by_event.iter().map(|(_, _, lost)| lost).sum();
+        assert!(
+            read == 0 || read >= self.lost_records(),
+            "per-event counts ({read}) below the LOST records ({})",
+            self.lost_records()
+        );
+        read.max(self.lost_records())
+    }
+}
+
+/// Walks a shard, asserting it is a clean sequence of records whose ids
+/// all belong to the recording.
+pub fn read_shard(path: &Path, layouts: &HashMap<u64, SampleIdLayout>) -> Vec<Rec> {
+    let bytes = ShardBytes::open(path).unwrap();
+    let mut walker = RecordWalker::new(bytes.bytes());
+    let mut records = Vec::new();
+    for record in walker.by_ref() {
+        let type_ = record.header.type_;
+        let raw_id = shardrec_format::sample_id::identifier(record.bytes, type_).unwrap();
+        let layout = layouts.get(&raw_id).unwrap_or_else(|| {
+            panic!(
+                "{}: record of type {type_} has unknown id {raw_id}",
+                path.display()
+            )
+        });
+        records.push(Rec {
+            type_,
+            id: layout.parse(record.bytes, type_).unwrap(),
+            bytes: record.bytes.to_vec(),
+        });
+    }
+    assert_eq!(
+        walker.end(),
+        End::Clean,
+        "{} ends in a torn record",
+        path.display()
+    );
+    records
+}

@@ -1,0 +1,210 @@
+//! `shardrec record` against the real kernel: shards per CPU, exact counts,
+//! wrap-around, self-exclusion, stopping.
+
+mod common;
+
+use common::*;
+use shardrec_format::header::SAMPLE;
+
+#[test]
+fn every_cpu_gets_its_own_shard() {
+    if !require_root() {
+        return;
+    }
+    let _serial = serial();
+    let scratch = Scratch::new("per-cpu");
+    record(
+        &scratch,
+        &["-a", "-e", "cpu-clock", "--", load(), "spin", "1"],
+    );
+    let recording = Recording::read(&scratch.shards());
+    let online = std::thread::available_parallelism().unwrap().get();
+    assert_eq!(recording.shards.len(), online);
+    for (cpu, records) in &recording.shards {
+        let samples: Vec<_> = records.iter().filter(|r| r.type_ == SAMPLE).collect();
+        assert!(
+            samples.len() > 100,
+            "CPU {cpu}: only {} samples",
+            samples.len()
+        );
+        assert!(
+            samples.iter().all(|s| s.id.cpu == *cpu),
+            "CPU {cpu}'s shard holds a sample from another CPU"
+        );
+    }
+    let stats = recording.meta.stats.expect("meta rewritten at stop");
+    assert_eq!(stats.stopped_by, "workload exited");
+    for (cpu_stats, (cpu, records)) in stats.cpus.iter().zip(&recording.shards) {
+        assert_eq!(cpu_stats.cpu, *cpu);
+        assert_eq!(cpu_stats.records, records.len() as u64);
+        assert!(cpu_stats.first_time > 0 && cpu_stats.first_time <= cpu_stats.last_time);
+    }
+}
+
+/// N getppid calls through their tracepoint with `-c 1`: exactly N samples
+/// of that pid, less the samples the kernel counted as lost for that event.
+/// The side-band tracking goes on a leading dummy event (as perf's tracking
+/// dummy), so the tracepoint's own loss count is of its samples alone.
+fn exact_count(name: &str, extra: &[&str]) -> (u64, u64) {
+    const N: u64 = 100_000;
+    let scratch = Scratch::new(name);
+    let n = N.to_string();
+    let mut args = vec!["-e", "dummy,syscalls:sys_enter_getppid", "-c", "1"];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["--", load(), "syscalls", &n]);
+    record(&scratch, &args);
+    let recording = Recording::read(&scratch.shards());
+    let pid = recording.meta.workload_pid.unwrap() as u32;
+    let tracepoint = &recording.meta.events[1];
+    let samples = recording
+        .samples()
+        .filter(|s| s.id.pid == pid && tracepoint.ids.iter().any(|(_, id)| *id == s.id.id))
+        .count() as u64;
+    let stats = recording.meta.stats.as_ref().unwrap();
+    let lost_records: u64 = stats.cpus.iter().map(|c| c.lost).sum();
+    assert_eq!(lost_records, recording.lost_records());
+    let lost = if stats.lost_by_event.is_empty() {
+        lost_records // a kernel without per-event counts
+    } else {
+        stats
+            .lost_by_event
+            .iter()
+            .filter(|(_, id, _)| tracepoint.ids.iter().any(|(_, tp)| tp == id))
+            .map(|(_, _, lost)| lost)
+            .sum()
+    };
+    assert_eq!(
+        samples + lost,
+        N,
+        "{samples} samples + {lost} lost != {N} calls"
+    );
+    (samples, lost)
+}
+
+#[test]
+fn every_syscall_is_recorded_or_counted_lost() {
+    if !require_root() {
+        return;
+    }
+    let _serial = serial();
+    exact_count("exact", &[]);
+}
+
+#[test]
+fn a_one_page_ring_wraps_and_accounts_for_every_record() {
+    if !require_root() {
+        return;
+    }
+    let _serial = serial();
+    let (samples, lost) = exact_count("wrap", &["-m", "1"]);
+    // 100,000 samples of 80 bytes went through a 4 KiB ring: it wrapped
+    // thousands of times whatever the split between written and lost.
+    assert!(
+        samples * 80 > 64 * 4096,
+        "only {samples} samples written ({lost} lost)"
+    );
+}
+
+#[test]
+fn the_recorder_does_not_record_itself() {
+    if !require_root() {
+        return;
+    }
+    let _serial = serial();
+    let scratch = Scratch::new("self");
+    let args = [
+        "-a",
+        "-e",
+        "raw_syscalls:sys_enter",
+        "-c",
+        "1",
+        "--",
+        load(),
+        "syscalls",
+        "200000",
+    ];
+    record(&scratch, &args);
+    let recording = Recording::read(&scratch.shards());
+    let recorder = &recording.meta.recorder_pids;
+    assert_eq!(recorder.len(), 1 + recording.meta.cpus.len());
+    let workload = recording.meta.workload_pid.unwrap() as u32;
+    let (mut all, mut theirs) = (0, 0);
+    for sample in recording.samples() {
+        assert!(
+            !recorder.contains(&(sample.id.pid as i32)),
+            "a sample of recorder process {}",
+            sample.id.pid
+        );
+        if sample.id.pid == workload {
+            theirs += 1;
+        }
+        all += 1;
+    }
+    assert!(
+        theirs >= 200_000 - recording.lost(),
+        "the workload's syscalls are missing"
+    );
+    assert!(
+        all > theirs,
+        "a system-wide recording shows other processes too"
+    );
+}
+
+/// Starts a system-wide recording, lets it run, and interrupts it with
+/// `signals` SIGINTs in a row.
+fn interrupt(scratch: &Scratch, signals: usize) -> std::process::ExitStatus {
+    let mut child = shardrec()
+        .args([
+            "record",
+            "-q",
+            "--no-merge",
+            "-a",
+            "-e",
+            "cpu-clock",
+            "-F",
+            "10000",
+            "-o",
+        ])
+        .arg(scratch.output())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    for _ in 0..signals {
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    }
+    child.wait().unwrap()
+}
+
+fn assert_stopped_cleanly(scratch: &Scratch) {
+    let recording = Recording::read(&scratch.shards());
+    let stats = recording.meta.stats.as_ref().expect("a final meta");
+    assert_eq!(stats.stopped_by, "SIGINT");
+    assert!(recording.samples().count() > 1000);
+    for pid in &recording.meta.recorder_pids {
+        let alive = nix::sys::signal::kill(nix::unistd::Pid::from_raw(*pid), None).is_ok();
+        assert!(!alive, "recorder process {pid} outlived the recording");
+    }
+}
+
+#[test]
+fn sigint_stops_with_whole_shards_and_a_final_meta() {
+    if !require_root() {
+        return;
+    }
+    let _serial = serial();
+    let scratch = Scratch::new("sigint");
+    assert!(interrupt(&scratch, 1).success());
+    assert_stopped_cleanly(&scratch);
+}
+
+#[test]
+fn a_second_sigint_still_leaves_whole_shards() {
+    if !require_root() {
+        return;
+    }
+    let _serial = serial();
+    let scratch = Scratch::new("sigint2");
+    assert!(interrupt(&scratch, 2).success());
+    assert_stopped_cleanly(&scratch);
+}
