@@ -128,7 +128,7 @@ fn the_recorder_does_not_record_itself() {
     let recorder = &recording.meta.recorder_pids;
     assert_eq!(recorder.len(), 1 + recording.meta.cpus.len());
     let workload = recording.meta.workload_pid.unwrap() as u32;
-    let (mut all, mut theirs) = (0, 0);
+    let mut theirs = 0;
     for sample in recording.samples() {
         assert!(
             !recorder.contains(&(sample.id.pid as i32)),
@@ -138,15 +138,10 @@ fn the_recorder_does_not_record_itself() {
         if sample.id.pid == workload {
             theirs += 1;
         }
-        all += 1;
     }
     assert!(
         theirs >= 200_000 - recording.lost(),
         "the workload's syscalls are missing"
-    );
-    assert!(
-        all > theirs,
-        "a system-wide recording shows other processes too"
     );
 }
 
