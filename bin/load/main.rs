@@ -1,7 +1,9 @@
 //! `shardrec-load`: workloads of known shape for the tests and benchmarks.
 //!
 //! - `syscalls N`: exactly N `getppid` system calls, then exit;
-//! - `spin SECONDS`: one busy thread pinned to each online CPU.
+//! - `spin SECONDS`: one busy thread pinned to each online CPU;
+//! - `hot SECONDS`: one thread in `hot_loop`, called from `hot_caller`, for
+//!   tests that look for a known symbol and its caller.
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -18,7 +20,13 @@ fn main() -> ExitCode {
             .parse()
             .map(spin)
             .map_err(|_| format!("bad seconds '{secs}'")),
-        _ => Err("usage: shardrec-load syscalls N | spin SECONDS".to_string()),
+        ["hot", secs] => secs
+            .parse()
+            .map(|s| {
+                std::hint::black_box(hot_caller(Duration::from_secs_f64(s)));
+            })
+            .map_err(|_| format!("bad seconds '{secs}'")),
+        _ => Err("usage: shardrec-load syscalls N | spin SECONDS | hot SECONDS".to_string()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -35,6 +43,32 @@ fn syscalls(n: u64) {
     for _ in 0..n {
         std::hint::black_box(nix::unistd::getppid());
     }
+}
+
+/// The caller the `-g` tests expect to find above `hot_loop`.
+#[inline(never)]
+fn hot_caller(time: Duration) -> u64 {
+    let until = Instant::now() + time;
+    let mut x = 1;
+    while Instant::now() < until {
+        x = hot_loop(x);
+    }
+    x
+}
+
+/// Where the time goes: the symbol the tests expect at the top. Only
+/// operators that compile inline even unoptimised (no iterator or wrapping
+/// calls), so no helper function takes the samples instead.
+#[inline(never)]
+fn hot_loop(mut x: u64) -> u64 {
+    let mut i = 0u32;
+    while i < 1_000_000 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        i += 1;
+    }
+    x
 }
 
 /// Keeps every online CPU busy for `secs` seconds, one pinned thread each.

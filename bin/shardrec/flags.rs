@@ -20,6 +20,26 @@ pub struct Cli {
 pub enum Command {
     /// Run a command and record its profile, or record the whole system.
     Record(RecordArgs),
+    /// Merge a recording's shards (DIR, e.g. perf.data.shards) into one perf.data.
+    Merge(MergeArgs),
+}
+
+#[derive(Args)]
+pub struct MergeArgs {
+    /// The shard directory of a recording.
+    #[arg(value_name = "DIR")]
+    pub dir: PathBuf,
+    /// Output file name.
+    #[arg(
+        short = 'o',
+        long = "output",
+        value_name = "FILE",
+        default_value = "perf.data"
+    )]
+    pub output: PathBuf,
+    /// Don't print any message.
+    #[arg(short = 'q', long = "quiet")]
+    pub quiet: bool,
 }
 
 #[derive(Args)]
@@ -69,6 +89,9 @@ pub struct RecordArgs {
     /// Stop after writing the shards; do not merge them.
     #[arg(long = "no-merge")]
     no_merge: bool,
+    /// Keep the shard directory after merging it.
+    #[arg(long = "keep-shards")]
+    pub keep_shards: bool,
     /// Don't print any message.
     #[arg(short = 'q', long = "quiet")]
     quiet: bool,

@@ -3,19 +3,25 @@
 
 mod flags;
 
+use std::path::Path;
 use std::process::ExitCode;
 
 use clap::Parser;
-use flags::{Cli, Command};
+use flags::{Cli, Command, MergeArgs};
+use shardrec_merge::MergeReport;
+use shardrec_record::RecordConfig;
 
 fn main() -> ExitCode {
     let command_line: Vec<String> = std::env::args().collect();
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Record(args) => args
-            .into_config(command_line)
-            .map_err(|usage| shardrec_record::RecordError::Usage(usage).to_string())
-            .and_then(|config| record(&config)),
+        Command::Record(args) => {
+            let keep_shards = args.keep_shards;
+            args.into_config(command_line)
+                .map_err(|usage| shardrec_record::RecordError::Usage(usage).to_string())
+                .and_then(|config| record(&config, keep_shards))
+        }
+        Command::Merge(args) => merge(&args),
     };
     match result {
         Ok(code) => code,
@@ -26,17 +32,55 @@ fn main() -> ExitCode {
     }
 }
 
-fn record(config: &shardrec_record::RecordConfig) -> Result<ExitCode, String> {
+/// Records, then merges unless told not to; exits with the workload's status.
+fn record(config: &RecordConfig, keep_shards: bool) -> Result<ExitCode, String> {
     let report = shardrec_record::record(config).map_err(|e| e.to_string())?;
     if !config.quiet {
         eprint!("{report}");
-        if !config.no_merge {
-            eprintln!(
-                "shardrec: the merge into {} is not built yet; the shards stay in {}",
-                config.output.display(),
-                report.dir.display()
-            );
-        }
     }
-    Ok(ExitCode::from(report.exit_code.clamp(0, 255) as u8))
+    let code = ExitCode::from(report.exit_code.clamp(0, 255) as u8);
+    if config.no_merge {
+        return Ok(code);
+    }
+    let merged = merge_and_report(&report.dir, &config.output, config.quiet)?;
+    if merged && !keep_shards {
+        std::fs::remove_dir_all(&report.dir)
+            .map_err(|e| format!("cannot remove {}: {e}", report.dir.display()))?;
+    }
+    Ok(code)
+}
+
+fn merge(args: &MergeArgs) -> Result<ExitCode, String> {
+    let clean = merge_and_report(&args.dir, &args.output, args.quiet)?;
+    Ok(if clean {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+/// Merges and prints the summary and any damage. Returns false when a
+/// shard held no readable record at all (the output still has the rest).
+fn merge_and_report(dir: &Path, output: &Path, quiet: bool) -> Result<bool, String> {
+    let report = shardrec_merge::merge(dir, output, !quiet).map_err(|e| e.to_string())?;
+    print_damage(&report);
+    if !quiet {
+        eprint!("{report}");
+    }
+    let clean = report.unreadable().next().is_none();
+    Ok(clean)
+}
+
+fn print_damage(report: &MergeReport) {
+    for (name, damage) in &report.damage {
+        let what = if damage.offset == 0 {
+            "error"
+        } else {
+            "warning"
+        };
+        eprintln!(
+            "shardrec: {what}: shard {name} is cut at byte {}: {} bytes dropped ({})",
+            damage.offset, damage.dropped, damage.reason
+        );
+    }
 }

@@ -174,3 +174,94 @@ pub fn read_shard(path: &Path, layouts: &HashMap<u64, SampleIdLayout>) -> Vec<Re
     );
     records
 }
+
+/// Runs Debian's perf on a file; `--force` because the test files belong to
+/// root while perf checks ownership.
+pub fn perf(args: &[&str], file: &Path) -> Output {
+    let output = Command::new("perf")
+        .args(args)
+        .arg("-i")
+        .arg(file)
+        .arg("--force")
+        .output()
+        .expect("perf (linux-perf) is installed");
+    assert!(
+        output.status.success(),
+        "perf {args:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
+}
+
+/// Words in perf's stderr that mean it did not like the file.
+pub const PERF_COMPLAINTS: &[&str] = &[
+    "out of order",
+    "non matching",
+    "unsupported",
+    "data size",
+    "lost",
+    "Lost",
+    "warning",
+    "Warning",
+    "WARNING",
+    "error",
+    "Error",
+    "failed",
+    "Can't",
+    "corrupt",
+];
+
+/// perf's stderr, after checking it holds no complaint.
+pub fn assert_no_complaint(output: &Output, what: &str) {
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    for word in PERF_COMPLAINTS {
+        assert!(
+            !stderr.contains(word),
+            "{what}: perf said {word:?}: {stderr}"
+        );
+    }
+}
+
+/// Runs `shardrec record -o OUT --keep-shards ARGS...` (merging), checks it
+/// succeeded, and returns its stderr.
+pub fn record_and_merge(scratch: &Scratch, args: &[&str]) -> String {
+    let output = shardrec()
+        .args(["record", "--keep-shards", "-o"])
+        .arg(scratch.output())
+        .args(args)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(
+        output.status.success(),
+        "shardrec record {args:?} failed: {stderr}"
+    );
+    stderr
+}
+
+/// A perf.data's data section walked raw: every record's type and time
+/// (None for records without one: rounds, init).
+pub fn raw_times(file: &Path, layouts: &HashMap<u64, SampleIdLayout>) -> Vec<(u32, Option<u64>)> {
+    let bytes = std::fs::read(file).unwrap();
+    let data_offset = shardrec_format::u64_at(&bytes, 40).unwrap() as usize;
+    let data_size = shardrec_format::u64_at(&bytes, 48).unwrap() as usize;
+    let data = &bytes[data_offset..data_offset + data_size];
+    let mut walker = RecordWalker::new(data);
+    let records = walker
+        .by_ref()
+        .map(|r| {
+            let type_ = r.header.type_;
+            let time = (type_ < 64).then(|| {
+                let id = shardrec_format::sample_id::identifier(r.bytes, type_).unwrap();
+                layouts[&id].parse(r.bytes, type_).unwrap().time
+            });
+            (type_, time)
+        })
+        .collect();
+    assert_eq!(
+        walker.end(),
+        End::Clean,
+        "the data section ends in a torn record"
+    );
+    records
+}

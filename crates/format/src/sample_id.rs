@@ -42,6 +42,8 @@ pub struct SampleId {
     pub stream_id: u64,
     /// CPU the record was produced on.
     pub cpu: u32,
+    /// Instruction pointer (samples only).
+    pub ip: u64,
 }
 
 /// Offsets of the identifying fields for one `sample_type`.
@@ -93,7 +95,7 @@ impl SampleIdLayout {
             id.id = fields.next()?;
         }
         if self.has(IP) {
-            fields.next()?;
+            id.ip = fields.next()?;
         }
         if self.has(TID) {
             (id.pid, id.tid) = split(fields.next()?);
@@ -222,6 +224,7 @@ mod tests {
             id: 77,
             stream_id: 0,
             cpu: 3,
+            ip: 0,
         };
         let mut record = Vec::new();
         RecordHeader {

@@ -94,6 +94,7 @@ impl<'a> Recording<'a> {
 
     /// Everything before enabling: synthesis, writers, filters, meta.
     fn prepare(&mut self) -> Result<(), RecordError> {
+        self.read_tracing_data()?;
         self.synthesize()?;
         for cpu in &self.cpus {
             let shard = self.dir.create_file(&self.dir.shard_path(cpu.cpu))?;
@@ -108,6 +109,24 @@ impl<'a> Recording<'a> {
             .collect();
         self.exclude_recorder()?;
         self.dir.write_meta(&self.meta)?;
+        Ok(())
+    }
+
+    /// The tracepoint formats perf needs to print fields, read now so that
+    /// even a recording that is killed carries them.
+    fn read_tracing_data(&mut self) -> Result<(), RecordError> {
+        let tracepoints: Vec<(String, String)> = self
+            .plan
+            .events
+            .iter()
+            .filter_map(|e| e.tracepoint())
+            .collect();
+        if tracepoints.is_empty() {
+            return Ok(());
+        }
+        let files = crate::tracing::read_files(&tracepoints)
+            .map_err(|e| RecordError::Tracefs(format!("reading tracepoint formats: {e}")))?;
+        self.meta.tracing_data = shardrec_perfdata::tracing_data::encode(&files);
         Ok(())
     }
 
@@ -392,6 +411,7 @@ fn initial_meta(
         start_unix_ns: unix_ns(),
         recorder_pids: vec![std::process::id() as i32],
         workload_pid,
+        tracing_data: Vec::new(),
         stats: None,
     }
 }

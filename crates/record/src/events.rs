@@ -1,7 +1,5 @@
 //! Event names as perf spells them, resolved to attr types and configs.
 
-use std::path::PathBuf;
-
 use shardrec_sys::abi;
 use shardrec_sys::tracefs;
 
@@ -26,6 +24,16 @@ impl EventSpec {
     /// A tracepoint: sampled with its raw fields, filtered by pid.
     pub fn is_tracepoint(&self) -> bool {
         self.type_ == abi::PERF_TYPE_TRACEPOINT
+    }
+
+    /// A tracepoint's system and name.
+    pub fn tracepoint(&self) -> Option<(String, String)> {
+        if !self.is_tracepoint() {
+            return None;
+        }
+        let (base, _, _) = split_modifiers(&self.name);
+        let (system, name) = base.split_once(':')?;
+        Some((system.to_string(), name.to_string()))
     }
 }
 
@@ -170,14 +178,6 @@ fn edit_distance(a: &str, b: &str) -> usize {
         }
     }
     row[b.len()]
-}
-
-/// The tracefs `format` file of a tracepoint event name (`sys:name[:mods]`).
-pub fn tracepoint_format_path(name: &str) -> Option<PathBuf> {
-    let (base, _, _) = split_modifiers(name);
-    let (system, event) = base.split_once(':')?;
-    let root = tracefs::root().ok()?;
-    Some(tracefs::event_dir(&root, system, event).join("format"))
 }
 
 #[cfg(test)]

@@ -1,6 +1,8 @@
 //! Facts about this host for perf.data's header features.
 
-use shardrec_shard::Host;
+use std::collections::HashSet;
+
+use shardrec_shard::{Host, Topology};
 use shardrec_sys::cpu;
 
 /// Reads the host's facts; a fact that cannot be read is left empty.
@@ -14,14 +16,19 @@ pub fn facts() -> Host {
     };
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let info = |key: &str| cpuinfo_field(&cpuinfo, key).unwrap_or_default();
+    let present = read_list("present").last().map_or(0, |&last| last + 1);
     Host {
         hostname: field(|u| u.nodename()),
         os_release: field(|u| u.release()),
         kernel_version: field(|u| u.version()),
         arch: field(|u| u.machine()),
         cpus_online: cpu::online().map_or(0, |c| c.len() as u32),
-        cpus_available: cpu::possible().map_or(0, |c| c.len() as u32),
-        cpu_desc: info("model name"),
+        cpus_available: present,
+        // perf squashes runs of blanks in the branding string.
+        cpu_desc: info("model name")
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" "),
         // perf's x86 cpuid string: vendor,family,model,stepping
         cpuid: format!(
             "{},{},{},{}",
@@ -31,7 +38,54 @@ pub fn facts() -> Host {
             info("stepping")
         ),
         total_mem_kb: meminfo_total_kb().unwrap_or(0),
+        topology: topology(present),
     }
+}
+
+fn read_list(name: &str) -> Vec<u32> {
+    std::fs::read_to_string(format!("/sys/devices/system/cpu/{name}"))
+        .ok()
+        .and_then(|text| cpu::parse_list(&text).ok())
+        .unwrap_or_default()
+}
+
+/// Sibling lists in order of first appearance, and each CPU's ids, as
+/// perf's `cpu_topology__new` collects them (absent CPUs read as zeros).
+fn topology(present: u32) -> Topology {
+    let mut topology = Topology::default();
+    let mut seen: [HashSet<String>; 3] = Default::default();
+    for cpu in 0..present {
+        let dir = format!("/sys/devices/system/cpu/cpu{cpu}/topology");
+        let read = |names: &[&str]| {
+            names
+                .iter()
+                .find_map(|n| std::fs::read_to_string(format!("{dir}/{n}")).ok())
+                .map(|s| s.trim().to_string())
+        };
+        let id = |name: &str| read(&[name]).and_then(|s| s.parse().ok()).unwrap_or(0);
+        topology
+            .cpus
+            .push((id("core_id"), id("physical_package_id"), id("die_id")));
+        let lists = [
+            (
+                read(&["package_cpus_list", "core_siblings_list"]),
+                &mut topology.package_cpus,
+            ),
+            (
+                read(&["core_cpus_list", "thread_siblings_list"]),
+                &mut topology.core_cpus,
+            ),
+            (read(&["die_cpus_list"]), &mut topology.die_cpus),
+        ];
+        for ((list, out), seen) in lists.into_iter().zip(&mut seen) {
+            if let Some(list) = list {
+                if seen.insert(list.clone()) {
+                    out.push(list);
+                }
+            }
+        }
+    }
+    topology
 }
 
 fn cpuinfo_field(cpuinfo: &str, key: &str) -> Option<String> {

@@ -29,6 +29,7 @@ mod open;
 pub mod plan;
 mod signals;
 mod summary;
+mod tracing;
 mod workload;
 mod writers;
 

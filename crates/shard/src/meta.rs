@@ -30,6 +30,9 @@ pub struct Meta {
     pub recorder_pids: Vec<i32>,
     /// The workload started with `-- CMD`, if any.
     pub workload_pid: Option<i32>,
+    /// The HEADER_TRACING_DATA content (tracepoint formats read from
+    /// tracefs at record time); empty without tracepoints.
+    pub tracing_data: Vec<u8>,
     /// Filled in at stop; `None` in a recording that was never stopped
     /// cleanly (its shards are still a valid prefix).
     pub stats: Option<Stats>,
@@ -67,7 +70,7 @@ pub struct Host {
     pub arch: String,
     /// CPUs online.
     pub cpus_online: u32,
-    /// CPUs the kernel could bring online.
+    /// CPUs present (highest present CPU + 1), as perf's nrcpus counts them.
     pub cpus_available: u32,
     /// The CPU's model name.
     pub cpu_desc: String,
@@ -75,6 +78,22 @@ pub struct Host {
     pub cpuid: String,
     /// Memory in kB.
     pub total_mem_kb: u64,
+    /// How the CPUs are arranged.
+    pub topology: Topology,
+}
+
+/// CPU topology from `/sys/devices/system/cpu/cpuN/topology`, as perf
+/// records it.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Topology {
+    /// Distinct package sibling lists.
+    pub package_cpus: Vec<String>,
+    /// Distinct core sibling (SMT thread) lists.
+    pub core_cpus: Vec<String>,
+    /// Distinct die sibling lists (empty where the kernel has none).
+    pub die_cpus: Vec<String>,
+    /// Per CPU up to `cpus_available`: (core id, socket id, die id).
+    pub cpus: Vec<(u32, u32, u32)>,
 }
 
 /// The outcome of a recording, written at stop.

@@ -30,9 +30,37 @@ impl ShardBytes {
         Ok(ShardBytes { map: Some(map) })
     }
 
+    /// A shard with no bytes.
+    pub fn empty() -> ShardBytes {
+        ShardBytes { map: None }
+    }
+
     /// The shard's bytes.
     pub fn bytes(&self) -> &[u8] {
         self.map.as_deref().unwrap_or(&[])
+    }
+
+    /// Tells the kernel the bytes before `offset` will not be read again,
+    /// so a long sequential read keeps a bounded resident set.
+    pub fn release_before(&self, offset: usize) {
+        let Some(map) = &self.map else { return };
+        // The kernel rounds the length up to a page; a dropped page still
+        // needed is only read again from the file.
+        let len = offset.min(map.len());
+        if len > 0 {
+            // SAFETY: the mapping is a read-only, file-backed one: dropping
+            // its pages only makes later reads fault them in from the file
+            // again, and nothing is lost or changed.
+            let _ =
+                unsafe { map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, 0, len) };
+        }
+    }
+
+    /// Asks for read-ahead: the shard is read front to back.
+    pub fn advise_sequential(&self) {
+        if let Some(map) = &self.map {
+            let _ = map.advise(memmap2::Advice::Sequential);
+        }
     }
 }
 

@@ -163,10 +163,8 @@ impl Emitter<'_> {
         let id = SampleId {
             pid,
             tid,
-            time: 0,
             id: self.event_id,
-            cpu: 0,
-            stream_id: 0,
+            ..SampleId::default()
         };
         let Some(bytes) = record.finish(self.layout, &id) else {
             self.stats.skipped += 1;

@@ -1,0 +1,124 @@
+//! The header features of the merged file, from `meta` and what the merge
+//! saw.
+
+use std::os::unix::fs::MetadataExt;
+
+use shardrec_perfdata::build_id::{self, BuildIdEntry};
+use shardrec_perfdata::feature::Feature;
+use shardrec_perfdata::features::{self as feat, CpuPlace, CpuTopology, EventDesc};
+use shardrec_shard::Meta;
+
+use crate::dso::{DsoHits, MappedFile};
+
+/// Every feature perf record writes that applies to this recording.
+pub fn all(meta: &Meta, sample_times: (u64, u64), hits: &DsoHits) -> Vec<(Feature, Vec<u8>)> {
+    let host = &meta.host;
+    let mut features = vec![
+        feat::string(Feature::Hostname, &host.hostname),
+        feat::string(Feature::OsRelease, &host.os_release),
+        feat::string(
+            Feature::Version,
+            concat!("shardrec ", env!("CARGO_PKG_VERSION")),
+        ),
+        feat::string(Feature::Arch, &host.arch),
+        feat::nr_cpus(host.cpus_available, host.cpus_online),
+        feat::string(Feature::CpuDesc, &host.cpu_desc),
+        feat::total_mem(host.total_mem_kb),
+        feat::cmdline(&meta.command_line),
+        event_desc(meta),
+        topology(meta),
+        feat::sample_time(sample_times.0, sample_times.1),
+        (Feature::BuildId, build_id::encode(&build_ids(meta, hits))),
+    ];
+    if !host.cpuid.starts_with(',') {
+        features.push(feat::string(Feature::CpuId, &host.cpuid));
+    }
+    if !meta.tracing_data.is_empty() {
+        features.push((Feature::TracingData, meta.tracing_data.clone()));
+    }
+    features
+}
+
+fn event_desc(meta: &Meta) -> (Feature, Vec<u8>) {
+    let ids: Vec<Vec<u64>> = meta
+        .events
+        .iter()
+        .map(|e| e.ids.iter().map(|&(_, id)| id).collect())
+        .collect();
+    let events: Vec<EventDesc> = meta
+        .events
+        .iter()
+        .zip(&ids)
+        .map(|(e, ids)| EventDesc {
+            attr: &e.attr,
+            name: &e.name,
+            ids,
+        })
+        .collect();
+    feat::event_desc(&events)
+}
+
+fn topology(meta: &Meta) -> (Feature, Vec<u8>) {
+    let t = &meta.host.topology;
+    let cpus: Vec<CpuPlace> = t
+        .cpus
+        .iter()
+        .map(|&(core_id, socket_id, die_id)| CpuPlace {
+            core_id,
+            socket_id,
+            die_id,
+        })
+        .collect();
+    feat::cpu_topology(&CpuTopology {
+        package_cpus: &t.package_cpus,
+        core_cpus: &t.core_cpus,
+        die_cpus: &t.die_cpus,
+        cpus: &cpus,
+    })
+}
+
+/// Build ids of the kernel and of every file samples fell in, as perf
+/// writes them (pid -1: the host). Only when merging on the recording host
+/// (same hostname and kernel), and only for files that are still the ones
+/// mapped (same device and inode), so no build id is ever misattributed.
+fn build_ids(meta: &Meta, hits: &DsoHits) -> Vec<BuildIdEntry> {
+    let uname = nix::sys::utsname::uname().ok();
+    let same_host = uname.is_some_and(|u| {
+        u.nodename().to_string_lossy() == meta.host.hostname
+            && u.release().to_string_lossy() == meta.host.os_release
+    });
+    if !same_host {
+        return Vec::new();
+    }
+    let mut entries = Vec::new();
+    if hits.kernel_hit {
+        if let Ok(Some(id)) = build_id::kernel_build_id() {
+            entries.push(BuildIdEntry::kernel(id));
+        }
+    }
+    for file in hits.hit_files().filter(|f| still_mapped(f)) {
+        if let Ok(Some(id)) = build_id::read_build_id(file.path.as_ref()) {
+            entries.push(BuildIdEntry::user(id, &file.path));
+        }
+    }
+    entries
+}
+
+/// Whether the path still names the file that was mapped.
+fn still_mapped(file: &MappedFile) -> bool {
+    if !file.path.starts_with('/') {
+        return false; // [vdso], //anon and the like have no file
+    }
+    let Ok(stat) = std::fs::metadata(&file.path) else {
+        return false;
+    };
+    match file.identity {
+        Some((major, minor, inode)) => {
+            let dev = stat.dev();
+            inode == stat.ino()
+                && major as u64 == nix::sys::stat::major(dev)
+                && minor as u64 == nix::sys::stat::minor(dev)
+        }
+        None => true,
+    }
+}

@@ -1,0 +1,167 @@
+//! `shardrec merge`: a recording's shards into one perf.data.
+//!
+//! Reads `meta` and maps every shard ([`source`]), validating each record
+//! header and measuring how far out of order each shard is; then writes the
+//! synthesized records, `PERF_RECORD_FINISHED_INIT`, every shard's records
+//! in global time order ([`order`]) with `PERF_RECORD_FINISHED_ROUND` at
+//! regular intervals, perf's end-of-recording `LOST_SAMPLES`, and the header
+//! features perf writes. A torn or corrupt shard contributes every whole
+//! record before the damage, and the report says what was dropped.
+//!
+//! ```no_run
+//! let report = shardrec_merge::merge("perf.data.shards".as_ref(), "perf.data".as_ref(), true)?;
+//! eprint!("{report}");
+//! # Ok::<(), shardrec_merge::MergeError>(())
+//! ```
+
+mod dso;
+mod features;
+pub mod order;
+mod output;
+mod progress;
+mod report;
+pub mod source;
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use shardrec_shard::RecordingDir;
+
+pub use report::{CpuSummary, MergeReport};
+use source::Shard;
+
+/// Why a merge could not produce its output.
+#[derive(Debug, thiserror::Error)]
+pub enum MergeError {
+    /// `meta` or a shard could not be read.
+    #[error(transparent)]
+    Recording(#[from] shardrec_shard::Error),
+    /// The output could not be written.
+    #[error("cannot write {}: {source}", .path.display())]
+    Output {
+        /// The path.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// Merges the recording in `dir` into `output`, with a progress bar when
+/// `progress` is set and stderr is a terminal.
+pub fn merge(dir: &Path, output: &Path, progress: bool) -> Result<MergeReport, MergeError> {
+    let started = Instant::now();
+    let recording = RecordingDir::open(dir);
+    let meta = recording.read_meta()?;
+    let layouts = meta.layouts();
+    let synth = Shard::open(&recording.synth_path(), &layouts)?;
+    let shards = meta
+        .cpus
+        .iter()
+        .map(|&cpu| Shard::open(&recording.shard_path(cpu), &layouts))
+        .collect::<Result<Vec<_>, _>>()?;
+    let input_bytes =
+        synth.valid_len as u64 + shards.iter().map(|s| s.valid_len as u64).sum::<u64>();
+    let bar = progress::Progress::new(input_bytes, progress);
+    let fail = |source| MergeError::Output {
+        path: output.to_path_buf(),
+        source,
+    };
+    let (file, tmp) = output::create_temp(output).map_err(fail)?;
+    let (writer, written) =
+        output::write_data(&meta, &layouts, &synth, &shards, file, &bar).map_err(fail)?;
+    let sample_times = sample_times(&shards);
+    let features = features::all(&meta, sample_times, &written.hits);
+    let build_ids = written.hits.hit_files().count() + usize::from(written.hits.kernel_hit);
+    writer.finish(&features).map_err(fail)?;
+    output::publish(&tmp, output).map_err(fail)?;
+    bar.finish();
+    Ok(report(
+        &meta,
+        &synth,
+        &shards,
+        output,
+        input_bytes,
+        build_ids,
+        written,
+        started,
+    ))
+}
+
+fn sample_times(shards: &[Shard]) -> (u64, u64) {
+    let first = shards
+        .iter()
+        .map(|s| s.counts.first_sample)
+        .filter(|&t| t > 0)
+        .min();
+    let last = shards.iter().map(|s| s.counts.last_sample).max();
+    (first.unwrap_or(0), last.unwrap_or(0))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn report(
+    meta: &shardrec_shard::Meta,
+    synth: &Shard,
+    shards: &[Shard],
+    output: &Path,
+    input_bytes: u64,
+    build_ids: usize,
+    written: output::Written,
+    started: Instant,
+) -> MergeReport {
+    let mut by_type = synth.counts.by_type.clone();
+    for shard in shards {
+        for (&t, &n) in &shard.counts.by_type {
+            *by_type.entry(t).or_default() += n;
+        }
+    }
+    if written.lost_samples_added > 0 {
+        *by_type
+            .entry(shardrec_format::header::LOST_SAMPLES)
+            .or_default() += written.lost_samples_added;
+    }
+    let cpus = meta
+        .cpus
+        .iter()
+        .zip(shards)
+        .map(|(&cpu, shard)| CpuSummary {
+            cpu,
+            samples: shard.counts.samples(),
+            lost: lost_on(meta, cpu, shard),
+        })
+        .collect();
+    let first = shards
+        .iter()
+        .map(|s| s.counts.first_time)
+        .filter(|&t| t > 0)
+        .min();
+    let last = shards.iter().map(|s| s.counts.last_time).max();
+    let damage = std::iter::once(synth)
+        .chain(shards)
+        .filter_map(|s| Some((s.name.clone(), s.damage.clone()?)))
+        .collect();
+    MergeReport {
+        output: output.to_path_buf(),
+        by_type,
+        cpus,
+        lost_samples_added: written.lost_samples_added,
+        time_span: (first.unwrap_or(0), last.unwrap_or(0)),
+        input_bytes,
+        output_bytes: std::fs::metadata(output).map_or(0, |m| m.len()),
+        damage,
+        build_ids,
+        elapsed: started.elapsed(),
+    }
+}
+
+/// Records lost on a CPU: the kernel's per-event counts where it keeps
+/// them, else what the LOST records in its shard say.
+fn lost_on(meta: &shardrec_shard::Meta, cpu: u32, shard: &Shard) -> u64 {
+    let counted: u64 = meta
+        .stats
+        .iter()
+        .flat_map(|s| &s.lost_by_event)
+        .filter(|&&(c, _, _)| c == cpu)
+        .map(|&(_, _, lost)| lost)
+        .sum();
+    counted.max(shard.counts.lost) + shard.counts.lost_samples
+}

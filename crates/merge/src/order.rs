@@ -1,0 +1,159 @@
+//! Putting records in time order with memory bounded by their disorder.
+//!
+//! Inside one shard, records are nearly sorted: a record is never later
+//! than `lateness` behind the latest time read before it (measured when the
+//! shard was opened). So once a shard has been read up to time `T`, every
+//! pending record with a time `<= T - lateness` can go: nothing read later
+//! can be earlier. A k-way merge of the shards' sorted streams gives the
+//! global order; ties keep shard order, then file order.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+
+use shardrec_format::header::RecordHeader;
+
+use crate::source::{Layouts, Shard, TimeReader};
+
+/// How many bytes a stream reads past before releasing pages behind it.
+const RELEASE_STEP: usize = 32 << 20;
+
+#[derive(PartialEq, Eq, PartialOrd, Ord)]
+struct Pending {
+    time: u64,
+    seq: u64,
+    offset: usize,
+    len: usize,
+}
+
+/// One shard's records in time order.
+pub struct SortedShard<'a> {
+    shard: &'a Shard,
+    bytes: &'a [u8],
+    pos: usize,
+    times: TimeReader<'a>,
+    heap: BinaryHeap<Reverse<Pending>>,
+    /// Offsets of records read, in file order, and whether each has gone
+    /// out: the first not gone bounds what may be released.
+    in_flight: VecDeque<(usize, bool)>,
+    first_seq: u64,
+    max_read: u64,
+    released: usize,
+}
+
+impl<'a> SortedShard<'a> {
+    /// A sorted view of `shard`'s valid records.
+    pub fn new(shard: &'a Shard, layouts: &'a Layouts) -> Self {
+        shard.bytes.advise_sequential();
+        SortedShard {
+            shard,
+            bytes: shard.valid(),
+            pos: 0,
+            times: TimeReader::new(layouts),
+            heap: BinaryHeap::new(),
+            in_flight: VecDeque::new(),
+            first_seq: 0,
+            max_read: 0,
+            released: 0,
+        }
+    }
+
+    /// Reads one more record into the heap; false at the end.
+    fn read_one(&mut self) -> bool {
+        let Some(header) = RecordHeader::parse(&self.bytes[self.pos..]) else {
+            return false;
+        };
+        let len = header.size as usize;
+        let record = &self.bytes[self.pos..self.pos + len];
+        // Validated when opened: every record here has a known id and time.
+        let time = self
+            .times
+            .time(record, header.type_)
+            .unwrap_or(self.max_read);
+        self.max_read = self.max_read.max(time);
+        let seq = self.first_seq + self.in_flight.len() as u64;
+        self.heap.push(Reverse(Pending {
+            time,
+            seq,
+            offset: self.pos,
+            len,
+        }));
+        self.in_flight.push_back((self.pos, false));
+        self.pos += len;
+        true
+    }
+
+    fn gone(&mut self, seq: u64) {
+        self.in_flight[(seq - self.first_seq) as usize].1 = true;
+        while self.in_flight.front().is_some_and(|&(_, gone)| gone) {
+            self.in_flight.pop_front();
+            self.first_seq += 1;
+        }
+        let keep = self
+            .in_flight
+            .front()
+            .map_or(self.pos, |&(offset, _)| offset);
+        if keep >= self.released + RELEASE_STEP {
+            self.shard.bytes.release_before(keep);
+            self.released = keep;
+        }
+    }
+}
+
+impl<'a> Iterator for SortedShard<'a> {
+    type Item = (u64, &'a [u8]);
+
+    fn next(&mut self) -> Option<(u64, &'a [u8])> {
+        loop {
+            let ready = match self.heap.peek() {
+                Some(Reverse(top)) => top.time.saturating_add(self.shard.lateness) <= self.max_read,
+                None => false,
+            };
+            if ready || !self.read_one() {
+                let Reverse(top) = self.heap.pop()?;
+                self.gone(top.seq);
+                return Some((top.time, &self.bytes[top.offset..top.offset + top.len]));
+            }
+        }
+    }
+}
+
+/// The k-way merge of sorted shards.
+pub struct Merged<'a> {
+    streams: Vec<SortedShard<'a>>,
+    heads: BinaryHeap<Reverse<(u64, usize)>>,
+    next: Vec<Option<&'a [u8]>>,
+}
+
+impl<'a> Merged<'a> {
+    /// Merges these streams.
+    pub fn new(mut streams: Vec<SortedShard<'a>>) -> Self {
+        let mut heads = BinaryHeap::new();
+        let mut next = Vec::with_capacity(streams.len());
+        for (i, stream) in streams.iter_mut().enumerate() {
+            let first = stream.next();
+            if let Some((time, _)) = first {
+                heads.push(Reverse((time, i)));
+            }
+            next.push(first.map(|(_, bytes)| bytes));
+        }
+        Merged {
+            streams,
+            heads,
+            next,
+        }
+    }
+}
+
+impl<'a> Iterator for Merged<'a> {
+    type Item = (u64, &'a [u8]);
+
+    fn next(&mut self) -> Option<(u64, &'a [u8])> {
+        let Reverse((time, i)) = self.heads.pop()?;
+        let record = self.next[i].take().expect("a head has a record");
+        if let Some((next_time, bytes)) = self.streams[i].next() {
+            self.heads.push(Reverse((next_time, i)));
+            self.next[i] = Some(bytes);
+        }
+        Some((time, record))
+    }
+}

@@ -1,0 +1,173 @@
+//! Writing the merged perf.data.
+
+use std::fs::File;
+use std::io::{self, BufWriter};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+
+use shardrec_format::header::{RecordHeader, LOST_SAMPLES};
+use shardrec_format::records::RecordBuilder;
+use shardrec_format::{SampleId, SampleIdLayout};
+use shardrec_perfdata::{AttrEntry, PerfDataWriter};
+use shardrec_shard::Meta;
+
+use crate::dso::DsoHits;
+use crate::order::{Merged, SortedShard};
+use crate::progress::Progress;
+use crate::source::{Layouts, Shard, TimeReader};
+
+/// `PERF_RECORD_FINISHED_ROUND`: readers may sort and flush what came before.
+const FINISHED_ROUND: u32 = 68;
+/// `PERF_RECORD_FINISHED_INIT`: the synthesized state is complete.
+const FINISHED_INIT: u32 = 82;
+/// A round every this many bytes of data.
+const ROUND_BYTES: u64 = 16 << 20;
+
+/// What the data section got.
+#[derive(Default)]
+pub struct Written {
+    /// Records written, the merge's own (rounds, init) not counted.
+    pub records: u64,
+    /// `PERF_RECORD_LOST_SAMPLES` added from the per-event counts.
+    pub lost_samples_added: u64,
+    /// Bytes of the data section.
+    pub data_bytes: u64,
+    /// Binaries that samples fell in.
+    pub hits: DsoHits,
+}
+
+/// Streams every record into `out`, in order, and returns the writer for
+/// the features.
+pub fn write_data(
+    meta: &Meta,
+    layouts: &Layouts,
+    synth: &Shard,
+    shards: &[Shard],
+    out: File,
+    progress: &Progress,
+) -> io::Result<(PerfDataWriter<BufWriter<File>>, Written)> {
+    let mut writer = PerfDataWriter::create(BufWriter::with_capacity(1 << 20, out), &attrs(meta))?;
+    let mut written = Written::default();
+    let mut times = TimeReader::new(layouts);
+    let mut observe = |written: &mut Written, record: &[u8]| {
+        let header = RecordHeader::parse(record).expect("validated");
+        if let Some(id) = times.sample_id(record, header.type_) {
+            written.hits.observe(header, record, &id);
+        }
+    };
+    for (_, record) in Merged::new(vec![SortedShard::new(synth, layouts)]) {
+        observe(&mut written, record);
+        writer.write_record(record)?;
+        written.records += 1;
+    }
+    writer.write_record(&marker(FINISHED_INIT))?;
+    progress.advance(synth.valid_len as u64);
+    let streams = shards
+        .iter()
+        .map(|s| SortedShard::new(s, layouts))
+        .collect();
+    let mut since_round = 0u64;
+    for (_, record) in Merged::new(streams) {
+        observe(&mut written, record);
+        writer.write_record(record)?;
+        written.records += 1;
+        since_round += record.len() as u64;
+        if since_round >= ROUND_BYTES {
+            writer.write_record(&marker(FINISHED_ROUND))?;
+            progress.advance(since_round);
+            since_round = 0;
+        }
+    }
+    progress.advance(since_round);
+    written.lost_samples_added = write_lost_samples(meta, shards, &mut writer)?;
+    writer.write_record(&marker(FINISHED_ROUND))?;
+    written.data_bytes = writer.data_size();
+    Ok((writer, written))
+}
+
+/// Each event with every id it has on any CPU.
+fn attrs(meta: &Meta) -> Vec<AttrEntry> {
+    meta.events
+        .iter()
+        .map(|event| AttrEntry {
+            attr: event.attr.clone(),
+            ids: event.ids.iter().map(|&(_, id)| id).collect(),
+        })
+        .collect()
+}
+
+fn marker(type_: u32) -> [u8; 8] {
+    let mut bytes = Vec::with_capacity(8);
+    RecordHeader {
+        type_,
+        misc: 0,
+        size: 8,
+    }
+    .write_to(&mut bytes);
+    bytes.try_into().expect("8 bytes")
+}
+
+/// perf record ends with a `PERF_RECORD_LOST_SAMPLES` per event that the
+/// kernel counted drops for; so does the merge, stamped with the last time
+/// so the order stays non-decreasing.
+fn write_lost_samples(
+    meta: &Meta,
+    shards: &[Shard],
+    writer: &mut PerfDataWriter<BufWriter<File>>,
+) -> io::Result<u64> {
+    let Some(stats) = &meta.stats else {
+        return Ok(0);
+    };
+    let last_time = shards.iter().map(|s| s.counts.last_time).max().unwrap_or(0);
+    let mut added = 0;
+    for &(cpu, id, lost) in &stats.lost_by_event {
+        let Some(event) = meta
+            .events
+            .iter()
+            .find(|e| e.ids.iter().any(|&(_, i)| i == id))
+        else {
+            continue;
+        };
+        let layout = SampleIdLayout::new(event.sample_type());
+        let sample_id = SampleId {
+            id,
+            cpu,
+            time: last_time,
+            ..SampleId::default()
+        };
+        if let Some(record) = RecordBuilder::new(LOST_SAMPLES, 0)
+            .u64(lost)
+            .finish(&layout, &sample_id)
+        {
+            writer.write_record(&record)?;
+            added += 1;
+        }
+    }
+    Ok(added)
+}
+
+/// Creates the output next to its final name (`NAME.tmp`), so a merge
+/// that fails leaves any earlier file untouched.
+pub fn create_temp(output: &Path) -> io::Result<(File, std::path::PathBuf)> {
+    let mut tmp = output.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = std::path::PathBuf::from(tmp);
+    let _ = std::fs::remove_file(&tmp);
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    Ok((file, tmp))
+}
+
+/// Moves the finished file into place; an existing one is kept as
+/// `NAME.old`, as perf keeps `perf.data.old`.
+pub fn publish(tmp: &Path, output: &Path) -> io::Result<()> {
+    if output.exists() {
+        let mut old = output.as_os_str().to_owned();
+        old.push(".old");
+        std::fs::rename(output, old)?;
+    }
+    std::fs::rename(tmp, output)
+}

@@ -1,0 +1,128 @@
+//! What a merge did, as the summary printed at its end.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::source::Damage;
+
+/// One CPU's part of the merge.
+#[derive(Clone, Debug, Default)]
+pub struct CpuSummary {
+    /// The CPU.
+    pub cpu: u32,
+    /// Samples from its shard.
+    pub samples: u64,
+    /// Records the kernel dropped on it.
+    pub lost: u64,
+}
+
+/// The outcome of a merge.
+#[derive(Clone, Debug, Default)]
+pub struct MergeReport {
+    /// The perf.data written.
+    pub output: PathBuf,
+    /// Records written, by `PERF_RECORD_*` type.
+    pub by_type: BTreeMap<u32, u64>,
+    /// Per recorded CPU.
+    pub cpus: Vec<CpuSummary>,
+    /// LOST_SAMPLES records added from the kernel's per-event counts.
+    pub lost_samples_added: u64,
+    /// First and last record time (ns).
+    pub time_span: (u64, u64),
+    /// Bytes of shard data read.
+    pub input_bytes: u64,
+    /// Bytes of the perf.data.
+    pub output_bytes: u64,
+    /// Shards that end in, or hold, something that is not whole records.
+    pub damage: Vec<(String, Damage)>,
+    /// Build ids written.
+    pub build_ids: usize,
+    /// Time taken.
+    pub elapsed: Duration,
+}
+
+impl MergeReport {
+    /// Records written.
+    pub fn records(&self) -> u64 {
+        self.by_type.values().sum()
+    }
+
+    /// Samples written.
+    pub fn samples(&self) -> u64 {
+        self.by_type
+            .get(&shardrec_format::header::SAMPLE)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Shards in which not one record could be read: not shards at all.
+    pub fn unreadable(&self) -> impl Iterator<Item = &(String, Damage)> {
+        self.damage.iter().filter(|(_, d)| d.offset == 0)
+    }
+}
+
+/// perf's names for the record types a recording holds.
+fn type_name(type_: u32) -> String {
+    let name = match type_ {
+        1 => "MMAP",
+        2 => "LOST",
+        3 => "COMM",
+        4 => "EXIT",
+        5 => "THROTTLE",
+        6 => "UNTHROTTLE",
+        7 => "FORK",
+        9 => "SAMPLE",
+        10 => "MMAP2",
+        13 => "LOST_SAMPLES",
+        14 => "SWITCH",
+        15 => "SWITCH_CPU_WIDE",
+        16 => "NAMESPACES",
+        17 => "KSYMBOL",
+        18 => "BPF_EVENT",
+        19 => "CGROUP",
+        20 => "TEXT_POKE",
+        _ => return format!("type {type_}"),
+    };
+    name.to_string()
+}
+
+impl fmt::Display for MergeReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let span = self.time_span.1.saturating_sub(self.time_span.0) as f64 / 1e9;
+        writeln!(
+            f,
+            "[ shardrec merge: {} records ({} samples) over {:.3} s into {} ({:.3} MB) in {:.2} s ]",
+            self.records(),
+            self.samples(),
+            span,
+            self.output.display(),
+            self.output_bytes as f64 / 1e6,
+            self.elapsed.as_secs_f64()
+        )?;
+        let types: Vec<String> = self
+            .by_type
+            .iter()
+            .map(|(t, n)| format!("{} {n}", type_name(*t)))
+            .collect();
+        writeln!(f, "  records: {}", types.join(", "))?;
+        for cpu in self.cpus.iter().filter(|c| c.lost > 0) {
+            let total = cpu.samples + cpu.lost;
+            let percent = cpu.lost as f64 * 100.0 / total.max(1) as f64;
+            writeln!(
+                f,
+                "  CPU {}: {} lost of {} ({percent:.2}%)",
+                cpu.cpu, cpu.lost, total
+            )?;
+            if percent > 5.0 {
+                writeln!(
+                    f,
+                    "  Lost {percent:.1}% of CPU {}'s records: check I/O and CPU load, or use a larger -m",
+                    cpu.cpu
+                )?;
+            }
+        }
+        Ok(())
+    }
+}

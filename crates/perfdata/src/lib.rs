@@ -1,0 +1,34 @@
+//! The perf.data file format, as `tools/perf/Documentation/perf.data-file-format.txt`
+//! and `tools/perf/util/header.c` define it, for writing.
+//!
+//! - [`header`]: the file header and its sections;
+//! - [`feature`]: header feature numbers and the encoding perf reads them in
+//!   (strings padded to 64 bytes, counted lists);
+//! - [`features`]: the features whose content is plain facts (host, CPUs,
+//!   events, times, clocks);
+//! - [`build_id`]: the build-id table and reading build ids from ELF files;
+//! - [`tracing_data`]: the tracepoint formats perf needs to print fields;
+//! - [`PerfDataWriter`]: streams a data section, then writes the features
+//!   and the header.
+//!
+//! ```
+//! use shardrec_perfdata::{AttrEntry, PerfDataWriter, feature::{Feature, FeatureBuf}};
+//! let attr = vec![0u8; 128];
+//! let out = std::io::Cursor::new(Vec::new());
+//! let mut writer = PerfDataWriter::create(out, &[AttrEntry { attr, ids: vec![7] }])?;
+//! writer.write_record(&[68, 0, 0, 0, 0, 0, 8, 0])?; // PERF_RECORD_FINISHED_ROUND
+//! let mut hostname = FeatureBuf::new();
+//! hostname.string("myhost");
+//! let file = writer.finish(&[(Feature::Hostname, hostname.into_bytes())])?.into_inner();
+//! assert_eq!(&file[..8], b"PERFILE2");
+//! # Ok::<(), std::io::Error>(())
+//! ```
+
+pub mod build_id;
+pub mod feature;
+pub mod features;
+pub mod header;
+pub mod tracing_data;
+mod writer;
+
+pub use writer::{AttrEntry, PerfDataWriter};

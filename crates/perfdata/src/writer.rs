@@ -1,0 +1,116 @@
+//! `PerfDataWriter`: a perf.data file written front to back, header last.
+//!
+//! Layout: header (written last, at offset 0), each event's id array, the
+//! attrs section, the data section, then the feature index (one section per
+//! feature, in bit order) and the feature contents.
+
+use std::io::{self, Seek, SeekFrom, Write};
+
+use crate::feature::Feature;
+use crate::header::{FileHeader, FileSection, HEADER_SIZE};
+
+/// One event: its attr bytes and every kernel id it was given.
+#[derive(Clone, Debug)]
+pub struct AttrEntry {
+    /// The `perf_event_attr`, exactly `attr.size` bytes.
+    pub attr: Vec<u8>,
+    /// Ids found in this event's records.
+    pub ids: Vec<u64>,
+}
+
+/// Writes one perf.data file.
+pub struct PerfDataWriter<W: Write + Seek> {
+    out: W,
+    header: FileHeader,
+    data_size: u64,
+}
+
+impl<W: Write + Seek> PerfDataWriter<W> {
+    /// Writes everything up to the data section. All attrs must be the same
+    /// size (perf.data has one `attr_size`).
+    pub fn create(mut out: W, attrs: &[AttrEntry]) -> io::Result<Self> {
+        let attr_len = attrs.first().map_or(128, |a| a.attr.len());
+        if attrs.iter().any(|a| a.attr.len() != attr_len) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "attrs of different sizes",
+            ));
+        }
+        out.seek(SeekFrom::Start(0))?;
+        out.write_all(&[0; HEADER_SIZE as usize])?;
+        let mut offset = HEADER_SIZE;
+        let mut id_sections = Vec::with_capacity(attrs.len());
+        for entry in attrs {
+            let ids: Vec<u8> = entry.ids.iter().flat_map(|id| id.to_ne_bytes()).collect();
+            out.write_all(&ids)?;
+            id_sections.push(FileSection {
+                offset,
+                size: ids.len() as u64,
+            });
+            offset += ids.len() as u64;
+        }
+        let mut section = Vec::new();
+        for (entry, ids) in attrs.iter().zip(&id_sections) {
+            section.extend_from_slice(&entry.attr);
+            ids.write_to(&mut section);
+        }
+        out.write_all(&section)?;
+        let header = FileHeader {
+            attr_size: attr_len as u64 + 16,
+            attrs: FileSection {
+                offset,
+                size: section.len() as u64,
+            },
+            data: FileSection {
+                offset: offset + section.len() as u64,
+                size: 0,
+            },
+            ..FileHeader::default()
+        };
+        Ok(PerfDataWriter {
+            out,
+            header,
+            data_size: 0,
+        })
+    }
+
+    /// Appends records (whole, header-framed) to the data section.
+    pub fn write_record(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.out.write_all(bytes)?;
+        self.data_size += bytes.len() as u64;
+        Ok(())
+    }
+
+    /// Bytes in the data section so far.
+    pub fn data_size(&self) -> u64 {
+        self.data_size
+    }
+
+    /// Writes the features (any order; written in bit order) and the
+    /// header, and returns the output.
+    pub fn finish(mut self, features: &[(Feature, Vec<u8>)]) -> io::Result<W> {
+        self.header.data.size = self.data_size;
+        let mut sorted: Vec<&(Feature, Vec<u8>)> = features.iter().collect();
+        sorted.sort_by_key(|(feature, _)| *feature);
+        let index_offset = self.header.data.offset + self.data_size;
+        let mut offset = index_offset + 16 * sorted.len() as u64;
+        let mut index = Vec::new();
+        for (feature, content) in &sorted {
+            self.header.set_feature(*feature as usize);
+            FileSection {
+                offset,
+                size: content.len() as u64,
+            }
+            .write_to(&mut index);
+            offset += content.len() as u64;
+        }
+        self.out.write_all(&index)?;
+        for (_, content) in &sorted {
+            self.out.write_all(content)?;
+        }
+        self.out.seek(SeekFrom::Start(0))?;
+        self.out.write_all(&self.header.to_bytes())?;
+        self.out.flush()?;
+        Ok(self.out)
+    }
+}

@@ -1,0 +1,132 @@
+//! Merging what a crash, a kill or a bad disk leaves: every whole record
+//! before the damage, a clear report of what was dropped, never a panic.
+
+mod common;
+
+use std::process::Output;
+
+use common::*;
+
+fn merge(scratch: &Scratch) -> Output {
+    shardrec()
+        .arg("merge")
+        .arg(scratch.shards())
+        .arg("-o")
+        .arg(scratch.output())
+        .output()
+        .unwrap()
+}
+
+fn recorded(name: &str) -> (Scratch, Recording) {
+    let scratch = Scratch::new(name);
+    record(
+        &scratch,
+        &["-a", "-e", "cpu-clock", "--", load(), "spin", "0.5"],
+    );
+    let recording = Recording::read(&scratch.shards());
+    (scratch, recording)
+}
+
+#[test]
+fn a_shard_cut_mid_record_merges_what_came_before() {
+    if !require_root() {
+        return;
+    }
+    let _serial = serial();
+    let (scratch, recording) = recorded("torn");
+    let shard = scratch.shards().join("cpu000.shard");
+    let len = std::fs::metadata(&shard).unwrap().len();
+    let last = recording.shards[0].1.last().unwrap().bytes.len() as u64;
+    // Cut the last record in half, as a kill in the middle of a write would.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&shard)
+        .unwrap()
+        .set_len(len - last / 2 - 4)
+        .unwrap();
+    let output = merge(&scratch);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let cut_at = len - last;
+    assert!(
+        stderr.contains(&format!(
+            "shard cpu000.shard is cut at byte {cut_at}: {} bytes dropped",
+            last - last / 2 - 4
+        )),
+        "{stderr}"
+    );
+    let expected = recording.samples().count() as u64
+        - u64::from(recording.shards[0].1.last().unwrap().type_ == shardrec_format::header::SAMPLE);
+    let script = perf(&["script", "-F", "time"], &scratch.output());
+    assert_eq!(
+        String::from_utf8_lossy(&script.stdout).lines().count() as u64,
+        expected
+    );
+    assert!(!stderr.contains("panicked"));
+}
+
+#[test]
+fn a_shard_of_random_bytes_is_an_error_not_a_panic() {
+    if !require_root() {
+        return;
+    }
+    let _serial = serial();
+    let (scratch, recording) = recorded("random");
+    let mut noise = vec![0u8; 1 << 16];
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    for byte in &mut noise {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        *byte = state as u8;
+    }
+    std::fs::write(scratch.shards().join("cpu001.shard"), &noise).unwrap();
+    let output = merge(&scratch);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(
+        stderr
+            .contains("shardrec: error: shard cpu001.shard is cut at byte 0: 65536 bytes dropped"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("panicked"));
+    // The rest is still merged and readable.
+    let script = perf(&["script", "-F", "time"], &scratch.output());
+    let cpu0 = recording.shards[0]
+        .1
+        .iter()
+        .filter(|r| r.type_ == shardrec_format::header::SAMPLE)
+        .count();
+    assert_eq!(
+        String::from_utf8_lossy(&script.stdout).lines().count(),
+        cpu0
+    );
+}
+
+#[test]
+fn a_missing_or_garbled_meta_is_a_clear_error() {
+    if !require_root() {
+        return;
+    }
+    let _serial = serial();
+    let (scratch, _) = recorded("meta");
+    std::fs::write(scratch.shards().join("meta"), b"\xc1garbage").unwrap();
+    let output = merge(&scratch);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(
+        stderr.contains("meta: not a shardrec meta file"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+    let missing = shardrec()
+        .args(["merge", "/no/such/dir", "-o"])
+        .arg(scratch.output())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&missing.stderr);
+    assert!(
+        stderr.contains("/no/such/dir/meta: No such file or directory"),
+        "{stderr}"
+    );
+}

@@ -1,0 +1,185 @@
+//! `shardrec merge` read back by perf and by linux-perf-data.
+
+mod common;
+
+use std::collections::HashMap;
+
+use common::*;
+use linux_perf_data::{PerfFileReader, PerfFileRecord};
+use shardrec_format::header::SAMPLE;
+
+/// Counts samples with linux-perf-data, parsing every record on the way.
+fn samples_by_linux_perf_data(file: &std::path::Path) -> u64 {
+    let reader = std::io::BufReader::new(std::fs::File::open(file).unwrap());
+    let PerfFileReader {
+        mut perf_file,
+        mut record_iter,
+    } = PerfFileReader::parse_file(reader).expect("linux-perf-data reads the header");
+    let mut samples = 0;
+    while let Some(record) = record_iter.next_record(&mut perf_file).expect("a record") {
+        match record {
+            PerfFileRecord::EventRecord { record, .. } => {
+                record.parse().expect("linux-perf-data parses the record");
+                if record.record_type.0 == SAMPLE {
+                    samples += 1;
+                }
+            }
+            PerfFileRecord::UserRecord(record) => {
+                record
+                    .parse()
+                    .expect("linux-perf-data parses the user record");
+            }
+        }
+    }
+    samples
+}
+
+#[test]
+fn a_cpu_clock_recording_reads_cleanly_everywhere() {
+    if !require_root() {
+        return;
+    }
+    let _serial = serial();
+    let scratch = Scratch::new("merge-cpu-clock");
+    record_and_merge(
+        &scratch,
+        &[
+            "-a",
+            "-e",
+            "cpu-clock",
+            "-F",
+            "2000",
+            "--",
+            load(),
+            "spin",
+            "1",
+        ],
+    );
+    let shards = Recording::read(&scratch.shards());
+    let in_shards = shards.samples().count() as u64;
+    let file = scratch.output();
+
+    let report = perf(&["report", "--stdio"], &file);
+    assert_no_complaint(&report, "perf report");
+    let script = perf(&["script", "-F", "time"], &file);
+    assert_no_complaint(&script, "perf script");
+    let times: Vec<f64> = String::from_utf8_lossy(&script.stdout)
+        .lines()
+        .map(|l| l.trim().trim_end_matches(':').parse().expect("a time"))
+        .collect();
+    assert_eq!(times.len() as u64, in_shards, "perf script sample count");
+    assert!(
+        times.windows(2).all(|w| w[0] <= w[1]),
+        "perf script times go back"
+    );
+
+    let layouts: HashMap<_, _> = shards.meta.layouts();
+    let raw = raw_times(&file, &layouts);
+    let timed: Vec<u64> = raw.iter().filter_map(|(_, t)| *t).collect();
+    assert!(
+        timed.windows(2).all(|w| w[0] <= w[1]),
+        "the data section goes back in time"
+    );
+    let raw_samples = raw.iter().filter(|(t, _)| *t == SAMPLE).count() as u64;
+    assert_eq!(raw_samples, in_shards);
+    assert_eq!(samples_by_linux_perf_data(&file), in_shards);
+}
+
+#[test]
+fn tracepoint_fields_are_printed() {
+    if !require_root() {
+        return;
+    }
+    let _serial = serial();
+    let scratch = Scratch::new("merge-sched");
+    record_and_merge(
+        &scratch,
+        &["-a", "-e", "sched:sched_switch", "--", "sleep", "0.3"],
+    );
+    let shards = Recording::read(&scratch.shards());
+    let script = perf(&["script"], &scratch.output());
+    assert_no_complaint(&script, "perf script");
+    let stdout = String::from_utf8_lossy(&script.stdout);
+    assert!(
+        stdout.contains("prev_comm=") && stdout.contains("next_pid="),
+        "{stdout}"
+    );
+    assert_eq!(stdout.lines().count(), shards.samples().count());
+    assert_eq!(
+        samples_by_linux_perf_data(&scratch.output()),
+        shards.samples().count() as u64
+    );
+}
+
+#[test]
+fn the_hot_function_and_its_caller_are_found() {
+    if !require_root() {
+        return;
+    }
+    let _serial = serial();
+    let scratch = Scratch::new("merge-hot");
+    record_and_merge(
+        &scratch,
+        &["-g", "-e", "cpu-clock", "--", load(), "hot", "1"],
+    );
+    let file = scratch.output();
+    let report = perf(
+        &[
+            "report",
+            "--stdio",
+            "--no-children",
+            "--sort",
+            "sym",
+            "-g",
+            "caller",
+        ],
+        &file,
+    );
+    assert_no_complaint(&report, "perf report");
+    let stdout = String::from_utf8_lossy(&report.stdout);
+    let top = stdout
+        .lines()
+        .find(|l| l.contains('%') && !l.trim_start().starts_with('#'))
+        .unwrap_or_default();
+    assert!(
+        top.contains("hot_loop"),
+        "top symbol is not hot_loop: {top}\n{stdout}"
+    );
+    assert!(
+        stdout.contains("hot_caller"),
+        "the caller is not in the callchain:\n{stdout}"
+    );
+}
+
+#[test]
+fn the_header_carries_this_hosts_facts() {
+    if !require_root() {
+        return;
+    }
+    let _serial = serial();
+    let scratch = Scratch::new("merge-header");
+    record_and_merge(&scratch, &["-e", "cpu-clock", "--", load(), "spin", "0.2"]);
+    let header = perf(&["report", "--header-only", "-I"], &scratch.output());
+    assert_no_complaint(&header, "perf report --header-only");
+    let text = String::from_utf8_lossy(&header.stdout);
+    let uname = nix::sys::utsname::uname().unwrap();
+    let expect = [
+        format!("# hostname : {}", uname.nodename().to_string_lossy()),
+        format!("# os release : {}", uname.release().to_string_lossy()),
+        format!("# arch : {}", uname.machine().to_string_lossy()),
+        format!(
+            "# nrcpus online : {}",
+            std::thread::available_parallelism().unwrap()
+        ),
+        "# cpudesc :".to_string(),
+        "# total memory :".to_string(),
+        "# cmdline :".to_string(),
+        "# event : name = cpu-clock".to_string(),
+        "# sibling threads :".to_string(),
+        "# sample duration :".to_string(),
+        "# perf version : shardrec".to_string(),
+    ];
+    for line in expect {
+        assert!(text.contains(&line), "header lacks {line:?}:\n{text}");
+    }
+}
