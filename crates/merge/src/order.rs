@@ -15,7 +15,7 @@ use shardrec_format::header::RecordHeader;
 use crate::source::{Layouts, Shard, TimeReader};
 
 /// How many bytes a stream reads past before releasing pages behind it.
-const RELEASE_STEP: usize = 32 << 20;
+pub const RELEASE_STEP: usize = 32 << 20;
 
 #[derive(PartialEq, Eq, PartialOrd, Ord)]
 struct Pending {

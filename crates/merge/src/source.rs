@@ -10,6 +10,7 @@ use shardrec_format::walk::{End, RecordWalker};
 use shardrec_format::{u64_at, SampleIdLayout};
 use shardrec_shard::scan::ShardBytes;
 
+use crate::order::RELEASE_STEP;
 use crate::MergeError;
 
 /// The layout of each kernel id of the recording.
@@ -98,7 +99,9 @@ impl Shard {
     }
 
     fn measure(&mut self, layouts: &Layouts) {
+        self.bytes.advise_sequential();
         let bytes = self.bytes.bytes();
+        let mut released = 0;
         let mut walker = RecordWalker::new(bytes);
         let mut times = TimeReader::new(layouts);
         let mut max_seen = 0u64;
@@ -130,7 +133,13 @@ impl Shard {
                 self.lateness = self.lateness.max(max_seen - time);
             }
             max_seen = max_seen.max(time);
+            // Keep the resident set bounded: this pass reads every byte once.
+            if record.offset >= released + RELEASE_STEP {
+                self.bytes.release_before(record.offset);
+                released = record.offset;
+            }
         }
+        self.bytes.release_before(bytes.len());
         if let End::Torn {
             offset,
             dropped,

@@ -92,10 +92,12 @@ impl<'a> Recording<'a> {
         }
     }
 
-    /// Everything before enabling: synthesis, writers, filters, meta.
+    /// Everything before enabling: writers, synthesis, filters, meta. The
+    /// writers come first so that synthesis describes them too (a profile
+    /// then names their threads), and forking happens before synthesis
+    /// starts its threads.
     fn prepare(&mut self) -> Result<(), RecordError> {
         self.read_tracing_data()?;
-        self.synthesize()?;
         for cpu in &self.cpus {
             let shard = self.dir.create_file(&self.dir.shard_path(cpu.cpu))?;
             self.writers
@@ -104,6 +106,7 @@ impl<'a> Recording<'a> {
         for writer in &mut self.writers {
             writer.wait_ready()?;
         }
+        self.synthesize()?;
         self.meta.recorder_pids = std::iter::once(std::process::id() as i32)
             .chain(self.writers.iter().map(|w| w.pid.as_raw()))
             .collect();
