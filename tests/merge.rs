@@ -183,3 +183,49 @@ fn the_header_carries_this_hosts_facts() {
         assert!(text.contains(&line), "header lacks {line:?}:\n{text}");
     }
 }
+
+#[test]
+fn a_chosen_clock_is_recorded_with_its_reference_time() {
+    if !require_root() {
+        return;
+    }
+    let _serial = serial();
+    let scratch = Scratch::new("merge-clock");
+    record_and_merge(
+        &scratch,
+        &[
+            "-k",
+            "monotonic",
+            "-e",
+            "cpu-clock",
+            "--",
+            load(),
+            "spin",
+            "0.2",
+        ],
+    );
+    let header = perf(&["report", "--header-only"], &scratch.output());
+    assert_no_complaint(&header, "perf report --header-only");
+    let text = String::from_utf8_lossy(&header.stdout);
+    for line in [
+        "use_clockid = 1",
+        "clockid = 1",
+        "# clockid: monotonic (1)",
+        "(monotonic)",
+    ] {
+        assert!(text.contains(line), "header lacks {line:?}:\n{text}");
+    }
+    // Sample times are CLOCK_MONOTONIC: within the span of this test's clock.
+    let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).unwrap();
+    let script = perf(&["script", "-F", "time"], &scratch.output());
+    let last: f64 = String::from_utf8_lossy(&script.stdout)
+        .lines()
+        .last()
+        .map(|l| l.trim().trim_end_matches(':').parse().unwrap())
+        .expect("samples");
+    let now = now.tv_sec() as f64 + now.tv_nsec() as f64 / 1e9;
+    assert!(
+        last <= now && last > now - 60.0,
+        "sample time {last} is not near monotonic {now}"
+    );
+}

@@ -5,7 +5,9 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
-use shardrec_record::config::{parse_call_graph, parse_ring_pages, CallGraph, Sampling};
+use shardrec_record::config::{
+    parse_call_graph, parse_clockid, parse_ring_pages, CallGraph, Sampling,
+};
 use shardrec_record::RecordConfig;
 
 /// A perf record for many-CPU hosts.
@@ -95,6 +97,9 @@ pub struct RecordArgs {
     /// Don't print any message.
     #[arg(short = 'q', long = "quiet")]
     quiet: bool,
+    /// Clock to use for sample times: monotonic, monotonic_raw, realtime, boottime, tai, or a number.
+    #[arg(short = 'k', long = "clockid", value_name = "CLOCK")]
+    clockid: Option<String>,
     /// The command to run and record (after --, or as the last words).
     #[arg(
         trailing_var_arg = true,
@@ -140,6 +145,12 @@ impl RecordArgs {
             command: self.command,
             command_line,
             quiet: self.quiet,
+            clockid: self
+                .clockid
+                .as_deref()
+                .map(parse_clockid)
+                .transpose()
+                .map_err(|e| format!("-k: {e}"))?,
         })
     }
 }

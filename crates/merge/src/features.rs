@@ -33,6 +33,14 @@ pub fn all(meta: &Meta, sample_times: (u64, u64), hits: &DsoHits) -> Vec<(Featur
     if !host.cpuid.starts_with(',') {
         features.push(feat::string(Feature::CpuId, &host.cpuid));
     }
+    if let Some(clock) = meta.clock {
+        features.push(feat::clock_id(clock.resolution_ns));
+        features.push(feat::clock_data(
+            clock.clockid as u32,
+            clock.tod_ns,
+            clock.clock_ns,
+        ));
+    }
     if !meta.tracing_data.is_empty() {
         features.push((Feature::TracingData, meta.tracing_data.clone()));
     }

@@ -62,6 +62,9 @@ fn build_one(plan: &Plan, spec: &EventSpec, first: bool, ring_bytes: usize) -> A
         FORMAT_ID
     });
     attr.set_sample_id_all();
+    if let Some(clockid) = plan.clockid {
+        attr.set_clock(clockid);
+    }
     if first {
         attr.set_tracking();
     }

@@ -54,6 +54,8 @@ pub struct RecordConfig {
     pub command_line: Vec<String>,
     /// `-q`: no summary.
     pub quiet: bool,
+    /// `-k CLOCK`: timestamp with this `CLOCK_*` id instead of perf's clock.
+    pub clockid: Option<i32>,
 }
 
 impl RecordConfig {
@@ -72,6 +74,7 @@ impl RecordConfig {
             command: Vec::new(),
             command_line: Vec::new(),
             quiet: false,
+            clockid: None,
         }
     }
 }
@@ -110,6 +113,31 @@ pub fn parse_call_graph(text: &str) -> Result<CallGraph, String> {
             "'{text}' is not a call-graph mode (fp, dwarf or dwarf,SIZE)"
         )),
     }
+}
+
+/// Parses `-k`: a clock name as perf knows them, or a number.
+pub fn parse_clockid(text: &str) -> Result<i32, String> {
+    const CLOCKS: &[(&str, i32)] = &[
+        ("monotonic", libc::CLOCK_MONOTONIC),
+        ("mono", libc::CLOCK_MONOTONIC),
+        ("monotonic_raw", libc::CLOCK_MONOTONIC_RAW),
+        ("raw", libc::CLOCK_MONOTONIC_RAW),
+        ("realtime", libc::CLOCK_REALTIME),
+        ("real", libc::CLOCK_REALTIME),
+        ("boottime", libc::CLOCK_BOOTTIME),
+        ("boot", libc::CLOCK_BOOTTIME),
+        ("tai", libc::CLOCK_TAI),
+    ];
+    let name = text.to_ascii_lowercase();
+    let name = name.strip_prefix("clock_").unwrap_or(&name);
+    CLOCKS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|&(_, id)| id)
+        .or_else(|| text.parse().ok())
+        .ok_or_else(|| {
+            format!("'{text}' is not a clock (monotonic, monotonic_raw, realtime, boottime, tai)")
+        })
 }
 
 /// Parses `-m`: a number of pages (a power of two), or a size with a

@@ -4,7 +4,7 @@ use std::io::{BufWriter, Write};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use nix::sys::signal::{kill, Signal};
-use shardrec_shard::{scan, EventMeta, Meta, RecordingDir, Stats, META_VERSION};
+use shardrec_shard::{scan, ClockRef, EventMeta, Meta, RecordingDir, Stats, META_VERSION};
 use shardrec_synth::{Synthesizer, Tasks as SynthTasks};
 use shardrec_sys::Attr;
 use shardrec_writer::Command;
@@ -414,8 +414,25 @@ fn initial_meta(
         start_unix_ns: unix_ns(),
         recorder_pids: vec![std::process::id() as i32],
         workload_pid,
+        clock: config.clockid.map(clock_ref),
         tracing_data: Vec::new(),
         stats: None,
+    }
+}
+
+/// One instant read on the wall clock and on `clockid`, back to back, and
+/// the clock's resolution, as perf record keeps them for `-k`.
+fn clock_ref(clockid: i32) -> ClockRef {
+    use nix::time::{clock_getres, clock_gettime, ClockId};
+    let clock = ClockId::from_raw(clockid);
+    let ns = |t: nix::sys::time::TimeSpec| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64;
+    let tod = clock_gettime(ClockId::CLOCK_REALTIME).map_or(0, ns);
+    let now = clock_gettime(clock).map_or(0, ns);
+    ClockRef {
+        clockid,
+        resolution_ns: clock_getres(clock).map_or(0, ns),
+        tod_ns: tod,
+        clock_ns: now,
     }
 }
 

@@ -36,6 +36,8 @@ pub struct Plan {
     pub sampling: Sampling,
     /// Callchains.
     pub call_graph: CallGraph,
+    /// `-k`: the clock for timestamps.
+    pub clockid: Option<i32>,
     /// Whether the kernel counts lost samples per event (`PERF_FORMAT_LOST`, 6.0+).
     pub lost_counts: bool,
     /// Things the user should know that do not stop the recording.
@@ -59,6 +61,7 @@ impl Plan {
             ring_pages,
             sampling,
             call_graph: config.call_graph,
+            clockid: config.clockid,
             lost_counts: kernel_counts_lost(),
             warnings,
         })

@@ -21,7 +21,7 @@ mod meta;
 pub mod scan;
 
 pub use dir::RecordingDir;
-pub use meta::{CpuStats, EventMeta, Host, Meta, Stats, Topology, META_VERSION};
+pub use meta::{ClockRef, CpuStats, EventMeta, Host, Meta, Stats, Topology, META_VERSION};
 
 /// What can go wrong with a recording directory.
 #[derive(Debug, thiserror::Error)]

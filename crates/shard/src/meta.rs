@@ -30,6 +30,8 @@ pub struct Meta {
     pub recorder_pids: Vec<i32>,
     /// The workload started with `-- CMD`, if any.
     pub workload_pid: Option<i32>,
+    /// The clock chosen with `-k`, if any.
+    pub clock: Option<ClockRef>,
     /// The HEADER_TRACING_DATA content (tracepoint formats read from
     /// tracefs at record time); empty without tracepoints.
     pub tracing_data: Vec<u8>,
@@ -94,6 +96,20 @@ pub struct Topology {
     pub die_cpus: Vec<String>,
     /// Per CPU up to `cpus_available`: (core id, socket id, die id).
     pub cpus: Vec<(u32, u32, u32)>,
+}
+
+/// A clock chosen for timestamps, and one instant read on it and on the
+/// wall clock, so readers can convert (HEADER_CLOCKID, HEADER_CLOCK_DATA).
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize)]
+pub struct ClockRef {
+    /// The `CLOCK_*` id.
+    pub clockid: i32,
+    /// Its resolution (ns).
+    pub resolution_ns: u64,
+    /// Wall-clock time of the reference instant (ns since the epoch).
+    pub tod_ns: u64,
+    /// The chosen clock's time at the same instant (ns).
+    pub clock_ns: u64,
 }
 
 /// The outcome of a recording, written at stop.

@@ -110,6 +110,12 @@ impl Attr {
         self.raw.set_enable_on_exec(1);
     }
 
+    /// Timestamp records with clock `clockid` instead of perf's clock.
+    pub fn set_clock(&mut self, clockid: i32) {
+        self.raw.set_use_clockid(1);
+        self.raw.clockid = clockid;
+    }
+
     /// Leave user callchains to DWARF unwinding of a copied stack.
     pub fn set_exclude_callchain_user(&mut self) {
         self.raw.set_exclude_callchain_user(1);
