@@ -203,3 +203,69 @@ fn a_second_sigint_still_leaves_whole_shards() {
     assert!(interrupt(&scratch, 2).success());
     assert_stopped_cleanly(&scratch);
 }
+
+#[test]
+fn pid_targets_are_recorded_until_they_exit() {
+    if !require_root() {
+        return;
+    }
+    let _serial = serial();
+    let scratch = Scratch::new("pid");
+    let mut target = std::process::Command::new(load())
+        .args(["spin", "1"])
+        .spawn()
+        .unwrap();
+    let pid = target.id().to_string();
+    // The recording must end by itself when the target does.
+    record(&scratch, &["-e", "cpu-clock", "-p", &pid]);
+    target.wait().unwrap();
+    let recording = Recording::read(&scratch.shards());
+    assert_eq!(
+        recording.meta.stats.as_ref().unwrap().stopped_by,
+        "target processes exited"
+    );
+    let ours = recording
+        .samples()
+        .filter(|s| s.id.pid.to_string() == pid)
+        .count();
+    assert!(ours > 100, "only {ours} samples of the target");
+    assert_eq!(
+        ours,
+        recording.samples().count(),
+        "samples of other processes"
+    );
+}
+
+#[test]
+fn cpu_lists_record_only_those_cpus() {
+    if !require_root() {
+        return;
+    }
+    let _serial = serial();
+    let scratch = Scratch::new("cpu-list");
+    record(
+        &scratch,
+        &["-C", "1", "-e", "cpu-clock", "--", load(), "spin", "0.5"],
+    );
+    let recording = Recording::read(&scratch.shards());
+    assert_eq!(recording.meta.cpus, [1]);
+    assert!(!scratch.shards().join("cpu000.shard").exists());
+    assert!(recording.samples().count() > 100);
+    assert!(recording.samples().all(|s| s.id.cpu == 1));
+}
+
+#[test]
+fn the_workloads_exit_status_is_shardrecs() {
+    if !require_root() {
+        return;
+    }
+    let _serial = serial();
+    let scratch = Scratch::new("status");
+    let status = shardrec()
+        .args(["record", "-q", "--no-merge", "-o"])
+        .arg(scratch.output())
+        .args(["--", "sh", "-c", "exit 7"])
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(7));
+}

@@ -40,6 +40,38 @@ pub fn load() -> &'static str {
     env!("CARGO_BIN_EXE_shardrec-load")
 }
 
+/// Runs a command to its end, or kills it (and its process group) and
+/// fails after two minutes, so a hang fails the test instead of stalling CI.
+pub fn run(mut command: Command) -> Output {
+    use std::os::unix::process::CommandExt;
+    use std::process::Stdio;
+    let child = command
+        .process_group(0)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let group = nix::unistd::Pid::from_raw(child.id() as i32);
+    let (done, timeout) = std::sync::mpsc::channel::<()>();
+    let watchdog = std::thread::spawn(move || {
+        if timeout
+            .recv_timeout(std::time::Duration::from_secs(120))
+            .is_err()
+        {
+            let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
+            return true;
+        }
+        false
+    });
+    let output = child.wait_with_output().unwrap();
+    let _ = done.send(());
+    assert!(
+        !watchdog.join().unwrap(),
+        "{command:?} ran for two minutes and was killed"
+    );
+    output
+}
+
 /// A scratch directory removed on drop.
 pub struct Scratch(pub PathBuf);
 
@@ -69,15 +101,12 @@ impl Drop for Scratch {
 
 /// Runs `shardrec record -o OUT --no-merge ARGS...` and checks it succeeded.
 pub fn record(scratch: &Scratch, args: &[&str]) -> Output {
-    let output = shardrec()
-        .arg("record")
-        .arg("-q")
-        .arg("--no-merge")
-        .arg("-o")
+    let mut command = shardrec();
+    command
+        .args(["record", "-q", "--no-merge", "-o"])
         .arg(scratch.output())
-        .args(args)
-        .output()
-        .unwrap();
+        .args(args);
+    let output = run(command);
     assert!(
         output.status.success(),
         "shardrec record {args:?} failed: {}",
@@ -225,12 +254,12 @@ pub fn assert_no_complaint(output: &Output, what: &str) {
 /// Runs `shardrec record -o OUT --keep-shards ARGS...` (merging), checks it
 /// succeeded, and returns its stderr.
 pub fn record_and_merge(scratch: &Scratch, args: &[&str]) -> String {
-    let output = shardrec()
+    let mut command = shardrec();
+    command
         .args(["record", "--keep-shards", "-o"])
         .arg(scratch.output())
-        .args(args)
-        .output()
-        .unwrap();
+        .args(args);
+    let output = run(command);
     let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
     assert!(
         output.status.success(),

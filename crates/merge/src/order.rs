@@ -14,8 +14,7 @@ use shardrec_format::header::RecordHeader;
 
 use crate::source::{Layouts, Shard, TimeReader};
 
-/// How many bytes a stream reads past before releasing pages behind it.
-pub const RELEASE_STEP: usize = 32 << 20;
+use shardrec_shard::scan::RELEASE_STEP;
 
 #[derive(PartialEq, Eq, PartialOrd, Ord)]
 struct Pending {

@@ -8,9 +8,8 @@ use shardrec_format::header::{LOST, LOST_SAMPLES, SAMPLE};
 use shardrec_format::sample_id::identifier;
 use shardrec_format::walk::{End, RecordWalker};
 use shardrec_format::{u64_at, SampleIdLayout};
-use shardrec_shard::scan::ShardBytes;
+use shardrec_shard::scan::{ShardBytes, RELEASE_STEP};
 
-use crate::order::RELEASE_STEP;
 use crate::MergeError;
 
 /// The layout of each kernel id of the recording.

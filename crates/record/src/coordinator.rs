@@ -247,11 +247,7 @@ impl<'a> Recording<'a> {
 
     fn targets_gone(&self) -> bool {
         matches!(self.plan.tasks, Tasks::Threads(_))
-            && self
-                .plan
-                .pids
-                .iter()
-                .all(|&pid| kill(nix::unistd::Pid::from_raw(pid), None).is_err())
+            && self.plan.pids.iter().all(|&pid| !running(pid))
     }
 
     /// Disables every event, lets each writer drain its ring, and waits for
@@ -307,7 +303,7 @@ impl<'a> Recording<'a> {
         for (writer, cpu) in self.writers.iter_mut().zip(&self.cpus) {
             let path = self.dir.shard_path(writer.cpu);
             let bytes = scan::ShardBytes::open(&path)?;
-            let (mut stats, _) = scan::scan(bytes.bytes(), &layouts);
+            let (mut stats, _) = scan::scan(&bytes, &layouts);
             stats.cpu = writer.cpu;
             stats.lost_read = lost_by_event
                 .iter()
@@ -376,6 +372,20 @@ impl<'a> Recording<'a> {
         let _ = std::fs::remove_dir_all(self.dir.path());
         let _ = std::io::stderr().flush();
     }
+}
+
+/// Whether process `pid` still runs: it exists and is not a zombie
+/// waiting for its parent (which `kill(pid, 0)` cannot tell).
+fn running(pid: i32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // The state follows the command name, which is in parentheses and may
+    // itself contain ") ".
+    let state = stat
+        .rsplit_once(") ")
+        .and_then(|(_, rest)| rest.chars().next());
+    !matches!(state, None | Some('Z') | Some('X'))
 }
 
 fn initial_meta(

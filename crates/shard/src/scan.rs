@@ -64,12 +64,23 @@ impl ShardBytes {
     }
 }
 
+/// How far a sequential reader gets before it releases the pages behind it.
+pub const RELEASE_STEP: usize = 32 << 20;
+
 /// Counts the records, samples and losses of a shard and its time range.
-/// Records whose id is unknown count, but give no time.
-pub fn scan(bytes: &[u8], layouts: &HashMap<u64, SampleIdLayout>) -> (CpuStats, End) {
+/// Records whose id is unknown count, but give no time. Pages behind the
+/// walk are released, so a shard of any size is scanned in bounded memory.
+pub fn scan(shard: &ShardBytes, layouts: &HashMap<u64, SampleIdLayout>) -> (CpuStats, End) {
+    let bytes = shard.bytes();
+    shard.advise_sequential();
     let mut stats = CpuStats::default();
     let mut walker = RecordWalker::new(bytes);
+    let mut released = 0;
     for record in walker.by_ref() {
+        if record.offset >= released + RELEASE_STEP {
+            shard.release_before(record.offset);
+            released = record.offset;
+        }
         let type_ = record.header.type_;
         stats.records += 1;
         match type_ {
@@ -90,6 +101,7 @@ pub fn scan(bytes: &[u8], layouts: &HashMap<u64, SampleIdLayout>) -> (CpuStats, 
             stats.last_time = stats.last_time.max(time);
         }
     }
+    shard.release_before(bytes.len());
     stats.bytes = bytes.len() as u64;
     if let End::Torn { dropped, .. } = walker.end() {
         stats.torn_bytes = dropped as u64;
