@@ -12,19 +12,7 @@ use shardrec_format::walk::{End, RecordWalker};
 use shardrec_format::{SampleId, SampleIdLayout};
 use shardrec_shard::{scan::ShardBytes, Meta, RecordingDir};
 
-/// True when the tests may use perf events. Under CI, not being root is a
-/// failure, never a silent skip.
-pub fn require_root() -> bool {
-    if nix::unistd::geteuid().is_root() {
-        return true;
-    }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "the recording tests need root (perf events on every CPU, tracefs)"
-    );
-    eprintln!("skipping: not root");
-    false
-}
+pub use shardrec_testkit::require_root;
 
 /// Recordings share two CPUs: run one at a time so counts stay exact.
 pub fn serial() -> MutexGuard<'static, ()> {

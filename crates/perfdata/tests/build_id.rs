@@ -16,25 +16,6 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// The effective uid, from /proc/self/status ("Uid: real effective ...").
-fn is_root() -> bool {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let uid = status.lines().find_map(|line| line.strip_prefix("Uid:"));
-    uid.and_then(|ids| ids.split_whitespace().nth(1)) == Some("0")
-}
-
-/// Whether a test that needs `what` may run: skips with a note, or fails
-/// loudly under CI, where a skipped check would pass silently.
-fn available(ok: bool, what: &str) -> bool {
-    if !ok && std::env::var_os("CI").is_some() {
-        panic!("CI is set but {what} is not available: this test must run, not skip");
-    }
-    if !ok {
-        eprintln!("skipped: needs {what}");
-    }
-    ok
-}
-
 fn run(program: &str, args: &[&str]) -> Option<Output> {
     Command::new(program).args(args).output().ok()
 }
@@ -51,7 +32,7 @@ fn readelf_build_id(path: &Path) -> Option<String> {
 
 #[test]
 fn read_build_id_matches_readelf() {
-    if !available(
+    if !shardrec_testkit::require(
         run("readelf", &["--version"]).is_some(),
         "readelf (binutils)",
     ) {
@@ -88,7 +69,7 @@ fn kernel_build_id_by_hand() -> Option<String> {
 
 #[test]
 fn kernel_build_id_matches_perf() {
-    if !available(is_root(), "root") {
+    if !shardrec_testkit::require_root() {
         return;
     }
     let ours = build_id::kernel_build_id().unwrap().map(|id| hex(&id));
@@ -145,7 +126,9 @@ fn write_perf_data(path: &Path, entries: &[BuildIdEntry]) {
 
 #[test]
 fn perf_buildid_list_reads_our_table() {
-    if !available(is_root(), "root") || !available(run("perf", &["version"]).is_some(), "perf") {
+    if !shardrec_testkit::require_root()
+        || !shardrec_testkit::require(run("perf", &["version"]).is_some(), "perf")
+    {
         return;
     }
     let kernel = build_id::kernel_build_id()

@@ -40,26 +40,6 @@ const PREV_COMM: &str = "shardrec-prev";
 const NEXT_PID: u32 = 4343;
 const NEXT_COMM: &str = "shardrec-next";
 
-/// Whether to run: true as root; false (skip) otherwise, except under CI.
-fn root_or_skip() -> bool {
-    if is_root() {
-        return true;
-    }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "this test needs root (tracefs, perf), and CI is set"
-    );
-    eprintln!("skipped: needs root");
-    false
-}
-
-fn is_root() -> bool {
-    let status = fs::read_to_string("/proc/self/status").unwrap();
-    let uid_line = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
-    // Real, effective, saved, fs: the effective one decides.
-    uid_line.split_whitespace().nth(2) == Some("0")
-}
-
 /// The tracefs root, mounting it when `events/` is missing.
 fn tracefs() -> PathBuf {
     let root = PathBuf::from(TRACEFS);
@@ -256,7 +236,7 @@ fn attr(config: u64) -> Vec<u8> {
 
 #[test]
 fn perf_script_prints_tracepoint_fields() {
-    if !root_or_skip() {
+    if !shardrec_testkit::require_root() {
         return;
     }
     let root = tracefs();
@@ -350,7 +330,7 @@ fn round() -> Vec<u8> {
 /// machine, and ours from the same files, are the same bytes.
 #[test]
 fn same_bytes_as_perf_record() {
-    if !root_or_skip() {
+    if !shardrec_testkit::require_root() {
         return;
     }
     let root = tracefs();

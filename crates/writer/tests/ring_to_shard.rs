@@ -10,18 +10,6 @@ use shardrec_sys::abi;
 use shardrec_sys::{Attr, PerfEvent, RingBuffer, Target};
 use shardrec_writer::{Command, ShardWriter, WriterConfig};
 
-fn require_root() -> bool {
-    if nix::unistd::geteuid().is_root() {
-        return true;
-    }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "these tests need root under CI"
-    );
-    eprintln!("skipping: not root");
-    false
-}
-
 /// Samples this thread's cpu-clock every 10 µs into a ring of `pages`,
 /// streams it with a writer thread while busy for `busy`, and returns the
 /// shard's bytes with the writer's byte count.
@@ -85,7 +73,7 @@ fn count(bytes: &[u8]) -> (u64, u64) {
 
 #[test]
 fn streams_every_byte_as_whole_records() {
-    if !require_root() {
+    if !shardrec_testkit::require_root() {
         return;
     }
     let (bytes, written) = record_self(64, Duration::from_millis(300));
@@ -97,7 +85,7 @@ fn streams_every_byte_as_whole_records() {
 
 #[test]
 fn a_one_page_ring_wraps_and_stays_whole() {
-    if !require_root() {
+    if !shardrec_testkit::require_root() {
         return;
     }
     let (bytes, written) = record_self(1, Duration::from_millis(300));
