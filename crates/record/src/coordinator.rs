@@ -1,21 +1,20 @@
 //! The coordinator: open, synthesize, fork the writers, enable, wait, stop.
 
 use std::io::{BufWriter, Write};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
-use nix::sys::signal::{kill, Signal};
-use shardrec_shard::{scan, ClockRef, EventMeta, Meta, RecordingDir, Stats, META_VERSION};
+use shardrec_shard::{Meta, RecordingDir};
 use shardrec_synth::{Synthesizer, Tasks as SynthTasks};
-use shardrec_sys::Attr;
 use shardrec_writer::Command;
 
+use crate::meta::initial_meta;
 use crate::open::{self, CpuEvents};
 use crate::plan::{Plan, Tasks};
-use crate::signals::{self, Signals, Wake};
-use crate::summary::{CpuReport, RecordReport};
+use crate::signals::Signals;
+use crate::summary::RecordReport;
 use crate::workload::Workload;
 use crate::writers::{self, WriterProcess};
-use crate::{attrs, host, RecordConfig, RecordError};
+use crate::{attrs, RecordConfig, RecordError};
 
 /// Records as `config` asks until the workload exits or a stop is asked
 /// for, and leaves the shards and a final `meta` in `OUTPUT.shards/`.
@@ -40,14 +39,14 @@ pub fn record(config: &RecordConfig) -> Result<RecordReport, RecordError> {
 }
 
 /// A recording from the moment its directory exists.
-struct Recording<'a> {
-    plan: &'a Plan,
-    cpus: Vec<CpuEvents>,
-    dir: RecordingDir,
-    writers: Vec<WriterProcess>,
-    workload: Option<&'a mut Workload>,
-    workload_code: Option<i32>,
-    meta: Meta,
+pub(crate) struct Recording<'a> {
+    pub(crate) plan: &'a Plan,
+    pub(crate) cpus: Vec<CpuEvents>,
+    pub(crate) dir: RecordingDir,
+    pub(crate) writers: Vec<WriterProcess>,
+    pub(crate) workload: Option<&'a mut Workload>,
+    pub(crate) workload_code: Option<i32>,
+    pub(crate) meta: Meta,
 }
 
 impl<'a> Recording<'a> {
@@ -204,164 +203,6 @@ impl<'a> Recording<'a> {
         }
     }
 
-    /// Waits for a reason to stop. A writer that dies is a failure, but the
-    /// others are still stopped cleanly so their shards are complete.
-    fn wait(
-        &mut self,
-        signals: &mut Signals,
-    ) -> Result<(String, Option<RecordError>), RecordError> {
-        loop {
-            match signals.wait(250)? {
-                Wake::Stop(signal) => return Ok((signal.as_str().to_string(), None)),
-                Wake::Child => {
-                    if let Some(outcome) = self.reap_children() {
-                        return Ok(outcome);
-                    }
-                }
-                Wake::Timeout => {
-                    if self.targets_gone() {
-                        return Ok(("target processes exited".into(), None));
-                    }
-                }
-            }
-        }
-    }
-
-    fn reap_children(&mut self) -> Option<(String, Option<RecordError>)> {
-        let mut outcome = None;
-        for ended in signals::reap() {
-            if self.workload.as_ref().is_some_and(|w| w.pid == ended.pid) {
-                self.workload_code = Some(ended.code);
-                outcome.get_or_insert(("workload exited".to_string(), None));
-            } else if let Some(writer) = self.writers.iter_mut().find(|w| w.pid == ended.pid) {
-                writer.exited = true;
-                let error = writer.collect().err().unwrap_or(RecordError::Writer {
-                    cpu: writer.cpu,
-                    message: format!("exited early with status {}", ended.code),
-                });
-                outcome = Some((format!("writer of CPU {} failed", writer.cpu), Some(error)));
-            }
-        }
-        outcome
-    }
-
-    fn targets_gone(&self) -> bool {
-        matches!(self.plan.tasks, Tasks::Threads(_))
-            && self.plan.pids.iter().all(|&pid| !running(pid))
-    }
-
-    /// Disables every event, lets each writer drain its ring, and waits for
-    /// them. A second stop signal makes the writers quit at once.
-    fn stop(&mut self, signals: &mut Signals) -> Result<(), RecordError> {
-        for event in self.cpus.iter().flat_map(|c| &c.events) {
-            let _ = event.event.disable();
-        }
-        self.send_all(Command::Drain);
-        while self.writers.iter().any(|w| !w.exited) {
-            match signals.wait(1000)? {
-                Wake::Stop(_) => self.send_all(Command::Quit),
-                Wake::Child => {
-                    self.reap_children();
-                }
-                Wake::Timeout => {}
-            }
-        }
-        self.end_workload();
-        Ok(())
-    }
-
-    fn send_all(&mut self, command: Command) {
-        for writer in self.writers.iter_mut().filter(|w| !w.exited) {
-            writer.send(command);
-        }
-    }
-
-    /// perf ends a workload still running at stop with SIGTERM, and reports
-    /// its status.
-    fn end_workload(&mut self) {
-        let Some(workload) = self.workload.as_ref() else {
-            return;
-        };
-        if self.workload_code.is_none() {
-            let _ = kill(workload.pid, Signal::SIGTERM);
-            if let Ok(status) = nix::sys::wait::waitpid(workload.pid, None) {
-                self.workload_code = Some(match status {
-                    nix::sys::wait::WaitStatus::Exited(_, code) => code,
-                    nix::sys::wait::WaitStatus::Signaled(_, sig, _) => 128 + sig as i32,
-                    _ => 0,
-                });
-            }
-        }
-    }
-
-    /// Counts what each shard holds, rewrites meta with it, and reports.
-    fn finish(mut self, stopped_by: String, started: Instant) -> Result<RecordReport, RecordError> {
-        let elapsed = started.elapsed();
-        let layouts = self.meta.layouts();
-        let lost_by_event = self.read_lost_counts();
-        let mut cpus = Vec::new();
-        for (writer, cpu) in self.writers.iter_mut().zip(&self.cpus) {
-            let path = self.dir.shard_path(writer.cpu);
-            let bytes = scan::ShardBytes::open(&path)?;
-            let (mut stats, _) = scan::scan(&bytes, &layouts);
-            stats.cpu = writer.cpu;
-            stats.lost_read = lost_by_event
-                .iter()
-                .filter(|(cpu, _, _)| *cpu == writer.cpu)
-                .map(|(_, _, lost)| lost)
-                .sum();
-            let writer_stats = match writer.stats {
-                Some(stats) => stats,
-                None => writer.collect().unwrap_or_default(),
-            };
-            cpus.push(CpuReport {
-                stats,
-                writer: writer_stats,
-                unwritten: cpu.ring.head() - cpu.ring.tail(),
-            });
-        }
-        let synth_bytes = std::fs::metadata(self.dir.synth_path()).map_or(0, |m| m.len());
-        self.meta.stats = Some(Stats {
-            cpus: cpus.iter().map(|c| c.stats.clone()).collect(),
-            synth_bytes,
-            lost_by_event,
-            stopped_by: stopped_by.clone(),
-            stop_unix_ns: unix_ns(),
-        });
-        self.dir.write_meta(&self.meta)?;
-        Ok(RecordReport {
-            dir: self.dir.path().to_path_buf(),
-            cpus,
-            elapsed,
-            stopped_by,
-            exit_code: self.workload_code.unwrap_or(0),
-        })
-    }
-
-    /// Each event's count of samples the kernel dropped, as `(cpu, id,
-    /// lost)` for the non-zero ones; empty where the kernel keeps none.
-    fn read_lost_counts(&self) -> Vec<(u32, u64, u64)> {
-        if !self.plan.lost_counts {
-            return Vec::new();
-        }
-        let mut counts = Vec::new();
-        for cpu in &self.cpus {
-            for event in &cpu.events {
-                // read() gives value, id, lost (read_format ID | LOST).
-                match event
-                    .event
-                    .read_values()
-                    .ok()
-                    .and_then(|v| v.get(2).copied())
-                {
-                    Some(lost) if lost > 0 => counts.push((cpu.cpu, event.id, lost)),
-                    _ => {}
-                }
-            }
-        }
-        counts
-    }
-
     /// After a failure before recording began: stop the writers and leave
     /// nothing behind.
     fn abandon(&mut self) {
@@ -372,82 +213,4 @@ impl<'a> Recording<'a> {
         let _ = std::fs::remove_dir_all(self.dir.path());
         let _ = std::io::stderr().flush();
     }
-}
-
-/// Whether process `pid` still runs: it exists and is not a zombie
-/// waiting for its parent (which `kill(pid, 0)` cannot tell).
-fn running(pid: i32) -> bool {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return false;
-    };
-    // The state follows the command name, which is in parentheses and may
-    // itself contain ") ".
-    let state = stat
-        .rsplit_once(") ")
-        .and_then(|(_, rest)| rest.chars().next());
-    !matches!(state, None | Some('Z') | Some('X'))
-}
-
-fn initial_meta(
-    config: &RecordConfig,
-    plan: &Plan,
-    attrs: &[Attr],
-    cpus: &[CpuEvents],
-    workload_pid: Option<i32>,
-) -> Meta {
-    let events = plan
-        .events
-        .iter()
-        .zip(attrs)
-        .enumerate()
-        .map(|(i, (spec, attr))| EventMeta {
-            name: spec.name.clone(),
-            attr: attr.to_bytes(),
-            ids: cpus
-                .iter()
-                .flat_map(|c| {
-                    c.events
-                        .iter()
-                        .filter(|e| e.spec == i)
-                        .map(|e| (c.cpu, e.id))
-                })
-                .collect(),
-        })
-        .collect();
-    Meta {
-        version: META_VERSION,
-        events,
-        cpus: plan.cpus.clone(),
-        ring_pages: plan.ring_pages,
-        command_line: config.command_line.clone(),
-        host: host::facts(),
-        start_unix_ns: unix_ns(),
-        recorder_pids: vec![std::process::id() as i32],
-        workload_pid,
-        clock: config.clockid.map(clock_ref),
-        tracing_data: Vec::new(),
-        stats: None,
-    }
-}
-
-/// One instant read on the wall clock and on `clockid`, back to back, and
-/// the clock's resolution, as perf record keeps them for `-k`.
-fn clock_ref(clockid: i32) -> ClockRef {
-    use nix::time::{clock_getres, clock_gettime, ClockId};
-    let clock = ClockId::from_raw(clockid);
-    let ns = |t: nix::sys::time::TimeSpec| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64;
-    let tod = clock_gettime(ClockId::CLOCK_REALTIME).map_or(0, ns);
-    let now = clock_gettime(clock).map_or(0, ns);
-    ClockRef {
-        clockid,
-        resolution_ns: clock_getres(clock).map_or(0, ns),
-        tod_ns: tod,
-        clock_ns: now,
-    }
-}
-
-fn unix_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
 }
