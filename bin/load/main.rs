@@ -3,10 +3,17 @@
 //! - `syscalls N`: exactly N `getppid` system calls, then exit;
 //! - `spin SECONDS`: one busy thread pinned to each online CPU;
 //! - `hot SECONDS`: one thread in `hot_loop`, called from `hot_caller`, for
-//!   tests that look for a known symbol and its caller.
+//!   tests that look for a known symbol and its caller;
+//! - `bpf-churn N`: loads and unloads N BPF programs, each alive about 2 ms;
+//! - `bpf-hold SECONDS`: keeps two BPF programs loaded (one with a
+//!   subprogram), printing their ids;
+//! - `bpf-hot SECONDS`: a BPF program with a busy loop runs on every
+//!   `getppid` of a syscall loop, so BPF code takes the CPU time.
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
+
+mod bpf;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -26,7 +33,22 @@ fn main() -> ExitCode {
                 std::hint::black_box(hot_caller(Duration::from_secs_f64(s)));
             })
             .map_err(|_| format!("bad seconds '{secs}'")),
-        _ => Err("usage: shardrec-load syscalls N | spin SECONDS | hot SECONDS".to_string()),
+        ["bpf-churn", n] => match n.parse() {
+            Ok(n) => bpf::churn(n),
+            Err(_) => Err(format!("bad count '{n}'")),
+        },
+        ["bpf-hold", secs] => match secs.parse() {
+            Ok(secs) => bpf::hold(Duration::from_secs_f64(secs)),
+            Err(_) => Err(format!("bad seconds '{secs}'")),
+        },
+        ["bpf-hot", secs] => match secs.parse() {
+            Ok(secs) => bpf::hot(Duration::from_secs_f64(secs)),
+            Err(_) => Err(format!("bad seconds '{secs}'")),
+        },
+        _ => Err(
+            "usage: shardrec-load syscalls N | spin SECONDS | hot SECONDS | bpf-churn N | bpf-hold SECONDS | bpf-hot SECONDS"
+                .to_string(),
+        ),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -72,6 +72,12 @@ fn merge_and_report(dir: &Path, output: &Path, quiet: bool) -> Result<bool, Stri
 }
 
 fn print_damage(report: &MergeReport) {
+    if report.bpf_torn_bytes > 0 {
+        eprintln!(
+            "shardrec: warning: the bpf file is cut short: {} bytes after its last whole entry dropped",
+            report.bpf_torn_bytes
+        );
+    }
     for (name, damage) in &report.damage {
         let what = if damage.offset == 0 {
             "error"

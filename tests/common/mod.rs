@@ -282,3 +282,29 @@ pub fn raw_times(file: &Path, layouts: &HashMap<u64, SampleIdLayout>) -> Vec<(u3
     );
     records
 }
+
+/// Every record of a perf.data's data section, in file order.
+pub fn data_records(file: &Path) -> Vec<Vec<u8>> {
+    let bytes = std::fs::read(file).unwrap();
+    let data_offset = shardrec_format::u64_at(&bytes, 40).unwrap() as usize;
+    let data_size = shardrec_format::u64_at(&bytes, 48).unwrap() as usize;
+    RecordWalker::new(&bytes[data_offset..data_offset + data_size])
+        .map(|r| r.bytes.to_vec())
+        .collect()
+}
+
+/// The content of header feature `bit` of a perf.data, if present: the
+/// feature index follows the data section, one section per set bit.
+pub fn feature_section(file: &Path, bit: usize) -> Option<Vec<u8>> {
+    let bytes = std::fs::read(file).unwrap();
+    let u64_at = |at| shardrec_format::u64_at(&bytes, at).unwrap();
+    let index = (u64_at(40) + u64_at(48)) as usize;
+    let set = |b: usize| u64_at(72 + b / 64 * 8) & (1 << (b % 64)) != 0;
+    if !set(bit) {
+        return None;
+    }
+    let position = (0..bit).filter(|&b| set(b)).count();
+    let offset = u64_at(index + position * 16) as usize;
+    let size = u64_at(index + position * 16 + 8) as usize;
+    Some(bytes[offset..offset + size].to_vec())
+}

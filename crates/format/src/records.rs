@@ -1,7 +1,7 @@
 //! Encoders for the records shardrec synthesizes, byte-compatible with the
 //! kernel's (`struct perf_event_*` layouts in `include/uapi/linux/perf_event.h`).
 
-use crate::header::{RecordHeader, COMM, FORK, HEADER_SIZE, MMAP, MMAP2};
+use crate::header::{RecordHeader, BPF_EVENT, COMM, FORK, HEADER_SIZE, KSYMBOL, MMAP, MMAP2};
 use crate::sample_id::{SampleId, SampleIdLayout};
 
 /// Builds one record: fields in order, then the `sample_id_all` trailer.
@@ -124,6 +124,39 @@ pub fn mmap(pid: u32, tid: u32, map: &Mapping, misc: u16) -> RecordBuilder {
         .string(map.filename)
 }
 
+/// `PERF_RECORD_KSYMBOL_TYPE_BPF`
+pub const KSYMBOL_TYPE_BPF: u16 = 1;
+/// `PERF_BPF_EVENT_PROG_LOAD`
+pub const BPF_EVENT_PROG_LOAD: u16 = 1;
+/// `PERF_BPF_EVENT_PROG_UNLOAD`
+pub const BPF_EVENT_PROG_UNLOAD: u16 = 2;
+
+/// `PERF_RECORD_KSYMBOL`: a kernel symbol (here a BPF program's JITed
+/// code) registered at `addr`, `len` bytes long.
+pub fn ksymbol(addr: u64, len: u32, ksym_type: u16, flags: u16, name: &str) -> RecordBuilder {
+    RecordBuilder::new(KSYMBOL, 0)
+        .u64(addr)
+        .u32(len)
+        .u32(u32::from(ksym_type) | u32::from(flags) << 16)
+        .string(name.as_bytes())
+}
+
+/// `PERF_RECORD_BPF_EVENT`: program `id` with `tag` was loaded or unloaded.
+pub fn bpf_event(event_type: u16, flags: u16, id: u32, tag: [u8; 8]) -> RecordBuilder {
+    RecordBuilder::new(BPF_EVENT, 0)
+        .u32(u32::from(event_type) | u32::from(flags) << 16)
+        .u32(id)
+        .u64(u64::from_ne_bytes(tag))
+}
+
+/// The fields of a `PERF_RECORD_BPF_EVENT`: (type, id, tag).
+pub fn parse_bpf_event(record: &[u8]) -> Option<(u16, u32, [u8; 8])> {
+    let type_ = u16::from_ne_bytes(record.get(8..10)?.try_into().ok()?);
+    let id = crate::u32_at(record, 12)?;
+    let tag = record.get(16..24)?.try_into().ok()?;
+    Some((type_, id, tag))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -169,5 +202,31 @@ mod tests {
         // 8 + 8 + 24 + 8 + 16 + 8 + "/bin/true\0" padded to 16 + 8
         assert_eq!(record.len(), 96);
         assert_eq!(&record[72..81], b"/bin/true");
+    }
+
+    #[test]
+    fn bpf_records_match_the_kernel_layout() {
+        let layout = SampleIdLayout::new(IDENTIFIER);
+        let id = SampleId::default();
+        let event = bpf_event(BPF_EVENT_PROG_LOAD, 0, 42, *b"abcdefgh")
+            .finish(&layout, &id)
+            .unwrap();
+        assert_eq!(event.len(), 8 + 16 + 8);
+        assert_eq!(
+            parse_bpf_event(&event),
+            Some((BPF_EVENT_PROG_LOAD, 42, *b"abcdefgh"))
+        );
+        let sym = ksymbol(
+            0xffff_ffff_c000_0000,
+            64,
+            KSYMBOL_TYPE_BPF,
+            0,
+            "bpf_prog_0011223344556677_f",
+        )
+        .finish(&layout, &id)
+        .unwrap();
+        // header 8 + addr 8 + len/type/flags 8 + name 28+NUL padded to 32 + id 8
+        assert_eq!(sym.len(), 64);
+        assert_eq!(&sym[24..51], b"bpf_prog_0011223344556677_f");
     }
 }

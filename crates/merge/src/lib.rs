@@ -14,6 +14,7 @@
 //! # Ok::<(), shardrec_merge::MergeError>(())
 //! ```
 
+mod bpf;
 mod dso;
 mod features;
 pub mod order;
@@ -54,11 +55,16 @@ pub fn merge(dir: &Path, output: &Path, progress: bool) -> Result<MergeReport, M
     let meta = recording.read_meta()?;
     let layouts = meta.layouts();
     let synth = Shard::open(&recording.synth_path(), &layouts)?;
-    let shards = meta
+    // Every CPU's shard, then the VIP's side-band shard when there is one.
+    let mut shards = meta
         .cpus
         .iter()
         .map(|&cpu| Shard::open(&recording.shard_path(cpu), &layouts))
         .collect::<Result<Vec<_>, _>>()?;
+    if recording.vip_path().exists() {
+        shards.push(Shard::open(&recording.vip_path(), &layouts)?);
+    }
+    let bpf = bpf::read(&recording.bpf_path())?;
     let input_bytes =
         synth.valid_len as u64 + shards.iter().map(|s| s.valid_len as u64).sum::<u64>();
     let bar = progress::Progress::new(input_bytes, progress);
@@ -70,12 +76,13 @@ pub fn merge(dir: &Path, output: &Path, progress: bool) -> Result<MergeReport, M
     let (writer, written) =
         output::write_data(&meta, &layouts, &synth, &shards, file, &bar).map_err(fail)?;
     let sample_times = sample_times(&shards);
-    let features = features::all(&meta, sample_times, &written.hits);
+    let mut features = features::all(&meta, sample_times, &written.hits);
+    features.extend(bpf.features());
     let build_ids = written.hits.hit_files().count() + usize::from(written.hits.kernel_hit);
     writer.finish(&features).map_err(fail)?;
     output::publish(&tmp, output).map_err(fail)?;
     bar.finish();
-    Ok(report(
+    let mut report = report(
         &meta,
         &synth,
         &shards,
@@ -84,7 +91,10 @@ pub fn merge(dir: &Path, output: &Path, progress: bool) -> Result<MergeReport, M
         build_ids,
         written,
         started,
-    ))
+    );
+    report.bpf_programs = bpf.programs.len();
+    report.bpf_torn_bytes = bpf.torn_bytes;
+    Ok(report)
 }
 
 fn sample_times(shards: &[Shard]) -> (u64, u64) {
@@ -150,6 +160,7 @@ fn report(
         damage,
         build_ids,
         elapsed: started.elapsed(),
+        ..MergeReport::default()
     }
 }
 

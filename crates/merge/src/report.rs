@@ -39,6 +39,10 @@ pub struct MergeReport {
     pub damage: Vec<(String, Damage)>,
     /// Build ids written.
     pub build_ids: usize,
+    /// BPF programs whose info went into the header.
+    pub bpf_programs: usize,
+    /// Bytes after the last whole entry of the `bpf` file.
+    pub bpf_torn_bytes: usize,
     /// Time taken.
     pub elapsed: Duration,
 }
@@ -107,6 +111,13 @@ impl fmt::Display for MergeReport {
             .map(|(t, n)| format!("{} {n}", type_name(*t)))
             .collect();
         writeln!(f, "  records: {}", types.join(", "))?;
+        if self.bpf_programs > 0 {
+            writeln!(
+                f,
+                "  BPF programs with info in the header: {}",
+                self.bpf_programs
+            )?;
+        }
         for cpu in self.cpus.iter().filter(|c| c.lost > 0) {
             let total = cpu.samples + cpu.lost;
             let percent = cpu.lost as f64 * 100.0 / total.max(1) as f64;

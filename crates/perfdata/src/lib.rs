@@ -24,6 +24,7 @@
 //! # Ok::<(), std::io::Error>(())
 //! ```
 
+pub mod bpf;
 pub mod build_id;
 pub mod feature;
 pub mod features;

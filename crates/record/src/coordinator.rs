@@ -3,15 +3,18 @@
 use std::io::{BufWriter, Write};
 use std::time::Instant;
 
-use shardrec_shard::{Meta, RecordingDir};
+use shardrec_shard::{EventMeta, Meta, RecordingDir};
 use shardrec_synth::{Synthesizer, Tasks as SynthTasks};
 use shardrec_writer::Command;
 
+use crate::helper::HelperProcess;
 use crate::meta::initial_meta;
+use crate::open::SideBandEvents;
 use crate::open::{self, CpuEvents};
 use crate::plan::{Plan, Tasks};
 use crate::signals::Signals;
 use crate::summary::RecordReport;
+use crate::vip::{self, VipProcess};
 use crate::workload::Workload;
 use crate::writers::{self, WriterProcess};
 use crate::{attrs, RecordConfig, RecordError};
@@ -44,6 +47,9 @@ pub(crate) struct Recording<'a> {
     pub(crate) cpus: Vec<CpuEvents>,
     pub(crate) dir: RecordingDir,
     pub(crate) writers: Vec<WriterProcess>,
+    /// The side-band events, when the kernel and privileges allow them.
+    pub(crate) side_band: Option<SideBandEvents>,
+    pub(crate) vip: Option<VipProcess>,
     pub(crate) workload: Option<&'a mut Workload>,
     pub(crate) workload_code: Option<i32>,
     pub(crate) meta: Meta,
@@ -59,13 +65,29 @@ impl<'a> Recording<'a> {
         let workload_pid = workload.as_ref().map(|w| w.pid.as_raw());
         let target_pid = workload_pid.filter(|_| plan.tasks == Tasks::Workload);
         let cpus = open::open_all(plan, &attrs, target_pid)?;
+        let side_band = open::open_side_band(plan)
+            .map_err(|why| eprintln!("shardrec: warning: BPF programs will not be captured: {why}"))
+            .ok();
         let dir = RecordingDir::create(RecordingDir::for_output(&config.output))?;
-        let meta = initial_meta(config, plan, &attrs, &cpus, workload_pid);
+        let mut meta = initial_meta(config, plan, &attrs, &cpus, workload_pid);
+        if let Some(side_band) = &side_band {
+            meta.events.push(EventMeta {
+                name: "dummy".into(),
+                attr: side_band.attr.to_bytes(),
+                ids: side_band
+                    .events
+                    .iter()
+                    .map(|(cpu, _, id)| (*cpu, *id))
+                    .collect(),
+            });
+        }
         Ok(Recording {
             plan,
             cpus,
             dir,
             writers: Vec::new(),
+            side_band,
+            vip: None,
             workload,
             workload_code: None,
             meta,
@@ -103,11 +125,19 @@ impl<'a> Recording<'a> {
                 .push(writers::spawn(cpu, self.plan.ring_pages, shard)?);
         }
         for writer in &mut self.writers {
-            writer.wait_ready()?;
+            writer.helper.wait_ready()?;
         }
-        self.synthesize()?;
+        let existing_bpf = match &self.side_band {
+            Some(side_band) => {
+                let (vip, records) = vip::spawn(side_band, &self.dir)?;
+                self.vip = Some(vip);
+                records
+            }
+            None => Vec::new(),
+        };
+        self.synthesize(&existing_bpf)?;
         self.meta.recorder_pids = std::iter::once(std::process::id() as i32)
-            .chain(self.writers.iter().map(|w| w.pid.as_raw()))
+            .chain(self.helpers().map(|h| h.pid.as_raw()))
             .collect();
         self.exclude_recorder()?;
         self.dir.write_meta(&self.meta)?;
@@ -132,7 +162,9 @@ impl<'a> Recording<'a> {
         Ok(())
     }
 
-    fn synthesize(&mut self) -> Result<(), RecordError> {
+    /// Writes `synth.shard`: the kernel's maps, the existing tasks, and the
+    /// records the VIP made for the BPF programs already loaded.
+    fn synthesize(&mut self, existing_bpf: &[u8]) -> Result<(), RecordError> {
         let first = &self.cpus[0].events[0];
         let sample_type = self.meta.events[first.spec].sample_type();
         let synth = Synthesizer::new(sample_type, first.id);
@@ -150,6 +182,7 @@ impl<'a> Recording<'a> {
         };
         synth.kernel(&mut out).map_err(output_error)?;
         synth.tasks(&tasks, &mut out).map_err(output_error)?;
+        out.write_all(existing_bpf).map_err(output_error)?;
         out.into_inner()
             .map_err(|e| output_error(e.into_error()))?
             .sync_data()
@@ -203,12 +236,24 @@ impl<'a> Recording<'a> {
         }
     }
 
-    /// After a failure before recording began: stop the writers and leave
+    /// The writers and the VIP.
+    pub(crate) fn helpers(&self) -> impl Iterator<Item = &HelperProcess> {
+        let vip = self.vip.iter().map(|v| &v.helper);
+        self.writers.iter().map(|w| &w.helper).chain(vip)
+    }
+
+    /// The writers and the VIP, to command or reap.
+    pub(crate) fn helpers_mut(&mut self) -> impl Iterator<Item = &mut HelperProcess> {
+        let vip = self.vip.iter_mut().map(|v| &mut v.helper);
+        self.writers.iter_mut().map(|w| &mut w.helper).chain(vip)
+    }
+
+    /// After a failure before recording began: stop the helpers and leave
     /// nothing behind.
     fn abandon(&mut self) {
         self.send_all(Command::Quit);
-        for writer in self.writers.iter().filter(|w| !w.exited) {
-            let _ = nix::sys::wait::waitpid(writer.pid, None);
+        for helper in self.helpers().filter(|h| !h.exited) {
+            let _ = nix::sys::wait::waitpid(helper.pid, None);
         }
         let _ = std::fs::remove_dir_all(self.dir.path());
         let _ = std::io::stderr().flush();

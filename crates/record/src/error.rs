@@ -83,11 +83,11 @@ pub enum RecordError {
         /// Why.
         source: io::Error,
     },
-    /// A writer process failed.
-    #[error("writer of CPU {cpu} failed: {message}")]
-    Writer {
-        /// Its CPU.
-        cpu: u32,
+    /// A writer or the VIP failed.
+    #[error("{name} failed: {message}")]
+    Helper {
+        /// Which helper.
+        name: String,
         /// What it said.
         message: String,
     },

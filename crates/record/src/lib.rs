@@ -24,6 +24,7 @@ pub mod config;
 mod coordinator;
 mod error;
 pub mod events;
+mod helper;
 mod host;
 mod meta;
 mod open;
@@ -32,6 +33,7 @@ mod signals;
 mod stop;
 mod summary;
 mod tracing;
+mod vip;
 mod workload;
 mod writers;
 

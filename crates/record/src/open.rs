@@ -36,6 +36,52 @@ impl CpuEvents {
     }
 }
 
+/// The side-band events: a dummy per CPU that reports KSYMBOL and
+/// BPF_EVENT records and wakes its reader for each one.
+pub struct SideBandEvents {
+    /// Their attr.
+    pub attr: Attr,
+    /// Their sample type (for the trailer layout).
+    pub sample_type: u64,
+    /// `(cpu, event, id)` per CPU.
+    pub events: Vec<(u32, PerfEvent, u64)>,
+}
+
+/// Opens the side-band events, or says why there are none: a kernel
+/// without KSYMBOL/BPF_EVENT (before 5.1), or no permission for CPU-wide
+/// events (a workload recorded unprivileged).
+pub fn open_side_band(plan: &Plan) -> Result<SideBandEvents, String> {
+    let mut attr = Attr::software(abi::PERF_COUNT_SW_DUMMY as u64);
+    attr.set_sample_type(crate::attrs::BASE_SAMPLE_TYPE);
+    attr.set_read_format(crate::plan::FORMAT_ID);
+    attr.set_sample_id_all();
+    attr.set_bpf_tracking();
+    attr.set_wakeup_watermark(1);
+    if let Some(clockid) = plan.clockid {
+        attr.set_clock(clockid);
+    }
+    let mut events = Vec::new();
+    for &cpu in &plan.cpus {
+        let event =
+            PerfEvent::open(&attr, Target::cpu(cpu)).map_err(|e| match e.raw_os_error() {
+                Some(libc::EINVAL) => {
+                    "this kernel reports no BPF events (KSYMBOL, BPF_EVENT need 5.1)".to_string()
+                }
+                Some(libc::EACCES) | Some(libc::EPERM) => {
+                    "watching BPF programs needs CPU-wide events (root or CAP_PERFMON)".to_string()
+                }
+                _ => format!("opening the side-band event on CPU {cpu}: {e}"),
+            })?;
+        let id = event.id().map_err(|e| e.to_string())?;
+        events.push((cpu, event, id));
+    }
+    Ok(SideBandEvents {
+        sample_type: attr.sample_type(),
+        attr,
+        events,
+    })
+}
+
 /// Opens every event of the plan on every CPU, disabled. `workload` is the
 /// held child's pid when the plan follows a workload.
 pub fn open_all(

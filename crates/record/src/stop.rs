@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use nix::sys::signal::{kill, Signal};
-use shardrec_shard::{scan, Stats};
+use shardrec_shard::{scan, BpfStats, Stats};
 use shardrec_writer::Command;
 
 use crate::coordinator::Recording;
@@ -44,16 +44,28 @@ impl Recording<'_> {
             if self.workload.as_ref().is_some_and(|w| w.pid == ended.pid) {
                 self.workload_code = Some(ended.code);
                 outcome.get_or_insert(("workload exited".to_string(), None));
-            } else if let Some(writer) = self.writers.iter_mut().find(|w| w.pid == ended.pid) {
-                writer.exited = true;
-                let error = writer.collect().err().unwrap_or(RecordError::Writer {
-                    cpu: writer.cpu,
+            } else if let Some((name, report)) = self.helper_ended(ended.pid) {
+                // While recording, a helper never ends on its own: even a
+                // clean report is a failure here.
+                let error = report.err().unwrap_or_else(|| RecordError::Helper {
+                    name: name.clone(),
                     message: format!("exited early with status {}", ended.code),
                 });
-                outcome = Some((format!("writer of CPU {} failed", writer.cpu), Some(error)));
+                outcome = Some((format!("{name} failed"), Some(error)));
             }
         }
         outcome
+    }
+
+    /// Marks the helper `pid` as exited and reads its final report.
+    fn helper_ended(&mut self, pid: nix::unistd::Pid) -> Option<(String, Result<(), RecordError>)> {
+        if let Some(writer) = self.writers.iter_mut().find(|w| w.helper.pid == pid) {
+            writer.helper.exited = true;
+            return Some((writer.helper.name.clone(), writer.collect().map(drop)));
+        }
+        let vip = self.vip.as_mut().filter(|v| v.helper.pid == pid)?;
+        vip.helper.exited = true;
+        Some((vip.helper.name.clone(), vip.collect().map(drop)))
     }
 
     fn targets_gone(&self) -> bool {
@@ -61,14 +73,18 @@ impl Recording<'_> {
             && self.plan.pids.iter().all(|&pid| !running(pid))
     }
 
-    /// Disables every event, lets each writer drain its ring, and waits for
-    /// them. A second stop signal makes the writers quit at once.
+    /// Disables every event, lets each writer (and the VIP) drain its
+    /// rings, and waits for them. A second stop signal makes them quit at
+    /// once.
     pub(crate) fn stop(&mut self, signals: &mut Signals) -> Result<(), RecordError> {
         for event in self.cpus.iter().flat_map(|c| &c.events) {
             let _ = event.event.disable();
         }
+        for (_, event, _) in self.side_band.iter().flat_map(|s| &s.events) {
+            let _ = event.disable();
+        }
         self.send_all(Command::Drain);
-        while self.writers.iter().any(|w| !w.exited) {
+        while self.helpers().any(|h| !h.exited) {
             match signals.wait(1000)? {
                 Wake::Stop(_) => self.send_all(Command::Quit),
                 Wake::Child => {
@@ -82,8 +98,8 @@ impl Recording<'_> {
     }
 
     pub(crate) fn send_all(&mut self, command: Command) {
-        for writer in self.writers.iter_mut().filter(|w| !w.exited) {
-            writer.send(command);
+        for helper in self.helpers_mut().filter(|h| !h.exited) {
+            helper.send(command);
         }
     }
 
@@ -125,13 +141,9 @@ impl Recording<'_> {
                 .filter(|(cpu, _, _)| *cpu == writer.cpu)
                 .map(|(_, _, lost)| lost)
                 .sum();
-            let writer_stats = match writer.stats {
-                Some(stats) => stats,
-                None => writer.collect().unwrap_or_default(),
-            };
             cpus.push(CpuReport {
                 stats,
-                writer: writer_stats,
+                writer: writer.stats.unwrap_or_default(),
                 unwritten: cpu.ring.head() - cpu.ring.tail(),
             });
         }
@@ -140,6 +152,7 @@ impl Recording<'_> {
             cpus: cpus.iter().map(|c| c.stats.clone()).collect(),
             synth_bytes,
             lost_by_event,
+            bpf: self.vip.as_ref().and_then(|v| v.stats).map(bpf_stats),
             stopped_by: stopped_by.clone(),
             stop_unix_ns: unix_ns(),
         });
@@ -150,6 +163,7 @@ impl Recording<'_> {
             elapsed,
             stopped_by,
             exit_code: self.workload_code.unwrap_or(0),
+            bpf: self.meta.stats.as_ref().and_then(|s| s.bpf),
         })
     }
 
@@ -190,4 +204,13 @@ fn running(pid: i32) -> bool {
         .rsplit_once(") ")
         .and_then(|(_, rest)| rest.chars().next());
     !matches!(state, None | Some('Z') | Some('X'))
+}
+
+fn bpf_stats(vip: shardrec_vip::VipStats) -> BpfStats {
+    BpfStats {
+        loaded: vip.loaded,
+        unloaded: vip.unloaded,
+        captured: vip.captured,
+        missed: vip.missed,
+    }
 }

@@ -4,7 +4,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use shardrec_shard::CpuStats;
+use shardrec_shard::{BpfStats, CpuStats};
 use shardrec_writer::WriterStats;
 
 /// One CPU's outcome: what its shard holds and what its writer did.
@@ -32,6 +32,8 @@ pub struct RecordReport {
     pub stopped_by: String,
     /// The workload's exit code (0 without a workload).
     pub exit_code: i32,
+    /// What the VIP saw of BPF programs, when it ran.
+    pub bpf: Option<BpfStats>,
 }
 
 impl RecordReport {
@@ -71,6 +73,13 @@ impl fmt::Display for RecordReport {
                 s.bytes as f64 / 1e6 / secs,
                 s.records,
                 s.dropped()
+            )?;
+        }
+        if let Some(bpf) = &self.bpf {
+            writeln!(
+                f,
+                "  BPF programs: {} loaded, {} unloaded, {} captured, {} missed (gone before capture)",
+                bpf.loaded, bpf.unloaded, bpf.captured, bpf.missed
             )?;
         }
         let unwritten: u64 = self.cpus.iter().map(|c| c.unwritten).sum();

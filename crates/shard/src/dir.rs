@@ -62,6 +62,16 @@ impl RecordingDir {
         self.path.join("synth.shard")
     }
 
+    /// The side-band shard the VIP writes.
+    pub fn vip_path(&self) -> PathBuf {
+        self.path.join("vip.shard")
+    }
+
+    /// The VIP's captured BPF program info.
+    pub fn bpf_path(&self) -> PathBuf {
+        self.path.join("bpf")
+    }
+
     /// The `meta` file.
     pub fn meta_path(&self) -> PathBuf {
         self.path.join("meta")

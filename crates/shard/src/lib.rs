@@ -16,12 +16,15 @@
 //! # Ok::<(), shardrec_shard::Error>(())
 //! ```
 
+pub mod bpf_file;
 mod dir;
 mod meta;
 pub mod scan;
 
 pub use dir::RecordingDir;
-pub use meta::{ClockRef, CpuStats, EventMeta, Host, Meta, Stats, Topology, META_VERSION};
+pub use meta::{
+    BpfStats, ClockRef, CpuStats, EventMeta, Host, Meta, Stats, Topology, META_VERSION,
+};
 
 /// What can go wrong with a recording directory.
 #[derive(Debug, thiserror::Error)]

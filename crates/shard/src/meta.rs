@@ -123,10 +123,25 @@ pub struct Stats {
     /// `(cpu, id, lost)`: the merge turns them into `PERF_RECORD_LOST_SAMPLES`
     /// as perf record does at its end.
     pub lost_by_event: Vec<(u32, u64, u64)>,
+    /// What the VIP saw of BPF programs, when it ran.
+    pub bpf: Option<BpfStats>,
     /// Why recording stopped ("workload exited", "SIGINT", ...).
     pub stopped_by: String,
     /// Wall-clock stop (ns since the Unix epoch).
     pub stop_unix_ns: u64,
+}
+
+/// BPF programs seen during a recording.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize)]
+pub struct BpfStats {
+    /// PROG_LOAD events.
+    pub loaded: u64,
+    /// PROG_UNLOAD events.
+    pub unloaded: u64,
+    /// Programs whose info was captured (loaded ones and those loaded before).
+    pub captured: u64,
+    /// Programs gone before their info could be captured.
+    pub missed: u64,
 }
 
 /// What one CPU's shard holds.

@@ -101,6 +101,14 @@ impl PerfEvent {
         check(unsafe { sys::ioctls::SET_FILTER(self.raw(), filter.as_ptr() as *mut _) })
     }
 
+    /// Runs BPF program `prog` (a tracepoint or perf-event program) on
+    /// every hit of this event.
+    pub fn set_bpf(&self, prog: BorrowedFd<'_>) -> io::Result<()> {
+        // SAFETY: SET_BPF takes a program fd by value; the kernel takes its
+        // own reference, and `prog` is open for the call.
+        check(unsafe { sys::ioctls::SET_BPF(self.raw(), prog.as_raw_fd() as u32) })
+    }
+
     /// The event's `read()` values: `value`, then one u64 per
     /// `PERF_FORMAT_*` bit of its attr's `read_format`, in the kernel's order
     /// (`TOTAL_TIME_ENABLED`, `TOTAL_TIME_RUNNING`, `ID`, `LOST`).

@@ -27,6 +27,7 @@
 //! ```
 
 mod attr;
+pub mod bpf;
 pub mod cpu;
 mod event;
 pub mod process;

@@ -1,0 +1,68 @@
+//! The VIP's `bpf` file, turned into HEADER_BPF_PROG_INFO and HEADER_BPF_BTF.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use shardrec_perfdata::bpf::{bpf_btf_feature, bpf_prog_info_feature};
+use shardrec_perfdata::feature::Feature;
+use shardrec_shard::bpf_file::{self, BpfEntry};
+
+use crate::MergeError;
+
+/// What the VIP captured, one entry per program and per BTF object.
+#[derive(Default)]
+pub struct Captured {
+    /// Program id → its `perf_bpil` block.
+    pub programs: BTreeMap<u32, Vec<u8>>,
+    /// BTF id → raw BTF.
+    pub btfs: BTreeMap<u32, Vec<u8>>,
+    /// Bytes after the last whole entry (a recording cut short).
+    pub torn_bytes: usize,
+}
+
+/// Reads the `bpf` file; a recording without one captured nothing.
+pub fn read(path: &Path) -> Result<Captured, MergeError> {
+    let bytes = match std::fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Captured::default()),
+        Err(source) => {
+            return Err(shardrec_shard::Error::Io {
+                path: path.to_path_buf(),
+                source,
+            }
+            .into())
+        }
+    };
+    let (entries, torn_bytes) = bpf_file::read(&bytes);
+    let mut captured = Captured {
+        torn_bytes,
+        ..Captured::default()
+    };
+    for entry in entries {
+        match entry {
+            BpfEntry::Program { id, bpil, .. } => {
+                captured.programs.insert(id, bpil);
+            }
+            BpfEntry::Btf { id, data } => {
+                captured.btfs.insert(id, data);
+            }
+        }
+    }
+    Ok(captured)
+}
+
+impl Captured {
+    /// The two features, when anything was captured.
+    pub fn features(&self) -> Vec<(Feature, Vec<u8>)> {
+        if self.programs.is_empty() {
+            return Vec::new();
+        }
+        let bpils: Vec<Vec<u8>> = self.programs.values().cloned().collect();
+        let btfs: Vec<(u32, Vec<u8>)> = self
+            .btfs
+            .iter()
+            .map(|(id, data)| (*id, data.clone()))
+            .collect();
+        vec![bpf_prog_info_feature(&bpils), bpf_btf_feature(&btfs)]
+    }
+}

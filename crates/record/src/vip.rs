@@ -1,0 +1,124 @@
+//! The VIP process: the side-band events of every CPU, and the one place
+//! `bpf(2)` is called (see the shardrec-vip crate).
+
+use std::fs::File;
+use std::io::{self, Write};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+
+use shardrec_format::SampleIdLayout;
+use shardrec_shard::RecordingDir;
+use shardrec_sys::{process, PerfEvent, RingBuffer};
+use shardrec_vip::capture::Capturer;
+use shardrec_vip::{existing, SideBand, Vip, VipStats};
+
+use crate::helper::{self, HelperProcess};
+use crate::open::SideBandEvents;
+use crate::RecordError;
+
+/// Data pages of each side-band ring: records are few and the VIP wakes
+/// for each one.
+pub const RING_PAGES: usize = 16;
+
+/// The VIP process and what it reported.
+pub struct VipProcess {
+    /// The process.
+    pub helper: HelperProcess,
+    /// What it reported at exit.
+    pub stats: Option<VipStats>,
+}
+
+/// Forks the VIP over the side-band events. Returns it once it has
+/// described the programs already loaded, with those records.
+pub fn spawn(
+    events: &SideBandEvents,
+    dir: &RecordingDir,
+) -> Result<(VipProcess, Vec<u8>), RecordError> {
+    let shard = dir.create_file(&dir.vip_path())?;
+    let bpf = dir.create_file(&dir.bpf_path())?;
+    let layout = SampleIdLayout::new(events.sample_type);
+    let first_id = events.events.first().map_or(0, |(_, _, id)| *id);
+    let fds: Vec<&PerfEvent> = events.events.iter().map(|(_, event, _)| event).collect();
+    let mut helper = HelperProcess::spawn("VIP".into(), move |control, mut report| {
+        let mut keep: Vec<RawFd> = fds.iter().map(|e| e.as_fd().as_raw_fd()).collect();
+        keep.extend([
+            shard.as_raw_fd(),
+            bpf.as_raw_fd(),
+            control.as_raw_fd(),
+            report.as_raw_fd(),
+        ]);
+        let outcome = process::close_fds_except(&keep)
+            .and_then(|()| run(&fds, shard, bpf, control, &mut report, &layout, first_id))
+            .map(|s| {
+                format!(
+                    "{} {} {} {} {} {}",
+                    s.loaded, s.unloaded, s.ksymbols, s.captured, s.missed, s.bytes
+                )
+            });
+        helper::finish(&mut report, outcome)
+    })?;
+    let len: usize = helper
+        .wait_ready()?
+        .parse()
+        .map_err(|_| helper.failure("sent a malformed ready line"))?;
+    let records = helper.read_bytes(len)?;
+    Ok((
+        VipProcess {
+            helper,
+            stats: None,
+        },
+        records,
+    ))
+}
+
+impl VipProcess {
+    /// Reads the VIP's final report once it has exited.
+    pub fn collect(&mut self) -> Result<VipStats, RecordError> {
+        let done = self.helper.read_done()?;
+        let mut fields = done.split(' ').map(|f| f.parse::<u64>().ok());
+        let mut next = || fields.next().flatten();
+        let stats = (|| {
+            Some(VipStats {
+                loaded: next()?,
+                unloaded: next()?,
+                ksymbols: next()?,
+                captured: next()?,
+                missed: next()?,
+                bytes: next()?,
+            })
+        })()
+        .ok_or_else(|| self.helper.failure(&done))?;
+        self.stats = Some(stats);
+        Ok(stats)
+    }
+}
+
+/// The VIP's body: map the rings, enable the side-band events (before the
+/// walk, so no program loads unseen between the two), describe the loaded
+/// programs, hand those records over, then watch.
+fn run(
+    events: &[&PerfEvent],
+    shard: File,
+    bpf: File,
+    control: OwnedFd,
+    report: &mut File,
+    layout: &SampleIdLayout,
+    event_id: u64,
+) -> io::Result<VipStats> {
+    let rings = events
+        .iter()
+        .map(|&event| {
+            Ok(SideBand {
+                event,
+                ring: RingBuffer::map(event, RING_PAGES)?,
+            })
+        })
+        .collect::<io::Result<Vec<_>>>()?;
+    for event in events {
+        event.enable()?;
+    }
+    let mut capturer = Capturer::new(bpf);
+    let (records, _) = existing::describe(&mut capturer, layout, event_id)?;
+    writeln!(report, "ready {}", records.len())?;
+    report.write_all(&records)?;
+    Vip::new(rings, shard, capturer, File::from(control)).run()
+}

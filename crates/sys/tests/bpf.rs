@@ -1,0 +1,245 @@
+//! `shardrec_sys::bpf` against the kernel: programs loaded here, captured,
+//! and checked against what the kernel shows elsewhere (`/proc/kallsyms`,
+//! and libbpf-rs's own info query; Debian's bpftool is built without
+//! libbfd and cannot dump JITed images).
+//!
+//! Needs root. Skips when not root, unless `CI` is set, where that fails.
+
+use std::collections::BTreeSet;
+use std::os::fd::{AsFd, OwnedFd};
+use std::time::{Duration, Instant};
+
+use libbpf_rs::query::{ProgInfoIter, ProgInfoQueryOptions, ProgramInfo};
+use shardrec_sys::bpf::{self, prog_type, test_programs, BpilArray, ProgInfo, ProgramSpec};
+use shardrec_sys::{tracefs, Attr, PerfEvent, Target};
+
+const PERF_TYPE_TRACEPOINT: u32 = 2;
+
+/// Loads `spec` and captures it: the fd (keep it to keep the program) and info.
+fn load(spec: &ProgramSpec<'_>) -> (OwnedFd, ProgInfo) {
+    let fd = bpf::load_program(spec).unwrap_or_else(|err| panic!("{err}"));
+    let id = bpf::prog_id(fd.as_fd()).expect("prog id");
+    let info = bpf::capture_prog(id).expect("capture").expect("loaded");
+    (fd, info)
+}
+
+/// The names `/proc/kallsyms` gives BPF symbols at `addr`.
+fn kallsyms_names(kallsyms: &str, addr: u64) -> BTreeSet<String> {
+    kallsyms
+        .lines()
+        .filter(|line| line.ends_with("\t[bpf]"))
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace();
+            let at = u64::from_str_radix(fields.next()?, 16).ok()?;
+            let name = fields.nth(1)?;
+            (at == addr).then(|| name.to_string())
+        })
+        .collect()
+}
+
+/// libbpf-rs's view of program `id`, read by its own code.
+fn libbpf_view(id: u32) -> ProgramInfo {
+    ProgInfoIter::with_query_opts(ProgInfoQueryOptions::default().include_all())
+        .find(|prog| prog.id == id)
+        .expect("libbpf-rs finds the program")
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Name, type, tag, sub-programs and their symbols of one loaded program.
+fn check_program(spec: ProgramSpec<'_>, subprograms: usize) {
+    let (fd, prog) = load(&spec);
+    assert_eq!(prog.name, spec.name);
+    assert_eq!(prog.prog_type, spec.prog_type);
+    assert_eq!(prog.jited_ksyms.len(), subprograms);
+    assert_eq!(prog.jited_func_lens.len(), subprograms);
+    assert_eq!(prog.prog_tags.len(), subprograms);
+    assert_ne!(prog.btf_id, 0);
+    let theirs = libbpf_view(prog.id);
+    assert_eq!(theirs.tag.0, prog.tag);
+    assert_eq!(theirs.ty as u32, prog.prog_type);
+    assert_eq!(theirs.btf_id, prog.btf_id);
+    let addrs: Vec<u64> = theirs.jited_ksyms.iter().map(|&p| p as u64).collect();
+    assert_eq!(addrs, prog.jited_ksyms);
+    assert_eq!(theirs.jited_func_lens, prog.jited_func_lens);
+    let tags: Vec<[u8; 8]> = theirs.prog_tags.iter().map(|t| t.0).collect();
+    assert_eq!(tags, prog.prog_tags);
+    assert_eq!(theirs.jited_prog_insns, prog.array(BpilArray::JitedInsns));
+    let image_len: u32 = prog.jited_func_lens.iter().sum();
+    assert_eq!(prog.array(BpilArray::JitedInsns).len(), image_len as usize);
+    assert_eq!(
+        prog.array(BpilArray::FuncInfo).len(),
+        8 * spec.func_names.len()
+    );
+    assert_eq!(
+        prog.array(BpilArray::LineInfo).len(),
+        16 * spec.func_names.len()
+    );
+    assert_eq!(
+        prog.array(BpilArray::JitedLineInfo).len(),
+        8 * spec.func_names.len()
+    );
+    let kallsyms = std::fs::read_to_string("/proc/kallsyms").expect("reading /proc/kallsyms");
+    for (index, (&addr, name)) in prog.jited_ksyms.iter().zip(&prog.ksym_names).enumerate() {
+        // The first symbol is the program itself, under the program's tag.
+        let tag = if index == 0 {
+            prog.tag
+        } else {
+            prog.prog_tags[index]
+        };
+        let expected = format!("bpf_prog_{}_{}", hex(&tag), spec.func_names[index].1);
+        assert_eq!(name, &expected);
+        assert_eq!(kallsyms_names(&kallsyms, addr), BTreeSet::from([expected]));
+    }
+    let id = prog.id;
+    drop(fd);
+    assert_gone(id);
+}
+
+/// Once its last fd is closed, the program is unloaded: capture says `None`.
+fn assert_gone(id: u32) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match bpf::capture_prog(id).expect("capture of an unloaded id") {
+            None => return,
+            Some(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+            Some(_) => panic!("program {id} still loaded 5 s after its fd was closed"),
+        }
+    }
+}
+
+#[test]
+fn return_zero_is_captured() {
+    if shardrec_testkit::require_root() {
+        check_program(test_programs::return_zero(), 1);
+    }
+}
+
+#[test]
+fn subprogram_has_two_named_symbols() {
+    if shardrec_testkit::require_root() {
+        check_program(test_programs::with_subprogram(), 2);
+    }
+}
+
+#[test]
+fn hot_loop_is_captured() {
+    if shardrec_testkit::require_root() {
+        check_program(test_programs::hot_loop(), 1);
+    }
+}
+
+#[test]
+fn walk_finds_loaded_program_and_btf_reads() {
+    if !shardrec_testkit::require_root() {
+        return;
+    }
+    let (_fd, prog) = load(&test_programs::return_zero());
+    let mut ids = Vec::new();
+    let mut id = 0;
+    while let Some(next) = bpf::next_prog_id(id).expect("next id") {
+        assert!(next > id, "ids ascend");
+        ids.push(next);
+        id = next;
+    }
+    assert!(ids.contains(&prog.id), "{} not in {ids:?}", prog.id);
+    let btf = bpf::btf_data(prog.btf_id)
+        .expect("btf")
+        .expect("btf exists");
+    assert_eq!(u16::from_ne_bytes([btf[0], btf[1]]), 0xeb9f);
+    assert_eq!(prog.btf.as_ref(), Some(&btf));
+    let needle = b"shardrec_zero\0";
+    assert!(btf.windows(needle.len()).any(|w| w == needle));
+    assert_eq!(bpf::btf_data(u32::MAX).expect("absent btf"), None);
+}
+
+#[test]
+fn programs_without_btf_are_named_after_themselves() {
+    if !shardrec_testkit::require_root() {
+        return;
+    }
+    let kallsyms_of = |prog: &ProgInfo| {
+        let kallsyms = std::fs::read_to_string("/proc/kallsyms").expect("reading /proc/kallsyms");
+        let names = |addr| {
+            kallsyms_names(&kallsyms, addr)
+                .into_iter()
+                .collect::<Vec<_>>()
+        };
+        prog.jited_ksyms
+            .iter()
+            .flat_map(|&addr| names(addr))
+            .collect::<Vec<_>>()
+    };
+    let single = ProgramSpec {
+        func_names: &[],
+        name: "shardrec_nobtf",
+        ..test_programs::return_zero()
+    };
+    let (_single_fd, prog) = load(&single);
+    assert_eq!(prog.btf_id, 0);
+    assert!(prog.array(BpilArray::FuncInfo).is_empty());
+    let expected = format!("bpf_prog_{}_shardrec_nobtf", hex(&prog.tag));
+    assert_eq!(prog.ksym_names, [expected]);
+    assert_eq!(kallsyms_of(&prog), prog.ksym_names);
+    // Without BTF, sub-programs are all called "F"; the program keeps its name.
+    let calls = ProgramSpec {
+        func_names: &[],
+        ..test_programs::with_subprogram()
+    };
+    let (_calls_fd, prog) = load(&calls);
+    let expected = [
+        format!("bpf_prog_{}_shardrec_call", hex(&prog.tag)),
+        format!("bpf_prog_{}_F", hex(&prog.prog_tags[1])),
+    ];
+    assert_eq!(prog.ksym_names, expected);
+    assert_eq!(kallsyms_of(&prog), prog.ksym_names);
+}
+
+#[test]
+fn refused_program_says_why() {
+    if !shardrec_testkit::require_root() {
+        return;
+    }
+    let spec = ProgramSpec {
+        insns: &[bpf::insn::exit()], // r0 is never set
+        func_names: &[],
+        ..test_programs::return_zero()
+    };
+    let err = bpf::load_program(&spec).expect_err("the verifier refuses");
+    let message = err.to_string();
+    assert!(message.contains("shardrec_zero"), "{message}");
+    assert!(message.contains("R0"), "{message}");
+}
+
+#[test]
+fn hot_loop_runs_long_on_a_tracepoint() {
+    if !shardrec_testkit::require_root() {
+        return;
+    }
+    let root = tracefs::root().expect("tracefs");
+    let tp = tracefs::tracepoint_id(&root, "syscalls", "sys_enter_getppid").expect("tracepoint id");
+    let (fd, _) = load(&test_programs::hot_loop());
+    let event = PerfEvent::open(
+        &Attr::new(PERF_TYPE_TRACEPOINT, tp),
+        Target { pid: 0, cpu: -1 },
+    )
+    .expect("tracepoint event");
+    event.set_bpf(fd.as_fd()).expect("PERF_EVENT_IOC_SET_BPF");
+    event.enable().expect("enable");
+    let stats = bpf::enable_stats().expect("run-time statistics");
+    for _ in 0..200 {
+        // SAFETY: getppid has no arguments and cannot fail.
+        unsafe { libc::getppid() };
+    }
+    let prog = bpf::capture_prog(bpf::prog_id(fd.as_fd()).unwrap())
+        .unwrap()
+        .unwrap();
+    drop(stats);
+    assert!(prog.run_cnt >= 200, "ran {} times", prog.run_cnt);
+    let per_run = prog.run_time_ns / prog.run_cnt;
+    eprintln!("{} runs, {per_run} ns each", prog.run_cnt);
+    assert!(per_run >= 1_000, "{per_run} ns a run is not a hot loop");
+    assert_eq!(prog_type::TRACEPOINT, prog.prog_type);
+}

@@ -1,0 +1,69 @@
+//! Capturing a BPF program: its info in perf's layout, and its BTF once.
+
+use std::collections::HashSet;
+use std::io::{self, Write};
+
+use shardrec_perfdata::bpf::bpil;
+use shardrec_shard::bpf_file::{self, BpfEntry};
+use shardrec_sys::bpf::{self, ProgInfo};
+
+/// Captures programs into a `bpf` file.
+pub struct Capturer<W: Write> {
+    out: W,
+    programs: HashSet<u32>,
+    btfs: HashSet<u32>,
+    /// Programs captured.
+    pub captured: u64,
+    /// Programs gone before they could be captured.
+    pub missed: u64,
+}
+
+impl<W: Write> Capturer<W> {
+    /// Appends to `out`.
+    pub fn new(out: W) -> Self {
+        Capturer {
+            out,
+            programs: HashSet::new(),
+            btfs: HashSet::new(),
+            captured: 0,
+            missed: 0,
+        }
+    }
+
+    /// Captures program `id` (once: a program seen again is skipped), and
+    /// its BTF if not yet captured. `Ok(None)` when the program is already
+    /// gone (counted as missed) or was captured before.
+    pub fn capture(&mut self, id: u32) -> io::Result<Option<ProgInfo>> {
+        if !self.programs.insert(id) {
+            return Ok(None);
+        }
+        let Some(info) = bpf::capture_prog(id)? else {
+            self.missed += 1;
+            return Ok(None);
+        };
+        let arrays: Vec<(u32, &[u8])> = info
+            .arrays
+            .iter()
+            .map(|(kind, data)| (kind.bit(), &data[..]))
+            .collect();
+        let entry = BpfEntry::Program {
+            id,
+            bpil: bpil(&info.info, &arrays),
+            btf_id: info.btf_id,
+        };
+        bpf_file::append(&mut self.out, &entry)?;
+        // The BTF was read while the program's fd was open: a program that
+        // unloads now cannot take its BTF with it.
+        if let Some(data) = info.btf.as_ref().filter(|_| info.btf_id != 0) {
+            if self.btfs.insert(info.btf_id) {
+                let entry = BpfEntry::Btf {
+                    id: info.btf_id,
+                    data: data.clone(),
+                };
+                bpf_file::append(&mut self.out, &entry)?;
+            }
+        }
+        self.captured += 1;
+        Ok(Some(info))
+    }
+}

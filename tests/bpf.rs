@@ -1,0 +1,200 @@
+//! The VIP against real BPF programs: each one caught as it loads, named
+//! in profiles, its info in the header exactly as the kernel reports it.
+
+mod common;
+
+use std::os::fd::AsFd;
+
+use common::*;
+use shardrec_format::header::{BPF_EVENT, KSYMBOL};
+use shardrec_format::records::{parse_bpf_event, BPF_EVENT_PROG_LOAD, BPF_EVENT_PROG_UNLOAD};
+use shardrec_sys::bpf::{self, load_program, test_programs, BpilArray};
+
+/// The tags of the programs `shardrec-load bpf-churn` loads.
+fn churn_tags() -> Vec<[u8; 8]> {
+    [
+        test_programs::return_zero(),
+        test_programs::with_subprogram(),
+    ]
+    .iter()
+    .map(|spec| {
+        let prog = load_program(spec).unwrap();
+        let id = bpf::prog_id(prog.as_fd()).unwrap();
+        bpf::capture_prog(id).unwrap().unwrap().tag
+    })
+    .collect()
+}
+
+/// The name of a KSYMBOL record, and whether it unregisters the symbol.
+fn ksymbol(record: &[u8]) -> (String, bool) {
+    let flags = u16::from_ne_bytes(record[22..24].try_into().unwrap());
+    let name = &record[24..];
+    let end = name.iter().position(|&b| b == 0).unwrap();
+    (
+        String::from_utf8_lossy(&name[..end]).into_owned(),
+        flags & 1 != 0,
+    )
+}
+
+#[test]
+fn a_hundred_short_lived_programs_are_all_caught() {
+    if !require_root() {
+        return;
+    }
+    let _serial = serial();
+    let tags = churn_tags();
+    let scratch = Scratch::new("bpf-churn");
+    let stderr = record_and_merge(
+        &scratch,
+        &["-a", "-e", "cpu-clock", "--", load(), "bpf-churn", "100"],
+    );
+    let records = data_records(&scratch.output());
+    let (mut loads, mut unloads) = (0, 0);
+    for event in records
+        .iter()
+        .filter(|r| r[0..4] == BPF_EVENT.to_ne_bytes())
+    {
+        let (type_, _, tag) = parse_bpf_event(event).unwrap();
+        if tags.contains(&tag) {
+            match type_ {
+                BPF_EVENT_PROG_LOAD => loads += 1,
+                BPF_EVENT_PROG_UNLOAD => unloads += 1,
+                _ => {}
+            }
+        }
+    }
+    assert_eq!(
+        (loads, unloads),
+        (100, 100),
+        "PROG_LOAD and PROG_UNLOAD of our programs"
+    );
+    let ours: Vec<(String, bool)> = records
+        .iter()
+        .filter(|r| r[0..4] == KSYMBOL.to_ne_bytes())
+        .map(|r| ksymbol(r))
+        .filter(|(name, _)| name.contains("_shardrec_"))
+        .collect();
+    // 50 programs of one function and 50 of two: 150 symbols, each
+    // registered and unregistered.
+    assert_eq!(ours.iter().filter(|(_, gone)| !gone).count(), 150);
+    assert_eq!(ours.iter().filter(|(_, gone)| *gone).count(), 150);
+
+    let header = perf(&["report", "--header-only", "-I"], &scratch.output());
+    assert_no_complaint(&header, "perf report --header-only");
+    let text = String::from_utf8_lossy(&header.stdout);
+    let captured = text
+        .lines()
+        .filter(|l| {
+            l.starts_with("# bpf_prog_info ") && (l.contains("shardrec_zero") || l.ends_with(':'))
+        })
+        .count();
+    assert!(
+        captured >= 99,
+        "only {captured} programs' info in the header:\n{text}"
+    );
+    assert!(
+        text.contains("# btf info of id"),
+        "no BTF in the header:\n{text}"
+    );
+    assert!(
+        stderr.contains("BPF programs: ") && stderr.contains(" captured, "),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_hot_bpf_program_is_named_in_the_profile() {
+    if !require_root() {
+        return;
+    }
+    let _serial = serial();
+    let scratch = Scratch::new("bpf-hot");
+    record_and_merge(
+        &scratch,
+        &["-a", "-e", "cpu-clock", "--", load(), "bpf-hot", "1"],
+    );
+    let report = perf(
+        &["report", "--stdio", "--no-children", "--sort", "sym"],
+        &scratch.output(),
+    );
+    assert_no_complaint(&report, "perf report");
+    let stdout = String::from_utf8_lossy(&report.stdout);
+    let line = stdout
+        .lines()
+        .find(|l| l.contains("_shardrec_hot"))
+        .unwrap_or_else(|| panic!("no sample in the BPF program:\n{stdout}"));
+    assert!(line.contains("[k] bpf_prog_"), "{line}");
+    let percent: f64 = line
+        .trim()
+        .split('%')
+        .next()
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        percent > 10.0,
+        "the hot BPF program has only {percent}% of the samples"
+    );
+}
+
+/// The JITed image a perf_bpil block holds: `jited_prog_len` at byte 16 of
+/// `bpf_prog_info`, its data offset at byte 24 (bpil_addr_to_offs).
+fn jited_image(bpil: &[u8]) -> &[u8] {
+    let info_len = u32::from_ne_bytes(bpil[0..4].try_into().unwrap()) as usize;
+    let info = &bpil[16..16 + info_len];
+    let data = &bpil[16 + info_len..];
+    let len = u32::from_ne_bytes(info[16..20].try_into().unwrap()) as usize;
+    let offset = u64::from_ne_bytes(info[24..32].try_into().unwrap()) as usize;
+    &data[offset..offset + len]
+}
+
+/// The perf_bpil block of program `id` in a BPF_PROG_INFO feature.
+fn bpil_of(feature: &[u8], id: u32) -> Option<&[u8]> {
+    let count = u32::from_ne_bytes(feature[0..4].try_into().unwrap());
+    let mut rest = &feature[4..];
+    for _ in 0..count {
+        let info_len = u32::from_ne_bytes(rest[0..4].try_into().unwrap()) as usize;
+        let data_len = u32::from_ne_bytes(rest[4..8].try_into().unwrap()) as usize;
+        let (block, tail) = rest.split_at(16 + info_len + data_len);
+        if shardrec_perfdata::bpf::bpil_prog_id(block) == Some(id) {
+            return Some(block);
+        }
+        rest = tail;
+    }
+    None
+}
+
+#[test]
+fn programs_loaded_before_recording_are_named_and_their_image_is_exact() {
+    if !require_root() {
+        return;
+    }
+    let _serial = serial();
+    let prog = load_program(&test_programs::with_subprogram()).unwrap();
+    let id = bpf::prog_id(prog.as_fd()).unwrap();
+    let scratch = Scratch::new("bpf-before");
+    record_and_merge(&scratch, &["-a", "-e", "cpu-clock", "--", "sleep", "0.2"]);
+
+    // Synthesized KSYMBOLs name both functions as the kernel does.
+    let names: Vec<String> = data_records(&scratch.output())
+        .iter()
+        .filter(|r| r[0..4] == KSYMBOL.to_ne_bytes())
+        .map(|r| ksymbol(r).0)
+        .collect();
+    let kernel = bpf::capture_prog(id).unwrap().unwrap();
+    for name in &kernel.ksym_names {
+        assert!(names.contains(name), "no KSYMBOL {name} in {names:?}");
+    }
+    let header = perf(&["report", "--header-only", "-I"], &scratch.output());
+    let text = String::from_utf8_lossy(&header.stdout);
+    assert!(text.contains(&format!("# bpf_prog_info {id}:")), "{text}");
+    assert!(text.contains("_shardrec_callee"), "{text}");
+
+    // The image in the header is the one the kernel reports now.
+    let feature = feature_section(&scratch.output(), 25).expect("a BPF_PROG_INFO feature");
+    let block = bpil_of(&feature, id).expect("our program in BPF_PROG_INFO");
+    assert_eq!(jited_image(block), kernel.array(BpilArray::JitedInsns));
+    assert!(!kernel.array(BpilArray::JitedInsns).is_empty());
+    drop(prog);
+}
