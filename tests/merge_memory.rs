@@ -13,7 +13,8 @@ fn a_two_gigabyte_recording_merges_in_bounded_memory() {
         return;
     }
     let scratch = Scratch::new("merge-memory");
-    // DWARF stack copies at 20 kHz on every CPU: about 160 MB/s per CPU.
+    // DWARF stack copies at 20 kHz on every CPU: 100-160 MB/s per CPU, so
+    // 12 s leave a margin over 2 GB on a loaded machine.
     record(
         &scratch,
         &[
