@@ -26,7 +26,7 @@ fn a_two_gigabyte_recording_merges_in_bounded_memory() {
             "--",
             load(),
             "spin",
-            "8",
+            "12",
         ],
     );
     let meta = shardrec_shard::RecordingDir::open(scratch.shards())
