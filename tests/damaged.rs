@@ -130,3 +130,56 @@ fn a_missing_or_garbled_meta_is_a_clear_error() {
         "{stderr}"
     );
 }
+
+#[test]
+fn a_recording_killed_with_sigkill_still_merges() {
+    if !require_root() {
+        return;
+    }
+    let _serial = serial();
+    let scratch = Scratch::new("sigkill");
+    let mut coordinator = shardrec()
+        .args(["record", "-q", "-a", "-e", "cpu-clock", "-o"])
+        .arg(scratch.output())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    coordinator.kill().unwrap();
+    coordinator.wait().unwrap();
+    // The writers and the VIP see their control pipe close, drain and exit.
+    let meta = shardrec_shard::RecordingDir::open(scratch.shards())
+        .read_meta()
+        .unwrap();
+    assert!(
+        meta.stats.is_none(),
+        "a killed recording has no final statistics"
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    for &pid in &meta.recorder_pids[1..] {
+        while running(pid) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "helper {pid} outlived its coordinator"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+    let output = merge(&scratch);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let report = perf(&["report", "--stdio"], &scratch.output());
+    assert_no_complaint(&report, "perf report");
+    let script = perf(&["script", "-F", "time"], &scratch.output());
+    assert!(String::from_utf8_lossy(&script.stdout).lines().count() > 1000);
+}
+
+/// Whether `pid` runs (a zombie, which pid 1 may not have reaped yet, does not).
+fn running(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            stat.rsplit_once(") ")
+                .map(|(_, rest)| !rest.starts_with('Z'))
+        })
+        .unwrap_or(false)
+}
