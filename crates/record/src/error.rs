@@ -25,6 +25,9 @@ pub enum RecordError {
         /// Why.
         reason: String,
     },
+    /// The kernel lacks something shardrec needs.
+    #[error("{0}")]
+    Kernel(String),
     /// tracefs could not be found or mounted.
     #[error("tracepoints need tracefs: {0}")]
     Tracefs(String),

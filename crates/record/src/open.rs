@@ -162,6 +162,9 @@ fn open_error(plan: &Plan, spec: usize, cpu: u32, pid: i32, error: io::Error) ->
             paranoid: read_sysctl("perf_event_paranoid").map_or(-9, |v| v as i32),
         },
         Some(libc::ESRCH) => RecordError::NoSuchProcess(pid),
+        Some(libc::E2BIG) => RecordError::Kernel(format!(
+            "this kernel's perf_event_attr is smaller than the fields '{name}' needs (E2BIG)"
+        )),
         Some(libc::ENOENT) | Some(libc::EOPNOTSUPP) | Some(libc::ENODEV)
             if event.type_ == abi::PERF_TYPE_HARDWARE =>
         {

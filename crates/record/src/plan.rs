@@ -47,6 +47,7 @@ pub struct Plan {
 impl Plan {
     /// Checks `config` against this machine.
     pub fn resolve(config: &RecordConfig) -> Result<Plan, RecordError> {
+        shardrec_writer::check_kernel().map_err(RecordError::Kernel)?;
         let mut warnings = Vec::new();
         let events = resolve_events(&config.events)?;
         let (tasks, pids) = resolve_tasks(config)?;

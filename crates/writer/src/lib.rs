@@ -19,6 +19,8 @@
 
 mod control;
 mod shard_writer;
+mod support;
 
 pub use control::Command;
 pub use shard_writer::{ShardWriter, WriterConfig, WriterStats};
+pub use support::check as check_kernel;

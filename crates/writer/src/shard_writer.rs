@@ -23,12 +23,16 @@ pub struct WriterConfig {
     /// A quiet ring (below its wakeup watermark) still reaches the shard
     /// this often.
     pub flush_interval: Duration,
+    /// Use one multishot poll (5.13+). Without it, or when the kernel
+    /// refuses it, a one-shot poll is re-armed after each wakeup.
+    pub multishot_poll: bool,
 }
 
 impl Default for WriterConfig {
     fn default() -> Self {
         WriterConfig {
             flush_interval: Duration::from_millis(100),
+            multishot_poll: true,
         }
     }
 }
@@ -72,6 +76,9 @@ pub struct ShardWriter<'a> {
     base: u64,
     stop: Option<Command>,
     control_open: bool,
+    /// Multishot polls need 5.13; older kernels reject them (EINVAL) and
+    /// get a one-shot poll re-armed after each wakeup.
+    multishot: bool,
     stats: WriterStats,
 }
 
@@ -98,6 +105,7 @@ impl<'a> ShardWriter<'a> {
             base: ring.tail(),
             stop: None,
             control_open: true,
+            multishot: config.multishot_poll,
             stats: WriterStats::default(),
         })
     }
@@ -214,11 +222,16 @@ impl<'a> ShardWriter<'a> {
     fn handle(&mut self, kind: u64, result: i32, flags: u32) -> io::Result<()> {
         match kind {
             POLL => {
+                if result == -libc::EINVAL && self.multishot {
+                    self.multishot = false;
+                    return self.arm_poll();
+                }
                 if result < 0 && result != -libc::ECANCELED {
                     return Err(io::Error::from_raw_os_error(-result));
                 }
                 self.stats.wakeups += 1;
-                // A multishot poll ends on overflow of the completion queue; re-arm it.
+                // A multishot poll ends on overflow of the completion queue,
+                // a one-shot one after each wakeup: re-arm either.
                 if !cqueue::more(flags) && self.stop.is_none() {
                     self.arm_poll()?;
                 }
@@ -258,7 +271,7 @@ impl<'a> ShardWriter<'a> {
     fn arm_poll(&mut self) -> io::Result<()> {
         let fd = types::Fd(self.event.as_fd().as_raw_fd());
         let entry = opcode::PollAdd::new(fd, libc::POLLIN as u32)
-            .multi(true)
+            .multi(self.multishot)
             .build()
             .user_data(POLL);
         // SAFETY: a poll request carries no buffer; the event fd outlives

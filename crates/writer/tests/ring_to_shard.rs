@@ -13,7 +13,7 @@ use shardrec_writer::{Command, ShardWriter, WriterConfig};
 /// Samples this thread's cpu-clock every 10 µs into a ring of `pages`,
 /// streams it with a writer thread while busy for `busy`, and returns the
 /// shard's bytes with the writer's byte count.
-fn record_self(pages: usize, busy: Duration) -> (Vec<u8>, u64) {
+fn record_self(pages: usize, busy: Duration, config: WriterConfig) -> (Vec<u8>, u64) {
     let mut attr = Attr::software(abi::PERF_COUNT_SW_TASK_CLOCK as u64);
     attr.set_period(10_000);
     attr.set_sample_type(
@@ -24,13 +24,17 @@ fn record_self(pages: usize, busy: Duration) -> (Vec<u8>, u64) {
     let tid = nix::unistd::gettid().as_raw();
     let event = PerfEvent::open(&attr, Target { pid: tid, cpu: -1 }).expect("perf_event_open");
     let ring = RingBuffer::map(&event, pages).expect("mmap ring");
-    let dir = std::env::temp_dir().join(format!("shardrec-writer-{}-{pages}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!(
+        "shardrec-writer-{}-{pages}-{}",
+        std::process::id(),
+        config.multishot_poll
+    ));
     let _ = std::fs::remove_file(&dir);
     let shard = std::fs::File::create(&dir).unwrap();
     let (read_end, write_end): (OwnedFd, OwnedFd) = nix::unistd::pipe().unwrap();
     let stats = std::thread::scope(|scope| {
         let writer = scope.spawn(|| {
-            ShardWriter::new(&ring, &event, shard, read_end, WriterConfig::default())
+            ShardWriter::new(&ring, &event, shard, read_end, config)
                 .unwrap()
                 .run()
                 .unwrap()
@@ -71,16 +75,27 @@ fn count(bytes: &[u8]) -> (u64, u64) {
     (samples, lost)
 }
 
+/// Both ways of waiting: one multishot poll (5.13+), and the one-shot poll
+/// re-armed after each wakeup that older kernels get.
+fn poll_modes() -> [WriterConfig; 2] {
+    [true, false].map(|multishot_poll| WriterConfig {
+        multishot_poll,
+        ..WriterConfig::default()
+    })
+}
+
 #[test]
 fn streams_every_byte_as_whole_records() {
     if !shardrec_testkit::require_root() {
         return;
     }
-    let (bytes, written) = record_self(64, Duration::from_millis(300));
-    assert_eq!(bytes.len() as u64, written);
-    let (samples, lost) = count(&bytes);
-    assert!(samples > 1000, "only {samples} samples");
-    assert_eq!(lost, 0);
+    for config in poll_modes() {
+        let (bytes, written) = record_self(64, Duration::from_millis(300), config);
+        assert_eq!(bytes.len() as u64, written);
+        let (samples, lost) = count(&bytes);
+        assert!(samples > 1000, "only {samples} samples ({config:?})");
+        assert_eq!(lost, 0, "{config:?}");
+    }
 }
 
 #[test]
@@ -88,11 +103,16 @@ fn a_one_page_ring_wraps_and_stays_whole() {
     if !shardrec_testkit::require_root() {
         return;
     }
-    let (bytes, written) = record_self(1, Duration::from_millis(300));
-    assert_eq!(bytes.len() as u64, written);
-    // 300 ms at 100 kHz of 40-byte samples is ~1.2 MB through a 4 KiB ring.
-    assert!(written > 16 * 4096, "ring wrapped only {written} bytes");
-    let (samples, lost) = count(&bytes);
-    assert!(samples > 0);
-    eprintln!("one-page ring: {samples} samples, {lost} lost");
+    for config in poll_modes() {
+        let (bytes, written) = record_self(1, Duration::from_millis(300), config);
+        assert_eq!(bytes.len() as u64, written);
+        // 300 ms at 100 kHz of 40-byte samples is ~1.2 MB through a 4 KiB ring.
+        assert!(
+            written > 16 * 4096,
+            "ring wrapped only {written} bytes ({config:?})"
+        );
+        let (samples, lost) = count(&bytes);
+        assert!(samples > 0);
+        eprintln!("one-page ring, {config:?}: {samples} samples, {lost} lost");
+    }
 }
