@@ -191,3 +191,44 @@ fn locked_memory_limit() {
     );
     assert_refused(&output, &scratch, "over the locked-memory limit");
 }
+
+/// shardrec under a file-descriptor limit, through prlimit (util-linux).
+fn with_nofile(limit: &str) -> Command {
+    let mut command = Command::new("prlimit");
+    command
+        .arg(format!("--nofile={limit}"))
+        .arg(env!("CARGO_BIN_EXE_shardrec"));
+    command
+}
+
+#[test]
+fn too_few_file_descriptors_is_named() {
+    if !require_root() {
+        return;
+    }
+    let scratch = Scratch::new("bad-nofile");
+    let output = run_as(with_nofile("20:20"), &scratch, &["-a", "--", "true"]);
+    assert_refused(
+        &output,
+        &scratch,
+        "file descriptors, over RLIMIT_NOFILE (hard limit 20)",
+    );
+}
+
+#[test]
+fn a_low_soft_file_limit_is_raised_to_the_hard_one() {
+    if !require_root() {
+        return;
+    }
+    let scratch = Scratch::new("soft-nofile");
+    let output = run_as(
+        with_nofile("20:4096"),
+        &scratch,
+        &["-q", "--no-merge", "-a", "--", "true"],
+    );
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}

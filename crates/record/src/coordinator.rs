@@ -61,6 +61,7 @@ impl<'a> Recording<'a> {
         plan: &'a Plan,
         workload: Option<&'a mut Workload>,
     ) -> Result<Recording<'a>, RecordError> {
+        plan.reserve_file_descriptors()?;
         let attrs = attrs::build(plan);
         let workload_pid = workload.as_ref().map(|w| w.pid.as_raw());
         let target_pid = workload_pid.filter(|_| plan.tasks == Tasks::Workload);

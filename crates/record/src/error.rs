@@ -60,6 +60,18 @@ pub enum RecordError {
         /// RLIMIT_MEMLOCK in KiB.
         rlimit_kb: u64,
     },
+    /// The recording needs more file descriptors than the hard limit allows.
+    #[error("recording {events} events on {cpus} CPUs needs {needed} file descriptors, over RLIMIT_NOFILE (hard limit {hard}); raise it (ulimit -Hn, or LimitNOFILE= for a service) or record fewer CPUs or events")]
+    TooManyFiles {
+        /// Events asked for (per CPU, times followed threads).
+        events: usize,
+        /// CPUs recorded.
+        cpus: usize,
+        /// Descriptors the coordinator will hold.
+        needed: u64,
+        /// The hard limit.
+        hard: u64,
+    },
     /// perf_event_open or a ring failed for another reason.
     #[error("cannot open event '{name}' on CPU {cpu}: {source}")]
     Open {

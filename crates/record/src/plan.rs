@@ -44,7 +44,45 @@ pub struct Plan {
     pub warnings: Vec<String>,
 }
 
+/// Descriptors the coordinator holds besides its events: shard files,
+/// pipes to each helper, the signalfd, tracefs and /proc reads, std streams.
+const FIXED_FDS: u64 = 64;
+
 impl Plan {
+    /// Perf events the coordinator opens: every event on every CPU for every
+    /// followed thread, plus a side-band event per CPU.
+    pub fn event_count(&self) -> u64 {
+        let tasks = match &self.tasks {
+            Tasks::Threads(tids) => tids.len(),
+            _ => 1,
+        };
+        (self.cpus.len() * (self.events.len() * tasks + 1)) as u64
+    }
+
+    /// Makes sure the coordinator may hold all its descriptors: raises the
+    /// soft RLIMIT_NOFILE as far as the hard one (as perf does on EMFILE),
+    /// and refuses clearly when even that is too little.
+    pub fn reserve_file_descriptors(&self) -> Result<(), RecordError> {
+        use nix::sys::resource::{getrlimit, setrlimit, Resource};
+        // Per CPU, besides its events: a shard and two pipes' ends.
+        let needed = self.event_count() + 3 * self.cpus.len() as u64 + FIXED_FDS;
+        let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE)
+            .map_err(|e| RecordError::system("reading RLIMIT_NOFILE")(e.into()))?;
+        if needed <= soft {
+            return Ok(());
+        }
+        if needed > hard {
+            return Err(RecordError::TooManyFiles {
+                events: self.events.len(),
+                cpus: self.cpus.len(),
+                needed,
+                hard,
+            });
+        }
+        setrlimit(Resource::RLIMIT_NOFILE, needed.max(soft), hard)
+            .map_err(|e| RecordError::system("raising RLIMIT_NOFILE")(e.into()))
+    }
+
     /// Checks `config` against this machine.
     pub fn resolve(config: &RecordConfig) -> Result<Plan, RecordError> {
         shardrec_writer::check_kernel().map_err(RecordError::Kernel)?;
