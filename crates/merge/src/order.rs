@@ -14,7 +14,14 @@ use shardrec_format::header::RecordHeader;
 
 use crate::source::{Layouts, Shard, TimeReader};
 
-use shardrec_shard::scan::RELEASE_STEP;
+/// Resident shard bytes the merge allows itself, split between the
+/// streams: each releases the pages behind it once it is this far past.
+const RESIDENT_BUDGET: usize = 128 << 20;
+
+/// How far one of `streams` concurrent streams reads before releasing.
+pub fn release_step(streams: usize) -> usize {
+    (RESIDENT_BUDGET / streams.max(1)).clamp(1 << 20, 32 << 20)
+}
 
 #[derive(PartialEq, Eq, PartialOrd, Ord)]
 struct Pending {
@@ -37,11 +44,13 @@ pub struct SortedShard<'a> {
     first_seq: u64,
     max_read: u64,
     released: usize,
+    release_step: usize,
 }
 
 impl<'a> SortedShard<'a> {
-    /// A sorted view of `shard`'s valid records.
-    pub fn new(shard: &'a Shard, layouts: &'a Layouts) -> Self {
+    /// A sorted view of `shard`'s valid records, releasing the pages behind
+    /// it every `release_step` bytes.
+    pub fn new(shard: &'a Shard, layouts: &'a Layouts, release_step: usize) -> Self {
         shard.bytes.advise_sequential();
         SortedShard {
             shard,
@@ -53,6 +62,7 @@ impl<'a> SortedShard<'a> {
             first_seq: 0,
             max_read: 0,
             released: 0,
+            release_step,
         }
     }
 
@@ -91,7 +101,7 @@ impl<'a> SortedShard<'a> {
             .in_flight
             .front()
             .map_or(self.pos, |&(offset, _)| offset);
-        if keep >= self.released + RELEASE_STEP {
+        if keep >= self.released + self.release_step {
             self.shard.bytes.release_before(keep);
             self.released = keep;
         }

@@ -12,7 +12,7 @@ use shardrec_perfdata::{AttrEntry, PerfDataWriter};
 use shardrec_shard::Meta;
 
 use crate::dso::DsoHits;
-use crate::order::{Merged, SortedShard};
+use crate::order::{release_step, Merged, SortedShard};
 use crate::progress::Progress;
 use crate::source::{Layouts, Shard, TimeReader};
 
@@ -55,16 +55,17 @@ pub fn write_data(
             written.hits.observe(header, record, &id);
         }
     };
-    for (_, record) in Merged::new(vec![SortedShard::new(synth, layouts)]) {
+    for (_, record) in Merged::new(vec![SortedShard::new(synth, layouts, release_step(1))]) {
         observe(&mut written, record);
         writer.write_record(record)?;
         written.records += 1;
     }
     writer.write_record(&marker(FINISHED_INIT))?;
     progress.advance(synth.valid_len as u64);
+    let step = release_step(shards.len());
     let streams = shards
         .iter()
-        .map(|s| SortedShard::new(s, layouts))
+        .map(|s| SortedShard::new(s, layouts, step))
         .collect();
     let mut since_round = 0u64;
     for (_, record) in Merged::new(streams) {
