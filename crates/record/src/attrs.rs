@@ -74,7 +74,12 @@ fn build_one(plan: &Plan, spec: &EventSpec, first: bool, ring_bytes: usize) -> A
     if plan.tasks == Tasks::Workload {
         attr.set_enable_on_exec();
     }
-    // Wake the writer at a quarter full: three quarters absorb the write's latency.
-    attr.set_wakeup_watermark((ring_bytes / 4).max(1) as u32);
+    attr.set_wakeup_watermark(wakeup_watermark(ring_bytes));
     attr
+}
+
+/// Wake the writer at a quarter full: three quarters absorb the write's
+/// latency, and the writer writes in pieces of about this size.
+pub fn wakeup_watermark(ring_bytes: usize) -> u32 {
+    (ring_bytes / 4).max(1) as u32
 }

@@ -76,7 +76,11 @@ fn run(
     cpu::pin_to(cpu)?;
     let ring = RingBuffer::map(owner, ring_pages)?;
     writeln!(report, "ready")?;
-    ShardWriter::new(&ring, owner, shard, control, WriterConfig::default())?.run()
+    let config = WriterConfig {
+        batch_bytes: crate::attrs::wakeup_watermark(ring.data_size()) as u64,
+        ..WriterConfig::default()
+    };
+    ShardWriter::new(&ring, owner, shard, control, config)?.run()
 }
 
 fn parse_stats(line: &str) -> Option<WriterStats> {

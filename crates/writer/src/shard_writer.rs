@@ -26,6 +26,12 @@ pub struct WriterConfig {
     /// Use one multishot poll (5.13+). Without it, or when the kernel
     /// refuses it, a one-shot poll is re-armed after each wakeup.
     pub multishot_poll: bool,
+    /// Bytes worth a write of their own. A write starts on a ring wakeup,
+    /// a timed flush or a stop; right after another write completes it
+    /// starts only if this much is waiting, so a busy ring is written in
+    /// large pieces instead of a stream of small ones. Set it to the
+    /// events' wakeup watermark.
+    pub batch_bytes: u64,
 }
 
 impl Default for WriterConfig {
@@ -33,6 +39,7 @@ impl Default for WriterConfig {
         WriterConfig {
             flush_interval: Duration::from_millis(100),
             multishot_poll: true,
+            batch_bytes: 0,
         }
     }
 }
@@ -72,6 +79,9 @@ pub struct ShardWriter<'a> {
     iov: Box<[libc::iovec; 2]>,
     tick: Box<types::Timespec>,
     in_flight: Option<InFlight>,
+    /// A wakeup, tick or command came since the last write started.
+    flush_wanted: bool,
+    batch_bytes: u64,
     /// Ring position of the shard's first byte.
     base: u64,
     stop: Option<Command>,
@@ -102,6 +112,8 @@ impl<'a> ShardWriter<'a> {
             iov: Box::new([empty_iovec(); 2]),
             tick: Box::new(tick),
             in_flight: None,
+            flush_wanted: false,
+            batch_bytes: config.batch_bytes,
             base: ring.tail(),
             stop: None,
             control_open: true,
@@ -126,7 +138,13 @@ impl<'a> ShardWriter<'a> {
             if self.stop == Some(Command::Quit) {
                 break;
             }
-            if !self.start_write()? && self.stop == Some(Command::Drain) {
+            let draining = self.stop == Some(Command::Drain);
+            let fill = self.ring.head() - self.ring.tail();
+            if !(self.flush_wanted || draining || fill >= self.batch_bytes.max(1)) {
+                continue;
+            }
+            self.flush_wanted = false;
+            if !self.start_write()? && draining {
                 break;
             }
         }
@@ -230,6 +248,7 @@ impl<'a> ShardWriter<'a> {
                     return Err(io::Error::from_raw_os_error(-result));
                 }
                 self.stats.wakeups += 1;
+                self.flush_wanted = true;
                 // A multishot poll ends on overflow of the completion queue,
                 // a one-shot one after each wakeup: re-arm either.
                 if !cqueue::more(flags) && self.stop.is_none() {
@@ -238,6 +257,7 @@ impl<'a> ShardWriter<'a> {
             }
             TICK => {
                 self.stats.ticks += 1;
+                self.flush_wanted = true;
                 if self.stop.is_none() {
                     self.arm_tick()?;
                 }
