@@ -229,3 +229,47 @@ fn a_chosen_clock_is_recorded_with_its_reference_time() {
         "sample time {last} is not near monotonic {now}"
     );
 }
+
+#[test]
+fn dwarf_callchains_unwind_to_the_caller() {
+    if !require_root() {
+        return;
+    }
+    let _serial = serial();
+    let scratch = Scratch::new("merge-dwarf");
+    // In DWARF mode the kernel gives no user frames: the caller can only
+    // come from unwinding the copied stack, which needs the read-only
+    // segment with .eh_frame_hdr recorded (mmap_data).
+    record_and_merge(
+        &scratch,
+        &[
+            "--call-graph",
+            "dwarf",
+            "-e",
+            "cpu-clock",
+            "--",
+            load(),
+            "hot",
+            "0.5",
+        ],
+    );
+    let report = perf(
+        &[
+            "report",
+            "--stdio",
+            "--no-children",
+            "--sort",
+            "sym",
+            "-g",
+            "caller",
+            "--no-inline",
+        ],
+        &scratch.output(),
+    );
+    assert_no_complaint(&report, "perf report");
+    let stdout = String::from_utf8_lossy(&report.stdout);
+    assert!(
+        stdout.contains("hot_loop") && stdout.contains("hot_caller"),
+        "{stdout}"
+    );
+}

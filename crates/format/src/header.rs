@@ -29,6 +29,8 @@ pub const BPF_EVENT: u32 = 18;
 pub const MISC_KERNEL: u16 = 1;
 /// `PERF_RECORD_MISC_USER`
 pub const MISC_USER: u16 = 2;
+/// `PERF_RECORD_MISC_MMAP_DATA`: a mapping that is not executable.
+pub const MISC_MMAP_DATA: u16 = 1 << 13;
 /// `PERF_RECORD_MISC_COMM_EXEC`
 pub const MISC_COMM_EXEC: u16 = 1 << 13;
 

@@ -67,6 +67,11 @@ fn build_one(plan: &Plan, spec: &EventSpec, first: bool, ring_bytes: usize) -> A
     }
     if first {
         attr.set_tracking();
+        // DWARF unwinding needs the read-only segments too (.eh_frame_hdr),
+        // as perf records them for --call-graph dwarf.
+        if matches!(plan.call_graph, CallGraph::Dwarf(_)) {
+            attr.set_mmap_data();
+        }
     }
     if plan.tasks != Tasks::SystemWide {
         attr.set_inherit();

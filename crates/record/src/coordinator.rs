@@ -168,7 +168,8 @@ impl<'a> Recording<'a> {
     fn synthesize(&mut self, existing_bpf: &[u8]) -> Result<(), RecordError> {
         let first = &self.cpus[0].events[0];
         let sample_type = self.meta.events[first.spec].sample_type();
-        let synth = Synthesizer::new(sample_type, first.id);
+        let dwarf = matches!(self.plan.call_graph, crate::config::CallGraph::Dwarf(_));
+        let synth = Synthesizer::new(sample_type, first.id).with_data_maps(dwarf);
         let path = self.dir.synth_path();
         let mut out = BufWriter::new(self.dir.create_file(&path)?);
         let tasks = match (&self.plan.tasks, &self.workload) {

@@ -87,6 +87,7 @@ pub struct Synthesizer {
     layout: SampleIdLayout,
     event_id: u64,
     threads: usize,
+    data_maps: bool,
 }
 
 impl Synthesizer {
@@ -97,7 +98,16 @@ impl Synthesizer {
             layout: SampleIdLayout::new(sample_type),
             event_id,
             threads: 0,
+            data_maps: false,
         }
+    }
+
+    /// Also describe readable, non-executable mappings (as perf does with
+    /// `mmap_data`, which DWARF unwinding needs: `.eh_frame_hdr` lives in a
+    /// read-only segment).
+    pub fn with_data_maps(mut self, data_maps: bool) -> Self {
+        self.data_maps = data_maps;
+        self
     }
 
     /// Walks `/proc` with at most `threads` threads; 0 (the default) picks a
@@ -139,6 +149,7 @@ impl Synthesizer {
         Emitter {
             layout: &self.layout,
             event_id: self.event_id,
+            data_maps: self.data_maps,
             stats: SynthStats::default(),
             buf: Vec::with_capacity(FLUSH_AT * 2),
         }
@@ -152,6 +163,7 @@ const FLUSH_AT: usize = 64 * 1024;
 struct Emitter<'a> {
     layout: &'a SampleIdLayout,
     event_id: u64,
+    data_maps: bool,
     stats: SynthStats,
     buf: Vec<u8>,
 }

@@ -95,16 +95,17 @@ impl<'a> MapsLine<'a> {
     }
 }
 
-/// The parseable executable mappings of a maps file. Most lines are not
-/// executable: their `x` column is checked before anything is parsed.
-pub fn exec_lines(maps: &[u8]) -> impl Iterator<Item = MapsLine<'_>> {
+/// The mappings perf describes: the executable ones and, with `data_maps`
+/// (perf's `mmap_data`), the readable others too. Without data maps, most
+/// lines are skipped by their `x` column before anything is parsed.
+pub fn described_lines(maps: &[u8], data_maps: bool) -> impl Iterator<Item = MapsLine<'_>> {
     crate::scan::lines(maps)
-        .filter(|line| {
+        .filter(move |line| {
             let perms = line.iter().position(|&b| b == b' ').map_or(0, |at| at + 1);
-            line.get(perms + 2) == Some(&b'x')
+            data_maps || line.get(perms + 2) == Some(&b'x')
         })
         .filter_map(MapsLine::parse)
-        .filter(MapsLine::is_exec)
+        .filter(move |m| m.is_exec() || (data_maps && m.prot & PROT_READ != 0))
 }
 
 /// `rwxp` to `PROT_*` and `MAP_*` bits.
@@ -244,7 +245,7 @@ mod tests {
     fn exec_lines_skips_the_rest() {
         let text = b"1000-2000 r-xp 0 08:01 1 /a\n3000-4000 r--p 0 08:01 1 /a\n\
             5000-6000 --xp 0 00:00 0 \nbad x\n7000-8000 rw-p 0 00:00 0 [x]\n";
-        let starts: Vec<_> = exec_lines(text).map(|m| m.start).collect();
+        let starts: Vec<_> = described_lines(text, false).map(|m| m.start).collect();
         assert_eq!(starts, [0x1000, 0x5000]);
     }
 }

@@ -8,7 +8,7 @@
 
 use crate::proc_maps;
 use crate::{Emitter, SynthStats, FLUSH_AT};
-use shardrec_format::header::MISC_USER;
+use shardrec_format::header::{MISC_MMAP_DATA, MISC_USER};
 use shardrec_format::records::{comm, fork, mmap2};
 use std::fmt::Write as _;
 use std::fs::File;
@@ -202,8 +202,13 @@ impl Walker {
             return;
         };
         let pid = tgid as u32;
-        for line in proc_maps::exec_lines(text) {
-            if emitter.push(mmap2(pid, pid, &line.mapping(), MISC_USER), pid, pid) {
+        for line in proc_maps::described_lines(text, emitter.data_maps) {
+            let misc = if line.is_exec() {
+                MISC_USER
+            } else {
+                MISC_USER | MISC_MMAP_DATA
+            };
+            if emitter.push(mmap2(pid, pid, &line.mapping(), misc), pid, pid) {
                 emitter.stats.maps += 1;
             }
         }

@@ -94,6 +94,11 @@ impl Attr {
         self.raw.set_task(1);
     }
 
+    /// Also emit MMAP records for non-executable mappings (`mmap_data`).
+    pub fn set_mmap_data(&mut self) {
+        self.raw.set_mmap_data(1);
+    }
+
     /// Emit KSYMBOL and BPF_EVENT side-band records.
     pub fn set_bpf_tracking(&mut self) {
         self.raw.set_ksymbol(1);
