@@ -2,23 +2,68 @@
 //!
 //! - `syscalls N`: exactly N `getppid` system calls, then exit;
 //! - `spin SECONDS`: one busy thread pinned to each online CPU;
+//! - `burn MILLIONS`: the same fixed work (MILLIONS million steps) in one
+//!   thread pinned to each online CPU;
 //! - `hot SECONDS`: one thread in `hot_loop`, called from `hot_caller`, for
 //!   tests that look for a known symbol and its caller;
 //! - `bpf-churn N`: loads and unloads N BPF programs, each alive about 2 ms;
 //! - `bpf-hold SECONDS`: keeps two BPF programs loaded (one with a
 //!   subprogram), printing their ids;
 //! - `bpf-hot SECONDS`: a BPF program with a busy loop runs on every
-//!   `getppid` of a syscall loop, so BPF code takes the CPU time.
+//!   `getppid` of a syscall loop, so BPF code takes the CPU time;
+//! - `forks N`: runs `/bin/true` N times, one spawning thread per CPU;
+//! - `idle N SECONDS`: keeps N idle child processes for at most SECONDS,
+//!   printing `ready` once they exist; they die with it;
+//! - `rusage FILE CMD ARGS...`: runs CMD and writes its wait4 usage to FILE
+//!   (see `rusage.rs`), exiting with its status.
+//!
+//! `--report FILE` before the workload writes its start time, wall time
+//! and CPU to FILE on success (see `report.rs`).
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 mod bpf;
+mod procs;
+mod report;
+mod rusage;
 
 fn main() -> ExitCode {
+    let start = report::Start::now();
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let words: Vec<&str> = args.iter().map(String::as_str).collect();
-    let result = match words.as_slice() {
+    let mut words: Vec<&str> = args.iter().map(String::as_str).collect();
+    if let ["rusage", file, command @ ..] = words.as_slice() {
+        return match rusage::run(file, command) {
+            Ok(code) => ExitCode::from(code),
+            Err(message) => {
+                eprintln!("shardrec-load: {message}");
+                ExitCode::from(127)
+            }
+        };
+    }
+    let report_to = match words.as_slice() {
+        ["--report", file, ..] => {
+            let file = *file;
+            words.drain(..2);
+            Some(file)
+        }
+        _ => None,
+    };
+    let result = run(&words).and_then(|()| match report_to {
+        Some(file) => start.write(file),
+        None => Ok(()),
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("shardrec-load: {message}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run(words: &[&str]) -> Result<(), String> {
+    match words {
         ["syscalls", n] => n
             .parse()
             .map(syscalls)
@@ -27,6 +72,10 @@ fn main() -> ExitCode {
             .parse()
             .map(spin)
             .map_err(|_| format!("bad seconds '{secs}'")),
+        ["burn", millions] => millions
+            .parse()
+            .map(burn)
+            .map_err(|_| format!("bad count '{millions}'")),
         ["hot", secs] => secs
             .parse()
             .map(|s| {
@@ -45,17 +94,20 @@ fn main() -> ExitCode {
             Ok(secs) => bpf::hot(Duration::from_secs_f64(secs)),
             Err(_) => Err(format!("bad seconds '{secs}'")),
         },
-        _ => Err(
-            "usage: shardrec-load syscalls N | spin SECONDS | hot SECONDS | bpf-churn N | bpf-hold SECONDS | bpf-hot SECONDS"
-                .to_string(),
-        ),
-    };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(message) => {
-            eprintln!("shardrec-load: {message}");
-            ExitCode::from(2)
-        }
+        ["forks", n] => match n.parse() {
+            Ok(n) => procs::forks(n),
+            Err(_) => Err(format!("bad count '{n}'")),
+        },
+        ["idle", n, secs] => match (n.parse(), secs.parse()) {
+            (Ok(n), Ok(secs)) => procs::idle(n, Duration::from_secs_f64(secs)),
+            _ => Err(format!("bad count '{n}' or seconds '{secs}'")),
+        },
+        _ => Err(concat!(
+            "usage: shardrec-load [--report FILE] syscalls N | spin SECONDS | burn MILLIONS | hot SECONDS",
+            " | bpf-churn N | bpf-hold SECONDS | bpf-hot SECONDS | forks N | idle N SECONDS",
+            " | rusage FILE CMD ARGS..."
+        )
+        .to_string()),
     }
 }
 
@@ -96,7 +148,20 @@ fn hot_loop(mut x: u64) -> u64 {
 /// Keeps every online CPU busy for `secs` seconds, one pinned thread each.
 fn spin(secs: f64) {
     let until = Instant::now() + Duration::from_secs_f64(secs);
+    on_every_cpu(|_| Instant::now() < until);
+}
+
+/// Gives every online CPU the same fixed work, `millions` million steps in
+/// one pinned thread each, so time taken from it shows in the wall time.
+fn burn(millions: u64) {
+    on_every_cpu(|rounds| rounds < millions * 100);
+}
+
+/// Runs one pinned thread per online CPU, each taking rounds of 10,000
+/// steps while `more(rounds done)` holds.
+fn on_every_cpu(more: impl Fn(u64) -> bool + Sync) {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let more = &more;
     std::thread::scope(|scope| {
         for cpu in 0..cpus {
             scope.spawn(move || {
@@ -105,12 +170,14 @@ fn spin(secs: f64) {
                     let _ = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set);
                 }
                 let mut x = 1u64;
-                while Instant::now() < until {
+                let mut rounds = 0;
+                while more(rounds) {
                     for _ in 0..10_000 {
                         x = std::hint::black_box(
                             x.wrapping_mul(6364136223846793005).wrapping_add(1),
                         );
                     }
+                    rounds += 1;
                 }
             });
         }

@@ -1,0 +1,96 @@
+"""The workloads of issue 5 and the recorders they run under.
+
+Every recorder gets a workload's options unchanged, plus the same ring size
+(`-m 1024`: 1024 pages = 4 MiB per CPU, shardrec's default as root; perf's
+own default is 512 KiB, which would make the comparison about defaults).
+"""
+
+import os
+from dataclasses import dataclass
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHARDREC = os.path.join(ROOT, "target", "release", "shardrec")
+LOAD = os.path.join(ROOT, "target", "release", "shardrec-load")
+RING = ["-m", "1024"]
+
+RECORDERS = {
+    "none": None,
+    "perf": ["perf", "record"],
+    "perf-threads": ["perf", "record", "--threads=cpu"],
+    "perf-aio": ["perf", "record", "--aio"],
+    "shardrec": [SHARDREC, "record"],
+}
+
+
+@dataclass
+class Workload:
+    name: str
+    about: str
+    options: list  # recorder options, shared by every recorder
+    load: list  # shardrec-load's words
+    idle: int = 0  # idle processes present during the run
+    timeout: float = 120.0
+
+
+def workloads(scale, smoke):
+    """The workloads at `scale` (1 = a few seconds each on a 2-CPU VM);
+    `smoke` shrinks them to a fraction of a second."""
+
+    def size(full, tiny):
+        return tiny if smoke else max(1, round(full * scale))
+
+    timeout = 30 if smoke else 120 * max(1.0, scale)
+    return [
+        Workload(
+            "syscalls",
+            "raw_syscalls:sys_enter on every hit while one thread makes getppid calls",
+            ["-e", "raw_syscalls:sys_enter", "-c", "1", "-a"],
+            ["syscalls", str(size(1_000_000, 20_000))],
+            timeout=timeout,
+        ),
+        Workload(
+            "max-rate",
+            "cpu-clock at the kernel's maximum rate with -g, the same work on every CPU",
+            ["-e", "cpu-clock", "-F", "max", "-g", "-a"],
+            # Sampling at 100 kHz slows everything that runs 3-8 fold here.
+            ["burn", str(size(500, 100))],
+            timeout=timeout,
+        ),
+        Workload(
+            "dwarf",
+            "cpu-clock -F 20000 with 8 KiB user stacks, the same work on every CPU",
+            ["-e", "cpu-clock", "-F", "20000", "--call-graph", "dwarf", "-a"],
+            ["burn", str(size(2_500, 100))],
+            timeout=timeout,
+        ),
+        Workload(
+            "side-band",
+            "short-lived processes (clone, exec, mmap, exit), one spawner per CPU",
+            ["-e", "cpu-clock", "-a"],
+            ["forks", str(size(8_000, 100))],
+            timeout=timeout,
+        ),
+        Workload(
+            "bpf-churn",
+            "BPF programs loaded and unloaded, each alive about 2 ms",
+            ["-e", "cpu-clock", "-a"],
+            ["bpf-churn", str(size(1_000, 20))],
+            timeout=timeout,
+        ),
+        Workload(
+            "startup",
+            "launch until the workload runs, with idle processes present",
+            ["-e", "cpu-clock", "-a"],
+            ["syscalls", "1000"],
+            idle=size(5_000, 200),
+            timeout=timeout,
+        ),
+    ]
+
+
+def argv(recorder, workload, output, report):
+    """The command line of one run: the recorder's, then the workload's."""
+    load = [LOAD, "--report", report] + workload.load
+    if RECORDERS[recorder] is None:
+        return load
+    return RECORDERS[recorder] + ["-o", output] + RING + workload.options + ["--"] + load

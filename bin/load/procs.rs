@@ -1,0 +1,81 @@
+//! Process workloads: many short-lived processes, or many idle ones.
+
+use std::io::Write;
+use std::time::Duration;
+
+use nix::sys::signal::{kill, Signal};
+use nix::sys::wait::waitpid;
+use nix::unistd::{fork, getppid, ForkResult, Pid};
+
+/// Runs `/bin/true` `n` times, spread over one thread per online CPU: each
+/// run is a clone, an exec (COMM, MMAP2 of the program, its loader and
+/// libc) and an exit, the side-band records a busy build host produces.
+pub fn forks(n: u64) -> Result<(), String> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                let share = n / threads + u64::from(t < n % threads);
+                scope.spawn(move || -> Result<(), String> {
+                    for _ in 0..share {
+                        std::process::Command::new("/bin/true")
+                            .status()
+                            .map_err(|e| format!("running /bin/true: {e}"))?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .try_for_each(|w| w.join().unwrap_or_else(|_| Err("a thread panicked".into())))
+    })
+}
+
+/// Keeps `n` idle child processes for at most `time`, printing `ready` once
+/// they all exist. The children die with this process (PR_SET_PDEATHSIG),
+/// so killing it, even with SIGKILL, leaves nothing behind.
+pub fn idle(n: u32, time: Duration) -> Result<(), String> {
+    let parent = Pid::this();
+    let mut children = Vec::with_capacity(n as usize);
+    for i in 0..n {
+        // SAFETY: this process is single-threaded here (no workload thread
+        // exists yet), and the child only makes async-signal-safe calls
+        // (prctl, getppid, pause, _exit) before it dies.
+        match unsafe { fork() } {
+            Ok(ForkResult::Child) => idle_child(parent),
+            Ok(ForkResult::Parent { child }) => children.push(child),
+            Err(e) => {
+                reap(&children);
+                return Err(format!("fork {i} of {n}: {e}"));
+            }
+        }
+    }
+    println!("ready");
+    let _ = std::io::stdout().flush();
+    std::thread::sleep(time);
+    reap(&children);
+    Ok(())
+}
+
+/// An idle child: waits for a signal, and dies with its parent.
+fn idle_child(parent: Pid) -> ! {
+    let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL);
+    // The parent may have died before the line above took effect.
+    if getppid() != parent {
+        // SAFETY: _exit is async-signal-safe and ends this process at once.
+        unsafe { libc::_exit(0) };
+    }
+    loop {
+        nix::unistd::pause();
+    }
+}
+
+fn reap(children: &[Pid]) {
+    for &child in children {
+        let _ = kill(child, Signal::SIGKILL);
+    }
+    for &child in children {
+        let _ = waitpid(child, None);
+    }
+}

@@ -1,0 +1,47 @@
+//! `--report FILE`: the workload's own account of itself, for the
+//! benchmarks: when it started (CLOCK_REALTIME, comparable with the launch
+//! time a harness reads), how long it ran, and the CPU it and its waited-for
+//! children used, so a recorder's CPU is the recorder's tree minus this.
+
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use nix::sys::resource::{getrusage, Usage, UsageWho};
+
+/// Taken as the first thing in `main`.
+pub struct Start {
+    unix_ns: u128,
+    instant: Instant,
+}
+
+impl Start {
+    pub fn now() -> Start {
+        Start {
+            unix_ns: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos()),
+            instant: Instant::now(),
+        }
+    }
+
+    /// Writes one line of `key=value` words to `path`:
+    /// `pid start_unix_ns elapsed_ns user_us sys_us maxrss_kb`.
+    pub fn write(&self, path: &str) -> Result<(), String> {
+        let elapsed = self.instant.elapsed().as_nanos();
+        let me = getrusage(UsageWho::RUSAGE_SELF).map_err(|e| e.to_string())?;
+        let children = getrusage(UsageWho::RUSAGE_CHILDREN).map_err(|e| e.to_string())?;
+        let micros = |u: &Usage, user: bool| {
+            let t = if user { u.user_time() } else { u.system_time() };
+            t.tv_sec() as i128 * 1_000_000 + t.tv_usec() as i128
+        };
+        let line = format!(
+            "pid={} start_unix_ns={} elapsed_ns={} user_us={} sys_us={} maxrss_kb={}\n",
+            std::process::id(),
+            self.unix_ns,
+            elapsed,
+            micros(&me, true) + micros(&children, true),
+            micros(&me, false) + micros(&children, false),
+            me.max_rss().max(children.max_rss()),
+        );
+        std::fs::write(path, line).map_err(|e| format!("writing {path}: {e}"))
+    }
+}
