@@ -104,6 +104,9 @@ fn run(
     layout: &SampleIdLayout,
     event_id: u64,
 ) -> io::Result<VipStats> {
+    // A program may live a millisecond: the VIP must run as soon as it is
+    // woken, even when every CPU is busy.
+    process::prefer_wakeups();
     let rings = events
         .iter()
         .map(|&event| {
