@@ -198,3 +198,40 @@ fn programs_loaded_before_recording_are_named_and_their_image_is_exact() {
     assert!(!kernel.array(BpilArray::JitedInsns).is_empty());
     drop(prog);
 }
+
+#[test]
+fn a_second_recorder_does_not_cost_the_bpf_side_band() {
+    if !require_root() {
+        return;
+    }
+    let _serial = serial();
+    let tags = churn_tags();
+    let scratch = Scratch::new("bpf-two");
+    // With a second recorder watching BPF events, the kernel pads these
+    // records after their trailer (it sizes them once per recorder).
+    let mut other = std::process::Command::new("perf")
+        .args(["record", "-q", "-a", "-e", "dummy", "-o"])
+        .arg(scratch.0.join("other.data"))
+        .args(["sleep", "3"])
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let stderr = record_and_merge(
+        &scratch,
+        &["-a", "-e", "cpu-clock", "--", load(), "bpf-churn", "20"],
+    );
+    other.wait().unwrap();
+    assert!(
+        !stderr.contains("shardrec: error") && !stderr.contains("warning"),
+        "{stderr}"
+    );
+    let loads = data_records(&scratch.output())
+        .iter()
+        .filter(|r| r[0..4] == BPF_EVENT.to_ne_bytes())
+        .filter_map(|r| parse_bpf_event(r))
+        .filter(|(type_, _, tag)| *type_ == BPF_EVENT_PROG_LOAD && tags.contains(tag))
+        .count();
+    assert_eq!(loads, 20);
+    let script = perf(&["script", "--show-bpf-events"], &scratch.output());
+    assert_no_complaint(&script, "perf script");
+}

@@ -43,6 +43,13 @@ fn record(config: &RecordConfig, keep_shards: bool) -> Result<ExitCode, String> 
         return Ok(code);
     }
     let merged = merge_and_report(&report.dir, &config.output, config.quiet)?;
+    // A shard the merge could not read at all is a failure, even when the
+    // workload succeeded (its status wins when it failed).
+    let code = if merged || report.exit_code != 0 {
+        code
+    } else {
+        ExitCode::from(1)
+    };
     if merged && !keep_shards {
         std::fs::remove_dir_all(&report.dir)
             .map_err(|e| format!("cannot remove {}: {e}", report.dir.display()))?;

@@ -7,7 +7,7 @@
 //! IDENTIFIER`, so the identifier is always its last u64. The layout is
 //! computed once per attr, as `perf_evsel__calc_id_pos` does in perf.
 
-use crate::header::{HEADER_SIZE, SAMPLE};
+use crate::header::{BPF_EVENT, HEADER_SIZE, KSYMBOL, SAMPLE};
 use crate::u64_at;
 
 /// `PERF_SAMPLE_IP`
@@ -84,8 +84,17 @@ impl SampleIdLayout {
         if type_ == SAMPLE {
             self.parse_sample(record)
         } else {
-            self.parse_trailer(record)
+            self.parse_trailer(record, type_)
         }
+    }
+
+    /// The record's length without any padding the kernel left after its
+    /// trailer (see [`body_end`]); the record's own length otherwise.
+    pub fn true_len(&self, record: &[u8], type_: u32) -> usize {
+        body_end(record, type_)
+            .map(|end| end + self.trailer_size)
+            .filter(|&len| len <= record.len())
+            .unwrap_or(record.len())
     }
 
     fn parse_sample(&self, record: &[u8]) -> Option<SampleId> {
@@ -118,8 +127,11 @@ impl SampleIdLayout {
         Some(id)
     }
 
-    fn parse_trailer(&self, record: &[u8]) -> Option<SampleId> {
-        let start = record.len().checked_sub(self.trailer_size)?;
+    fn parse_trailer(&self, record: &[u8], type_: u32) -> Option<SampleId> {
+        let start = match body_end(record, type_) {
+            Some(end) => end,
+            None => record.len().checked_sub(self.trailer_size)?,
+        };
         if start < HEADER_SIZE {
             return None;
         }
@@ -162,15 +174,45 @@ impl SampleIdLayout {
     }
 }
 
+/// Where the body of a KSYMBOL or BPF_EVENT record ends and its trailer
+/// begins. The kernel sizes these records once per listening recorder
+/// (`perf_event_header__init_id` adds each one's id header to a shared
+/// size), so with two recorders the trailer is followed by zeros and cannot
+/// be found from the end. Their bodies have a known length: BPF_EVENT 16
+/// bytes; KSYMBOL 16 bytes and a NUL-terminated name padded to 8.
+pub fn body_end(record: &[u8], type_: u32) -> Option<usize> {
+    match type_ {
+        BPF_EVENT => Some(HEADER_SIZE + 16).filter(|&end| end <= record.len()),
+        KSYMBOL => {
+            let name = record.get(HEADER_SIZE + 16..)?;
+            let nul = name.iter().position(|&b| b == 0)?;
+            Some(HEADER_SIZE + 16 + (nul + 1).next_multiple_of(8))
+                .filter(|&end| end <= record.len())
+        }
+        _ => None,
+    }
+}
+
 /// The event id of a record whose attr has `PERF_SAMPLE_IDENTIFIER`, which
 /// can be found without knowing the attr: first field of a sample, last u64
-/// of anything else.
+/// of anything else. (For KSYMBOL and BPF_EVENT records the kernel may have
+/// padded, use [`padded_identifier`].)
 pub fn identifier(record: &[u8], type_: u32) -> Option<u64> {
     if type_ == SAMPLE {
         u64_at(record, HEADER_SIZE)
     } else {
         u64_at(record, record.len().checked_sub(8)?.max(HEADER_SIZE))
     }
+}
+
+/// The id of a KSYMBOL or BPF_EVENT record whose trailer is
+/// `trailer_size` bytes, read after the body instead of from the end (see
+/// [`body_end`]).
+pub fn padded_identifier(record: &[u8], type_: u32, trailer_size: usize) -> Option<u64> {
+    u64_at(
+        record,
+        body_end(record, type_)? + trailer_size.checked_sub(8)?,
+    )
 }
 
 struct Fields<'a> {

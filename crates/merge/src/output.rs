@@ -49,16 +49,24 @@ pub fn write_data(
     let mut writer = PerfDataWriter::create(BufWriter::with_capacity(1 << 20, out), &attrs(meta))?;
     let mut written = Written::default();
     let mut times = TimeReader::new(layouts);
-    let mut observe = |written: &mut Written, record: &[u8]| {
+    // Marks the binaries samples fall in, and writes the record, without
+    // any padding the kernel left after its trailer.
+    let mut put = |writer: &mut PerfDataWriter<_>, written: &mut Written, record: &[u8]| {
         let header = RecordHeader::parse(record).expect("validated");
         if let Some(id) = times.sample_id(record, header.type_) {
             written.hits.observe(header, record, &id);
         }
+        written.records += 1;
+        let len = times.true_len(record, header.type_);
+        if len == record.len() {
+            return writer.write_record(record);
+        }
+        let mut trimmed = record[..len].to_vec();
+        trimmed[6..8].copy_from_slice(&(len as u16).to_ne_bytes());
+        writer.write_record(&trimmed)
     };
     for (_, record) in Merged::new(vec![SortedShard::new(synth, layouts, release_step(1))]) {
-        observe(&mut written, record);
-        writer.write_record(record)?;
-        written.records += 1;
+        put(&mut writer, &mut written, record)?;
     }
     writer.write_record(&marker(FINISHED_INIT))?;
     progress.advance(synth.valid_len as u64);
@@ -69,9 +77,7 @@ pub fn write_data(
         .collect();
     let mut since_round = 0u64;
     for (_, record) in Merged::new(streams) {
-        observe(&mut written, record);
-        writer.write_record(record)?;
-        written.records += 1;
+        put(&mut writer, &mut written, record)?;
         since_round += record.len() as u64;
         if since_round >= ROUND_BYTES {
             writer.write_record(&marker(FINISHED_ROUND))?;

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 use shardrec_format::header::{LOST, LOST_SAMPLES, SAMPLE};
-use shardrec_format::sample_id::identifier;
+use shardrec_format::sample_id::{body_end, identifier, padded_identifier};
 use shardrec_format::walk::{End, RecordWalker};
 use shardrec_format::{u64_at, SampleIdLayout};
 use shardrec_shard::scan::{ShardBytes, RELEASE_STEP};
@@ -172,14 +172,20 @@ fn min_nonzero(current: u64, time: u64) -> u64 {
 pub struct TimeReader<'a> {
     layouts: &'a Layouts,
     last: Option<(u64, SampleIdLayout)>,
+    /// The distinct trailer sizes of the recording's attrs.
+    trailer_sizes: Vec<usize>,
 }
 
 impl<'a> TimeReader<'a> {
     /// A reader over the recording's layouts.
     pub fn new(layouts: &'a Layouts) -> Self {
+        let mut trailer_sizes: Vec<usize> = layouts.values().map(|l| l.trailer_size()).collect();
+        trailer_sizes.sort_unstable();
+        trailer_sizes.dedup();
         TimeReader {
             layouts,
             last: None,
+            trailer_sizes,
         }
     }
 
@@ -189,9 +195,33 @@ impl<'a> TimeReader<'a> {
         Some(self.sample_id(record, type_)?.time)
     }
 
+    /// The record's event id: for KSYMBOL and BPF_EVENT, whichever of the
+    /// recording's trailer sizes, read after the body, gives a known id
+    /// (the kernel may have padded them).
+    fn identifier(&self, record: &[u8], type_: u32) -> Option<u64> {
+        if body_end(record, type_).is_none() {
+            return identifier(record, type_);
+        }
+        self.trailer_sizes
+            .iter()
+            .filter_map(|&size| padded_identifier(record, type_, size))
+            .find(|id| self.layouts.contains_key(id))
+    }
+
+    /// The record's length without kernel padding after its trailer.
+    pub fn true_len(&mut self, record: &[u8], type_: u32) -> usize {
+        match self
+            .identifier(record, type_)
+            .and_then(|id| self.layouts.get(&id))
+        {
+            Some(layout) => layout.true_len(record, type_),
+            None => record.len(),
+        }
+    }
+
     /// The record's identifying fields.
     pub fn sample_id(&mut self, record: &[u8], type_: u32) -> Option<shardrec_format::SampleId> {
-        let id = identifier(record, type_)?;
+        let id = self.identifier(record, type_)?;
         let layout = match self.last {
             Some((last, layout)) if last == id => layout,
             _ => {
