@@ -1,0 +1,378 @@
+//! The host side of the many-CPU guest rig (tests/manycore/README.md):
+//! `tests/manycore/run N` boots Linux 6.1 with N vCPUs under qemu, records
+//! the whole guest and merges there, brings the recording back and runs
+//! these tests on it with `SHARDREC_MANYCORE_OUT` naming its directory.
+//! Without that variable every test here skips.
+
+// The rig's checks read files and need no root: `require_root` goes unused.
+#[allow(unused_imports)]
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use common::*;
+use linux_perf_data::linux_perf_event_reader::EventRecord;
+use linux_perf_data::{PerfFileReader, PerfFileRecord};
+use shardrec_format::header::{BPF_EVENT, KSYMBOL, LOST, LOST_SAMPLES, SAMPLE};
+use shardrec_format::records::{parse_bpf_event, BPF_EVENT_PROG_LOAD, BPF_EVENT_PROG_UNLOAD};
+
+/// What one guest run left in `target/manycore/out-N/`.
+struct Guest {
+    dir: PathBuf,
+    /// vCPUs the guest was booted with.
+    n: u32,
+    /// BPF programs the workload loaded and unloaded.
+    progs: u64,
+}
+
+impl Guest {
+    /// The run named by `SHARDREC_MANYCORE_OUT`, or None (the test skips).
+    fn from_env() -> Option<Guest> {
+        let Some(dir) = std::env::var_os("SHARDREC_MANYCORE_OUT") else {
+            eprintln!("skipped: run tests/manycore/run N to boot a guest and check its recording");
+            return None;
+        };
+        let dir = PathBuf::from(dir);
+        let host = key_values(&dir.join("host"));
+        Some(Guest {
+            n: host["n"].parse().unwrap(),
+            progs: host["progs"].parse().unwrap(),
+            dir,
+        })
+    }
+
+    fn file(&self, name: &str) -> PathBuf {
+        self.dir.join("guest").join(name)
+    }
+
+    fn text(&self, name: &str) -> String {
+        std::fs::read_to_string(self.file(name))
+            .unwrap_or_else(|e| panic!("the guest left no {name}: {e}"))
+    }
+
+    fn perf_data(&self) -> PathBuf {
+        let file = self.file("perf.data");
+        assert!(file.exists(), "the guest left no perf.data");
+        file
+    }
+
+    fn recording(&self) -> Recording {
+        Recording::read(&self.file("shards"))
+    }
+
+    fn cpus(&self) -> BTreeSet<u32> {
+        (0..self.n).collect()
+    }
+}
+
+fn key_values(path: &Path) -> BTreeMap<String, String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// The lines of shardrec's stderr that report a problem.
+fn complaints(stderr: &str) -> Vec<&str> {
+    stderr
+        .lines()
+        .filter(|l| l.starts_with("shardrec:") || l.contains("panicked"))
+        .collect()
+}
+
+#[test]
+fn record_and_merge_succeed_without_complaint() {
+    let Some(guest) = Guest::from_env() else {
+        return;
+    };
+    let online = key_values(&guest.file("guest"))["nproc"].clone();
+    assert_eq!(online, guest.n.to_string(), "CPUs online in the guest");
+    for step in ["record", "merge"] {
+        let stderr = guest.text(&format!("{step}.stderr"));
+        let code = guest.text(&format!("{step}.rc"));
+        assert_eq!(
+            code.trim(),
+            "0",
+            "shardrec {step} exited with {code} in the guest:\n{stderr}"
+        );
+        let said = complaints(&stderr);
+        assert!(
+            said.is_empty(),
+            "shardrec {step} complained in the guest:\n{}",
+            said.join("\n")
+        );
+    }
+    let stdout = guest.text("record.stdout");
+    assert!(
+        stdout.contains("spin exited with 0, bpf-churn with 0"),
+        "the workload failed: {stdout}"
+    );
+}
+
+#[test]
+fn every_cpu_has_a_clean_shard_with_its_own_samples() {
+    let Some(guest) = Guest::from_env() else {
+        return;
+    };
+    let recording = guest.recording();
+    let meta = &recording.meta;
+    assert_eq!(
+        meta.cpus.iter().copied().collect::<BTreeSet<_>>(),
+        guest.cpus(),
+        "CPUs in meta"
+    );
+    assert_eq!(meta.host.cpus_online, guest.n);
+    let stats = meta.stats.as_ref().expect("meta rewritten at stop");
+    assert_eq!(stats.stopped_by, "workload exited");
+    let mut idle = Vec::new();
+    for (cpu, records) in &recording.shards {
+        let samples: Vec<_> = records.iter().filter(|r| r.type_ == SAMPLE).collect();
+        assert!(
+            samples.iter().all(|s| s.id.cpu == *cpu),
+            "CPU {cpu}'s shard holds a sample from another CPU"
+        );
+        let counted = stats.cpus.iter().find(|c| c.cpu == *cpu).unwrap();
+        assert_eq!(counted.records, records.len() as u64, "CPU {cpu}: records");
+        assert_eq!(counted.samples, samples.len() as u64, "CPU {cpu}: samples");
+        assert_eq!(counted.torn_bytes, 0, "CPU {cpu}: torn bytes");
+        if samples.is_empty() {
+            idle.push(*cpu);
+        }
+    }
+    assert!(idle.is_empty(), "CPUs without a sample: {idle:?}");
+}
+
+/// perf's stderr holds no complaint, except the warning perf gives for
+/// every recording with LOST records, which must then name their number
+/// ("Processed N events and lost M chunks!").
+fn no_complaint_but_losses(mut output: Output, lost_records: usize, what: &str) {
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    let mut rest = Vec::new();
+    for line in stderr.lines() {
+        if let Some((_, chunks)) = line.split_once(" events and lost ") {
+            let said: usize = chunks
+                .trim_end_matches(" chunks!")
+                .parse()
+                .unwrap_or(usize::MAX);
+            assert_eq!(
+                said, lost_records,
+                "{what}: LOST records perf counted: {stderr}"
+            );
+        } else if !matches!(line.trim(), "Warning:" | "Check IO/CPU overload!") {
+            rest.push(line);
+        }
+    }
+    output.stderr = rest.join("\n").into_bytes();
+    assert_no_complaint(&output, what);
+}
+
+#[test]
+fn perf_reads_it_without_complaint_in_time_order() {
+    let Some(guest) = Guest::from_env() else {
+        return;
+    };
+    let file = guest.perf_data();
+    // The guest's kernel symbols, and its binaries as packed in the initramfs.
+    let kallsyms = format!("--kallsyms={}", guest.file("kallsyms").display());
+    let symfs = format!("--symfs={}", guest.dir.join("initramfs").display());
+    let lost_records = guest
+        .recording()
+        .records()
+        .filter(|r| r.type_ == LOST)
+        .count();
+    let report = perf(&["report", "--stdio", &kallsyms, &symfs], &file);
+    no_complaint_but_losses(report, lost_records, "perf report");
+    let stats = perf(&["report", "--stats"], &file);
+    no_complaint_but_losses(stats.clone(), lost_records, "perf report --stats");
+    let mut lost_events = 0;
+    for line in String::from_utf8_lossy(&stats.stdout).lines() {
+        if line.contains("LOST") || line.contains("SAMPLE events") {
+            eprintln!("perf report --stats: {}", line.trim());
+        }
+        if let Some(count) = line.trim().strip_prefix("LOST events:") {
+            lost_events = count.split_whitespace().next().unwrap().parse().unwrap();
+        }
+    }
+    assert_eq!(
+        lost_events, lost_records,
+        "LOST events in perf report --stats"
+    );
+    let script = perf(&["script", "-F", "cpu,time", "--ns"], &file);
+    no_complaint_but_losses(script.clone(), lost_records, "perf script");
+    let stdout = String::from_utf8_lossy(&script.stdout);
+    let mut cpus = BTreeMap::<u32, u64>::new();
+    let mut last = 0f64;
+    for line in stdout.lines() {
+        // "[007] 12.345678901:"
+        let (cpu, time) = line
+            .trim()
+            .strip_prefix('[')
+            .and_then(|l| l.split_once(']'))
+            .unwrap_or_else(|| panic!("perf script line {line:?}"));
+        let time: f64 = time.trim().trim_end_matches(':').parse().unwrap();
+        assert!(
+            time >= last,
+            "perf script goes back in time: {last} then {time}"
+        );
+        last = time;
+        *cpus.entry(cpu.trim().parse().unwrap()).or_default() += 1;
+    }
+    assert_eq!(
+        cpus.keys().copied().collect::<BTreeSet<_>>(),
+        guest.cpus(),
+        "CPUs with samples in perf script"
+    );
+    let in_shards = guest.recording().samples().count() as u64;
+    assert_eq!(
+        cpus.values().sum::<u64>(),
+        in_shards,
+        "samples in perf script"
+    );
+}
+
+#[test]
+fn linux_perf_data_reads_every_record_and_the_file_is_in_order() {
+    let Some(guest) = Guest::from_env() else {
+        return;
+    };
+    let file = guest.perf_data();
+    let reader = std::io::BufReader::new(std::fs::File::open(&file).unwrap());
+    let PerfFileReader {
+        mut perf_file,
+        mut record_iter,
+    } = PerfFileReader::parse_file(reader).expect("linux-perf-data reads the header");
+    let nr_cpus = perf_file.nr_cpus().unwrap().expect("HEADER_NRCPUS");
+    assert_eq!(nr_cpus.nr_cpus_online, guest.n);
+    assert_eq!(nr_cpus.nr_cpus_available, guest.n);
+    let mut samples = BTreeMap::<u32, u64>::new();
+    while let Some(record) = record_iter.next_record(&mut perf_file).expect("a record") {
+        match record {
+            PerfFileRecord::EventRecord { record, .. } => {
+                let parsed = record.parse().expect("linux-perf-data parses the record");
+                if let EventRecord::Sample(sample) = parsed {
+                    *samples.entry(sample.cpu.expect("CPU")).or_default() += 1;
+                }
+            }
+            PerfFileRecord::UserRecord(record) => {
+                record
+                    .parse()
+                    .expect("linux-perf-data parses the user record");
+            }
+        }
+    }
+    let recording = guest.recording();
+    for (cpu, records) in &recording.shards {
+        let in_shard = records.iter().filter(|r| r.type_ == SAMPLE).count() as u64;
+        assert_eq!(
+            samples.get(cpu).copied().unwrap_or(0),
+            in_shard,
+            "CPU {cpu}"
+        );
+    }
+    // linux-perf-data sorts by rounds: walk the file's own order too.
+    let times: Vec<u64> = raw_times(&file, &recording.meta.layouts())
+        .into_iter()
+        .filter_map(|(_, time)| time)
+        .filter(|&t| t > 0)
+        .collect();
+    let back = times.windows(2).filter(|w| w[1] < w[0]).count();
+    assert_eq!(back, 0, "records going back in time in the data section");
+}
+
+#[test]
+fn every_loss_is_accounted_for() {
+    let Some(guest) = Guest::from_env() else {
+        return;
+    };
+    let recording = guest.recording();
+    let stats = recording
+        .meta
+        .stats
+        .as_ref()
+        .expect("meta rewritten at stop");
+    let (mut lost, mut lost_samples) = (0, 0);
+    for record in data_records(&guest.perf_data()) {
+        let type_ = u32::from_ne_bytes(record[0..4].try_into().unwrap());
+        if type_ == LOST {
+            lost += shardrec_format::u64_at(&record, 16).unwrap();
+        } else if type_ == LOST_SAMPLES {
+            lost_samples += shardrec_format::u64_at(&record, 8).unwrap();
+        }
+    }
+    let in_rings: u64 = stats.cpus.iter().map(|c| c.lost).sum();
+    let counted: u64 = stats.lost_by_event.iter().map(|(_, _, l)| l).sum();
+    let ring_samples: u64 = stats.cpus.iter().map(|c| c.lost_samples).sum();
+    eprintln!(
+        "losses: LOST records {lost} (rings: {in_rings}), LOST_SAMPLES {lost_samples} \
+         (per-event counts {counted}, in rings {ring_samples})"
+    );
+    assert_eq!(
+        lost,
+        recording.lost_records(),
+        "LOST in perf.data vs shards"
+    );
+    assert_eq!(lost, in_rings, "LOST in perf.data vs meta");
+    assert_eq!(lost_samples, counted + ring_samples, "LOST_SAMPLES vs meta");
+}
+
+/// The workload's programs, by the name of their main function: libbpf
+/// loads feature probes of its own, which the VIP sees too.
+const WORKLOAD_PROGRAMS: [&str; 2] = ["_shardrec_zero", "_shardrec_call"];
+
+#[test]
+fn every_bpf_program_of_the_workload_is_seen() {
+    let Some(guest) = Guest::from_env() else {
+        return;
+    };
+    let (mut loads, mut unloads, mut ours) = (0, 0, 0);
+    for record in data_records(&guest.perf_data()) {
+        let type_ = u32::from_ne_bytes(record[0..4].try_into().unwrap());
+        if type_ == BPF_EVENT {
+            match parse_bpf_event(&record).unwrap().0 {
+                BPF_EVENT_PROG_LOAD => loads += 1,
+                BPF_EVENT_PROG_UNLOAD => unloads += 1,
+                _ => {}
+            }
+        } else if type_ == KSYMBOL {
+            // perf_record_ksymbol: addr, len, ksym_type (u16), flags (u16), name.
+            let flags = u16::from_ne_bytes(record[22..24].try_into().unwrap());
+            let name = &record[24..];
+            let name = String::from_utf8_lossy(&name[..name.iter().position(|&b| b == 0).unwrap()]);
+            if flags & 1 == 0 && WORKLOAD_PROGRAMS.iter().any(|p| name.ends_with(p)) {
+                ours += 1;
+            }
+        }
+    }
+    let recording = guest.recording();
+    let stats = recording.meta.stats.as_ref().unwrap();
+    let bpf = stats.bpf.expect("the VIP ran");
+    eprintln!(
+        "BPF: {loads} PROG_LOAD and {unloads} PROG_UNLOAD in perf.data, {ours} of the workload's \
+         programs; VIP: {} loaded, {} unloaded, {} captured, {} missed",
+        bpf.loaded, bpf.unloaded, bpf.captured, bpf.missed
+    );
+    assert_eq!(ours, guest.progs, "the workload's programs in perf.data");
+    assert!(loads >= guest.progs, "PROG_LOAD records");
+    assert_eq!(
+        (bpf.loaded, bpf.unloaded),
+        (loads, unloads),
+        "the VIP's counts"
+    );
+    assert_eq!(
+        bpf.captured + bpf.missed,
+        bpf.loaded,
+        "every program captured or counted as missed"
+    );
+    // Under TCG the VIP runs far slower than on hardware while each
+    // program lives about 2 ms: missed programs are counted, and said.
+    if bpf.missed > 0 {
+        eprintln!(
+            "warning: the VIP missed {} of {} programs (gone before capture)",
+            bpf.missed, bpf.loaded
+        );
+    }
+}
