@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
-use shardrec_format::header::{LOST, LOST_SAMPLES, SAMPLE};
+use shardrec_format::header::{BPF_EVENT, KSYMBOL, LOST, LOST_SAMPLES, SAMPLE};
 use shardrec_format::sample_id::{body_end, identifier, padded_identifier};
 use shardrec_format::walk::{End, RecordWalker};
 use shardrec_format::{u64_at, SampleIdLayout};
@@ -208,8 +208,12 @@ impl<'a> TimeReader<'a> {
             .find(|id| self.layouts.contains_key(id))
     }
 
-    /// The record's length without kernel padding after its trailer.
+    /// The record's length without kernel padding after its trailer (only
+    /// KSYMBOL and BPF_EVENT records can have any: the rest cost nothing).
     pub fn true_len(&mut self, record: &[u8], type_: u32) -> usize {
+        if type_ != KSYMBOL && type_ != BPF_EVENT {
+            return record.len();
+        }
         match self
             .identifier(record, type_)
             .and_then(|id| self.layouts.get(&id))
