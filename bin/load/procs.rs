@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use nix::sys::signal::{kill, Signal};
 use nix::sys::wait::waitpid;
-use nix::unistd::{fork, getppid, ForkResult, Pid};
+use nix::unistd::{getppid, Pid};
 
 /// Runs `/bin/true` `n` times, spread over one thread per online CPU: each
 /// run is a clone, an exec (COMM, MMAP2 of the program, its loader and
@@ -39,12 +39,8 @@ pub fn idle(n: u32, time: Duration) -> Result<(), String> {
     let parent = Pid::this();
     let mut children = Vec::with_capacity(n as usize);
     for i in 0..n {
-        // SAFETY: this process is single-threaded here (no workload thread
-        // exists yet), and the child only makes async-signal-safe calls
-        // (prctl, getppid, pause, _exit) before it dies.
-        match unsafe { fork() } {
-            Ok(ForkResult::Child) => idle_child(parent),
-            Ok(ForkResult::Parent { child }) => children.push(child),
+        match shardrec_sys::process::spawn(|| idle_child(parent)) {
+            Ok(child) => children.push(child),
             Err(e) => {
                 reap(&children);
                 return Err(format!("fork {i} of {n}: {e}"));
@@ -63,8 +59,7 @@ fn idle_child(parent: Pid) -> ! {
     let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL);
     // The parent may have died before the line above took effect.
     if getppid() != parent {
-        // SAFETY: _exit is async-signal-safe and ends this process at once.
-        unsafe { libc::_exit(0) };
+        shardrec_sys::process::exit_now(0);
     }
     loop {
         nix::unistd::pause();

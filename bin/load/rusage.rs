@@ -12,26 +12,12 @@ pub fn run(file: &str, command: &[&str]) -> Result<u8, String> {
         .args(args)
         .spawn()
         .map_err(|e| format!("running {program}: {e}"))?;
-    let pid = child.id() as libc::pid_t;
-    let mut status = 0;
-    // SAFETY: an all-zero rusage is a valid value for wait4 to overwrite.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: `status` and `usage` are valid for writes for the call; the
-    // child is ours and not waited for anywhere else.
-    if unsafe { libc::wait4(pid, &mut status, 0, &mut usage) } != pid {
-        return Err(format!("wait4: {}", std::io::Error::last_os_error()));
-    }
-    let code = if libc::WIFEXITED(status) {
-        libc::WEXITSTATUS(status)
-    } else {
-        128 + libc::WTERMSIG(status)
-    };
-    let micros = |t: libc::timeval| t.tv_sec * 1_000_000 + t.tv_usec;
+    let pid = child.id() as i32;
+    let usage = shardrec_sys::process::wait_with_usage(pid).map_err(|e| format!("wait4: {e}"))?;
+    let code = usage.code;
     let line = format!(
         "pid={pid} exit={code} user_us={} sys_us={} maxrss_kb={}\n",
-        micros(usage.ru_utime),
-        micros(usage.ru_stime),
-        usage.ru_maxrss,
+        usage.user_us, usage.sys_us, usage.max_rss_kb,
     );
     std::fs::write(file, line).map_err(|e| format!("writing {file}: {e}"))?;
     Ok(code as u8)

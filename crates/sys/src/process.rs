@@ -110,3 +110,39 @@ pub fn prefer_wakeups() -> &'static str {
     }
     "unchanged"
 }
+
+/// What a finished child and the descendants it waited for used.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Usage {
+    /// Exit code, or 128 + signal.
+    pub code: i32,
+    /// User CPU time (µs).
+    pub user_us: i64,
+    /// System CPU time (µs).
+    pub sys_us: i64,
+    /// Peak resident set (KiB) of the largest of them.
+    pub max_rss_kb: i64,
+}
+
+/// Waits for child `pid` and returns what `wait4` reports it used.
+pub fn wait_with_usage(pid: i32) -> io::Result<Usage> {
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is a valid value for wait4 to overwrite.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `status` and `usage` are valid for writes during the call.
+    if unsafe { libc::wait4(pid, &mut status, 0, &mut usage) } != pid {
+        return Err(io::Error::last_os_error());
+    }
+    let code = if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else {
+        128 + libc::WTERMSIG(status)
+    };
+    let micros = |t: libc::timeval| t.tv_sec * 1_000_000 + t.tv_usec;
+    Ok(Usage {
+        code,
+        user_us: micros(usage.ru_utime),
+        sys_us: micros(usage.ru_stime),
+        max_rss_kb: usage.ru_maxrss,
+    })
+}
