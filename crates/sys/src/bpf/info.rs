@@ -79,35 +79,46 @@ impl BpilArray {
         self as u32
     }
 
-    /// Offset in the info of the array's pointer (a u64).
-    pub(crate) fn pointer_offset(self) -> usize {
+    /// Offsets in the info of the array's pointer (a u64) and of its
+    /// element count (a u32; for the two instruction arrays, a length in
+    /// bytes), kept side by side so the pairs cannot drift apart.
+    fn fields(self) -> (usize, usize) {
         match self {
-            BpilArray::JitedInsns => offset_of!(Info, jited_prog_insns),
-            BpilArray::XlatedInsns => offset_of!(Info, xlated_prog_insns),
-            BpilArray::MapIds => offset_of!(Info, map_ids),
-            BpilArray::JitedKsyms => offset_of!(Info, jited_ksyms),
-            BpilArray::JitedFuncLens => offset_of!(Info, jited_func_lens),
-            BpilArray::FuncInfo => offset_of!(Info, func_info),
-            BpilArray::LineInfo => offset_of!(Info, line_info),
-            BpilArray::JitedLineInfo => offset_of!(Info, jited_line_info),
-            BpilArray::ProgTags => offset_of!(Info, prog_tags),
+            BpilArray::JitedInsns => (
+                offset_of!(Info, jited_prog_insns),
+                offset_of!(Info, jited_prog_len),
+            ),
+            BpilArray::XlatedInsns => (
+                offset_of!(Info, xlated_prog_insns),
+                offset_of!(Info, xlated_prog_len),
+            ),
+            BpilArray::MapIds => (offset_of!(Info, map_ids), offset_of!(Info, nr_map_ids)),
+            BpilArray::JitedKsyms => (
+                offset_of!(Info, jited_ksyms),
+                offset_of!(Info, nr_jited_ksyms),
+            ),
+            BpilArray::JitedFuncLens => (
+                offset_of!(Info, jited_func_lens),
+                offset_of!(Info, nr_jited_func_lens),
+            ),
+            BpilArray::FuncInfo => (offset_of!(Info, func_info), offset_of!(Info, nr_func_info)),
+            BpilArray::LineInfo => (offset_of!(Info, line_info), offset_of!(Info, nr_line_info)),
+            BpilArray::JitedLineInfo => (
+                offset_of!(Info, jited_line_info),
+                offset_of!(Info, nr_jited_line_info),
+            ),
+            BpilArray::ProgTags => (offset_of!(Info, prog_tags), offset_of!(Info, nr_prog_tags)),
         }
     }
 
-    /// Offset in the info of the array's element count (a u32; for the
-    /// two instruction arrays, a length in bytes).
+    /// Offset in the info of the array's pointer (a u64).
+    pub(crate) fn pointer_offset(self) -> usize {
+        self.fields().0
+    }
+
+    /// Offset in the info of the array's element count.
     pub(crate) fn count_offset(self) -> usize {
-        match self {
-            BpilArray::JitedInsns => offset_of!(Info, jited_prog_len),
-            BpilArray::XlatedInsns => offset_of!(Info, xlated_prog_len),
-            BpilArray::MapIds => offset_of!(Info, nr_map_ids),
-            BpilArray::JitedKsyms => offset_of!(Info, nr_jited_ksyms),
-            BpilArray::JitedFuncLens => offset_of!(Info, nr_jited_func_lens),
-            BpilArray::FuncInfo => offset_of!(Info, nr_func_info),
-            BpilArray::LineInfo => offset_of!(Info, nr_line_info),
-            BpilArray::JitedLineInfo => offset_of!(Info, nr_jited_line_info),
-            BpilArray::ProgTags => offset_of!(Info, nr_prog_tags),
-        }
+        self.fields().1
     }
 
     fn rec_size(self) -> RecSize {
