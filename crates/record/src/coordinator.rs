@@ -16,7 +16,7 @@ use crate::signals::Signals;
 use crate::summary::RecordReport;
 use crate::vip::{self, VipProcess};
 use crate::workload::Workload;
-use crate::writers::{self, WriterProcess};
+use crate::writers::{self, WriterProcess, WriterSetup};
 use crate::{attrs, RecordConfig, RecordError};
 
 /// Records as `config` asks until the workload exits or a stop is asked
@@ -117,16 +117,14 @@ impl<'a> Recording<'a> {
     /// Everything before enabling: writers, synthesis, filters, meta. The
     /// writers come first so that synthesis describes them too (a profile
     /// then names their threads), and forking happens before synthesis
-    /// starts its threads.
+    /// starts its threads. The writers pin themselves and map their rings
+    /// while the VIP starts and synthesis runs.
     fn prepare(&mut self) -> Result<(), RecordError> {
         self.read_tracing_data()?;
-        for cpu in &self.cpus {
+        for (i, cpu) in self.cpus.iter().enumerate() {
             let shard = self.dir.create_file(&self.dir.shard_path(cpu.cpu))?;
             self.writers
-                .push(writers::spawn(cpu, self.plan.ring_pages, shard)?);
-        }
-        for writer in &mut self.writers {
-            writer.helper.wait_ready()?;
+                .push(writers::spawn(self.writer_setup(i), shard)?);
         }
         let existing_bpf = match &self.side_band {
             Some(side_band) => {
@@ -137,6 +135,9 @@ impl<'a> Recording<'a> {
             None => Vec::new(),
         };
         self.synthesize(&existing_bpf)?;
+        for writer in &mut self.writers {
+            writer.helper.wait_ready()?;
+        }
         self.meta.recorder_pids = std::iter::once(std::process::id() as i32)
             .chain(self.helpers().map(|h| h.pid.as_raw()))
             .collect();
@@ -220,21 +221,29 @@ impl<'a> Recording<'a> {
         Ok(())
     }
 
+    /// Each writer enables its CPU's events from that CPU, all at once. A
+    /// followed workload's events the kernel enables at its exec
+    /// (enable_on_exec); the writers are running by then.
     fn enable(&mut self) -> Result<(), RecordError> {
-        // A followed workload enables its own events at exec (enable_on_exec).
-        if self.plan.tasks != Tasks::Workload {
-            for cpu in &self.cpus {
-                for event in &cpu.events {
-                    event
-                        .event
-                        .enable()
-                        .map_err(RecordError::system("enabling events"))?;
-                }
-            }
+        for writer in &mut self.writers {
+            writer.helper.send(Command::Start);
+        }
+        for writer in &mut self.writers {
+            writer.helper.wait_for("started")?;
         }
         match self.workload.as_mut() {
             Some(workload) => workload.start(),
             None => Ok(()),
+        }
+    }
+
+    /// What the writer of `self.cpus[i]` is given.
+    pub(crate) fn writer_setup(&self, i: usize) -> WriterSetup<'_> {
+        WriterSetup {
+            cpu: &self.cpus[i],
+            side_band: self.side_band.as_ref().map(|s| &s.events[i].1),
+            enable: self.plan.tasks != Tasks::Workload,
+            ring_pages: self.plan.ring_pages,
         }
     }
 

@@ -49,13 +49,19 @@ impl HelperProcess {
 
     /// Waits for "ready [REST]" and returns REST.
     pub fn wait_ready(&mut self) -> Result<String, RecordError> {
+        self.wait_for("ready")
+    }
+
+    /// Waits for the line "WORD [REST]" and returns REST; any other line
+    /// is the helper's failure.
+    pub fn wait_for(&mut self, word: &str) -> Result<String, RecordError> {
         match self.read_line()? {
-            Some(line) if line == "ready" => Ok(String::new()),
-            Some(line) => match line.strip_prefix("ready ") {
+            Some(line) if line == word => Ok(String::new()),
+            Some(line) => match line.strip_prefix(word).and_then(|r| r.strip_prefix(' ')) {
                 Some(rest) => Ok(rest.to_string()),
                 None => Err(self.failure(&line)),
             },
-            None => Err(self.failure("exited before it was ready")),
+            None => Err(self.failure(&format!("exited before it was {word}"))),
         }
     }
 

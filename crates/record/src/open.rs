@@ -2,7 +2,7 @@
 
 use std::io;
 
-use shardrec_sys::{abi, Attr, PerfEvent, RingBuffer, Target};
+use shardrec_sys::{abi, cpu, Attr, PerfEvent, RingBuffer, Target};
 
 use crate::plan::{read_sysctl, Plan, Tasks};
 use crate::RecordError;
@@ -60,21 +60,28 @@ pub fn open_side_band(plan: &Plan) -> Result<SideBandEvents, String> {
     if let Some(clockid) = plan.clockid {
         attr.set_clock(clockid);
     }
-    let mut events = Vec::new();
-    for &cpu in &plan.cpus {
-        let event =
-            PerfEvent::open(&attr, Target::cpu(cpu)).map_err(|e| match e.raw_os_error() {
-                Some(libc::EINVAL) => {
-                    "this kernel reports no BPF events (KSYMBOL, BPF_EVENT need 5.1)".to_string()
-                }
-                Some(libc::EACCES) | Some(libc::EPERM) => {
-                    "watching BPF programs needs CPU-wide events (root or CAP_PERFMON)".to_string()
-                }
-                _ => format!("opening the side-band event on CPU {cpu}: {e}"),
-            })?;
-        let id = event.id().map_err(|e| e.to_string())?;
-        events.push((cpu, event, id));
-    }
+    let events = cpu::on_each(
+        &plan.cpus,
+        |&cpu| cpu,
+        |&cpu| {
+            let event =
+                PerfEvent::open(&attr, Target::cpu(cpu)).map_err(|e| match e.raw_os_error() {
+                    Some(libc::EINVAL) => {
+                        "this kernel reports no BPF events (KSYMBOL, BPF_EVENT need 5.1)"
+                            .to_string()
+                    }
+                    Some(libc::EACCES) | Some(libc::EPERM) => {
+                        "watching BPF programs needs CPU-wide events (root or CAP_PERFMON)"
+                            .to_string()
+                    }
+                    _ => format!("opening the side-band event on CPU {cpu}: {e}"),
+                })?;
+            let id = event.id().map_err(|e| e.to_string())?;
+            Ok((cpu, event, id))
+        },
+    )
+    .into_iter()
+    .collect::<Result<_, String>>()?;
     Ok(SideBandEvents {
         sample_type: attr.sample_type(),
         attr,
@@ -82,8 +89,9 @@ pub fn open_side_band(plan: &Plan) -> Result<SideBandEvents, String> {
     })
 }
 
-/// Opens every event of the plan on every CPU, disabled. `workload` is the
-/// held child's pid when the plan follows a workload.
+/// Opens every event of the plan on every CPU, disabled, each CPU's from a
+/// thread on that CPU. `workload` is the held child's pid when the plan
+/// follows a workload.
 pub fn open_all(
     plan: &Plan,
     attrs: &[Attr],
@@ -94,10 +102,13 @@ pub fn open_all(
         Tasks::Threads(tids) => tids.clone(),
         Tasks::Workload => vec![workload.expect("a workload pid")],
     };
-    plan.cpus
-        .iter()
-        .map(|&cpu| open_cpu(plan, attrs, &pids, cpu))
-        .collect()
+    cpu::on_each(
+        &plan.cpus,
+        |&cpu| cpu,
+        |&cpu| open_cpu(plan, attrs, &pids, cpu),
+    )
+    .into_iter()
+    .collect()
 }
 
 fn open_cpu(plan: &Plan, attrs: &[Attr], pids: &[i32], cpu: u32) -> Result<CpuEvents, RecordError> {

@@ -1,10 +1,13 @@
 //! Waiting for a reason to stop, stopping, and accounting for what was
 //! recorded.
 
+use std::collections::HashMap;
+use std::path::PathBuf;
 use std::time::Instant;
 
 use nix::sys::signal::{kill, Signal};
-use shardrec_shard::{scan, BpfStats, Stats};
+use shardrec_format::sample_id::SampleIdLayout;
+use shardrec_shard::{scan, BpfStats, CpuStats, Stats};
 use shardrec_writer::Command;
 
 use crate::coordinator::Recording;
@@ -73,18 +76,31 @@ impl Recording<'_> {
             && self.plan.pids.iter().all(|&pid| !running(pid))
     }
 
-    /// Disables every event, lets each writer (and the VIP) drain its
-    /// rings, and waits for them. A second stop signal makes them quit at
-    /// once.
+    /// Stops the writers, then the VIP, and waits for them. Each writer
+    /// disables its CPU's events (the side-band one too) from its own CPU
+    /// and drains its ring; for a writer already gone the coordinator
+    /// disables them. The VIP drains once no side-band record can come. A
+    /// second stop signal makes everyone quit at once.
     pub(crate) fn stop(&mut self, signals: &mut Signals) -> Result<(), RecordError> {
-        for event in self.cpus.iter().flat_map(|c| &c.events) {
-            let _ = event.event.disable();
+        for i in 0..self.writers.len() {
+            if self.writers[i].helper.exited {
+                self.writer_setup(i)
+                    .events()
+                    .iter()
+                    .for_each(|e| drop(e.disable()));
+            } else {
+                self.writers[i].helper.send(Command::Drain);
+            }
         }
-        for (_, event, _) in self.side_band.iter().flat_map(|s| &s.events) {
-            let _ = event.disable();
-        }
-        self.send_all(Command::Drain);
+        let mut vip_told = false;
         while self.helpers().any(|h| !h.exited) {
+            if !vip_told && self.writers.iter().all(|w| w.helper.exited) {
+                self.vip
+                    .iter_mut()
+                    .for_each(|v| v.helper.send(Command::Drain));
+                vip_told = true;
+                continue;
+            }
             match signals.wait(1000)? {
                 Wake::Stop(_) => self.send_all(Command::Quit),
                 Wake::Child => {
@@ -130,11 +146,14 @@ impl Recording<'_> {
         let elapsed = started.elapsed();
         let layouts = self.meta.layouts();
         let lost_by_event = self.read_lost_counts();
+        let paths: Vec<PathBuf> = self
+            .writers
+            .iter()
+            .map(|w| self.dir.shard_path(w.cpu))
+            .collect();
+        let scanned = scan_shards(&paths, &layouts)?;
         let mut cpus = Vec::new();
-        for (writer, cpu) in self.writers.iter_mut().zip(&self.cpus) {
-            let path = self.dir.shard_path(writer.cpu);
-            let bytes = scan::ShardBytes::open(&path)?;
-            let (mut stats, _) = scan::scan(&bytes, &layouts);
+        for ((writer, cpu), mut stats) in self.writers.iter().zip(&self.cpus).zip(scanned) {
             stats.cpu = writer.cpu;
             stats.lost_read = lost_by_event
                 .iter()
@@ -173,24 +192,55 @@ impl Recording<'_> {
         if !self.plan.lost_counts {
             return Vec::new();
         }
-        let mut counts = Vec::new();
-        for cpu in &self.cpus {
-            for event in &cpu.events {
+        // The events are disabled: reading them needs no IPI.
+        let counts = self.cpus.iter().flat_map(|cpu| {
+            cpu.events.iter().filter_map(|event| {
                 // read() gives value, id, lost (read_format ID | LOST).
-                match event
-                    .event
-                    .read_values()
-                    .ok()
-                    .and_then(|v| v.get(2).copied())
-                {
-                    Some(lost) if lost > 0 => counts.push((cpu.cpu, event.id, lost)),
-                    _ => {}
-                }
-            }
-        }
-        counts
+                let values = event.event.read_values().ok()?;
+                let lost = values.get(2).copied().filter(|&lost| lost > 0)?;
+                Some((cpu.cpu, event.id, lost))
+            })
+        });
+        counts.collect()
     }
 }
+
+/// Scans every shard, a few at once: on a large host the shards are many
+/// and each scan waits on its own file's pages.
+fn scan_shards(
+    paths: &[PathBuf],
+    layouts: &HashMap<u64, SampleIdLayout>,
+) -> Result<Vec<CpuStats>, RecordError> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, MAX_SCAN_THREADS)
+        .min(paths.len().max(1));
+    let scan_one = |path: &PathBuf| -> Result<CpuStats, RecordError> {
+        let bytes = scan::ShardBytes::open(path)?;
+        Ok(scan::scan(&bytes, layouts).0)
+    };
+    let mut scanned: Vec<(usize, Result<CpuStats, RecordError>)> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|first| {
+                let scan_one = &scan_one;
+                scope.spawn(move || {
+                    let mine = paths.iter().enumerate().skip(first).step_by(threads);
+                    mine.map(|(i, path)| (i, scan_one(path)))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
+    });
+    scanned.sort_by_key(|(i, _)| *i);
+    scanned.into_iter().map(|(_, stats)| stats).collect()
+}
+
+/// Each scan holds up to `scan::RELEASE_STEP` of its shard resident.
+const MAX_SCAN_THREADS: usize = 8;
 
 /// Whether process `pid` still runs: it exists and is not a zombie
 /// waiting for its parent (which `kill(pid, 0)` cannot tell).

@@ -2,10 +2,10 @@
 
 use std::fs::File;
 use std::io::{self, Write};
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 
 use shardrec_sys::{cpu, process, PerfEvent, RingBuffer};
-use shardrec_writer::{ShardWriter, WriterConfig, WriterStats};
+use shardrec_writer::{Command, ShardWriter, WriterConfig, WriterStats};
 
 use crate::helper::{self, HelperProcess};
 use crate::open::CpuEvents;
@@ -21,24 +21,43 @@ pub struct WriterProcess {
     pub stats: Option<WriterStats>,
 }
 
-/// Forks the writer of `cpu`'s ring into `shard`.
-pub fn spawn(
-    cpu: &CpuEvents,
-    ring_pages: usize,
-    shard: File,
-) -> Result<WriterProcess, RecordError> {
-    let (cpu_no, owner) = (cpu.cpu, cpu.ring_owner());
+/// What a writer is given: its CPU's events, and how to start them.
+pub struct WriterSetup<'a> {
+    /// The CPU's events; the first owns the ring.
+    pub cpu: &'a CpuEvents,
+    /// The CPU's side-band event, disabled at stop with the others.
+    pub side_band: Option<&'a PerfEvent>,
+    /// Enable the events at Start (not for a workload, whose events the
+    /// kernel enables at its exec).
+    pub enable: bool,
+    /// Ring size in pages.
+    pub ring_pages: usize,
+}
+
+impl<'a> WriterSetup<'a> {
+    /// Every event the writer disables at stop.
+    pub fn events(&self) -> Vec<&'a PerfEvent> {
+        let own = self.cpu.events.iter().map(|e| &e.event);
+        own.chain(self.side_band).collect()
+    }
+}
+
+/// Forks the writer of `setup.cpu`'s ring into `shard`. It pins itself,
+/// maps the ring and says "ready"; on Start it enables the events and
+/// says "started"; on Drain it disables them and writes the rest.
+pub fn spawn(setup: WriterSetup<'_>, shard: File) -> Result<WriterProcess, RecordError> {
+    let cpu_no = setup.cpu.cpu;
     let helper = HelperProcess::spawn(
         format!("writer of CPU {cpu_no}"),
         move |control, mut report| {
-            let keep = [
-                owner.as_fd().as_raw_fd(),
-                shard.as_raw_fd(),
-                control.as_raw_fd(),
-                report.as_raw_fd(),
-            ];
+            let mut keep: Vec<RawFd> = setup
+                .events()
+                .iter()
+                .map(|e| e.as_fd().as_raw_fd())
+                .collect();
+            keep.extend([shard.as_raw_fd(), control.as_raw_fd(), report.as_raw_fd()]);
             let outcome = process::close_fds_except(&keep)
-                .and_then(|()| run(cpu_no, owner, ring_pages, shard, control, &mut report))
+                .and_then(|()| run(&setup, shard, control, &mut report))
                 .map(|s| {
                     format!(
                         "{} {} {} {} {} {}",
@@ -49,7 +68,7 @@ pub fn spawn(
         },
     )?;
     Ok(WriterProcess {
-        cpu: cpu.cpu,
+        cpu: cpu_no,
         helper,
         stats: None,
     })
@@ -66,21 +85,42 @@ impl WriterProcess {
 }
 
 fn run(
-    cpu: u32,
-    owner: &PerfEvent,
-    ring_pages: usize,
+    setup: &WriterSetup<'_>,
     shard: File,
     control: OwnedFd,
     report: &mut File,
 ) -> io::Result<WriterStats> {
-    cpu::pin_to(cpu)?;
-    let ring = RingBuffer::map(owner, ring_pages)?;
+    cpu::pin_to(setup.cpu.cpu)?;
+    let owner = setup.cpu.ring_owner();
+    let ring = RingBuffer::map(owner, setup.ring_pages)?;
     writeln!(report, "ready")?;
+    if !wait_for_start(&control)? {
+        return Ok(WriterStats::default());
+    }
+    if setup.enable {
+        setup.events().iter().try_for_each(|e| e.enable())?;
+    }
+    writeln!(report, "started")?;
     let config = WriterConfig {
         batch_bytes: crate::attrs::wakeup_watermark(ring.data_size()) as u64,
         ..WriterConfig::default()
     };
-    ShardWriter::new(&ring, owner, shard, control, config)?.run()
+    ShardWriter::new(&ring, owner, shard, control, config)?
+        .disabling_at_stop(setup.events())
+        .run()
+}
+
+/// Blocks for the coordinator's first word: whether it is Start (anything
+/// else means the recording was abandoned before it began).
+fn wait_for_start(control: &OwnedFd) -> io::Result<bool> {
+    let mut byte = [0u8; 1];
+    let read = loop {
+        match nix::unistd::read(control, &mut byte) {
+            Err(nix::errno::Errno::EINTR) => continue,
+            other => break other?,
+        }
+    };
+    Ok(Command::from_read(&byte[..read]) == Command::Start)
 }
 
 fn parse_stats(line: &str) -> Option<WriterStats> {

@@ -46,6 +46,49 @@ pub fn pin_to(cpu: u32) -> io::Result<()> {
     nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set).map_err(io::Error::from)
 }
 
+/// Runs `work(item)` for every item at once, each on a thread pinned to
+/// the item's CPU (`cpu_of(item)`), and returns the results in order.
+///
+/// Installing, enabling, disabling or reading a CPU-bound perf event from
+/// another CPU costs an IPI and a wait for that CPU; done one CPU after
+/// another, such work grows with the number of CPUs times the IPI latency,
+/// which is what makes startup and stop slow on large hosts. On its own
+/// CPU the kernel runs it directly. A thread that cannot be started (a
+/// process limit) leaves its CPU's work to the calling thread.
+pub fn on_each<I: Sync, T: Send>(
+    items: &[I],
+    cpu_of: impl Fn(&I) -> u32,
+    work: impl Fn(&I) -> T + Sync,
+) -> Vec<T> {
+    let work = &work;
+    std::thread::scope(|scope| {
+        let threads: Vec<_> = items
+            .iter()
+            .map(|item| {
+                let cpu = cpu_of(item);
+                let thread = std::thread::Builder::new()
+                    .name(format!("cpu{cpu}"))
+                    .stack_size(256 << 10)
+                    .spawn_scoped(scope, move || {
+                        // Unpinned, the work is only slower, never wrong.
+                        let _ = pin_to(cpu);
+                        work(item)
+                    });
+                (item, thread)
+            })
+            .collect();
+        threads
+            .into_iter()
+            .map(|(item, thread)| match thread {
+                Ok(thread) => thread
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+                Err(_) => work(item),
+            })
+            .collect()
+    })
+}
+
 /// A CPU list written back in the kernel's compact form (`0-3,8`).
 pub struct CpuList<'a>(pub &'a [u32]);
 
@@ -76,6 +119,26 @@ impl fmt::Display for CpuList<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nix::sched::CpuSet;
+
+    #[test]
+    fn on_each_runs_pinned_to_each_cpu_in_order() {
+        let cpus = online().unwrap();
+        let affinities = on_each(
+            &cpus,
+            |&cpu| cpu,
+            |&cpu| {
+                let set = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)).unwrap();
+                let pinned: Vec<u32> = (0..CpuSet::count() as u32)
+                    .filter(|&c| set.is_set(c as usize).unwrap())
+                    .collect();
+                (cpu, pinned)
+            },
+        );
+        for (&cpu, (ran, pinned)) in cpus.iter().zip(&affinities) {
+            assert_eq!((*ran, pinned.as_slice()), (cpu, &[cpu][..]));
+        }
+    }
 
     #[test]
     fn parses_and_prints_lists() {

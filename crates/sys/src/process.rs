@@ -40,9 +40,10 @@ pub fn exit_now(code: i32) -> ! {
 
 /// Whether this process is down to one thread. A thread that was just
 /// joined can stay listed for a moment (the join wakes before the kernel
-/// releases the task), so this waits up to 100 ms for it to go.
+/// releases the task), so this waits up to 2 s for it to go: after
+/// [`crate::cpu::on_each`] on a large host, hundreds of threads are leaving.
 fn wait_single_threaded() -> io::Result<bool> {
-    for _ in 0..100 {
+    for _ in 0..2000 {
         if std::fs::read_dir("/proc/self/task")?.count() == 1 {
             return Ok(true);
         }

@@ -3,7 +3,11 @@
 /// What the coordinator asks of a writer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Command {
-    /// Events are disabled: write everything left in the ring, sync, exit.
+    /// Recording begins: enable this CPU's events (from this CPU, so the
+    /// kernel needs no IPI), say so, and start writing.
+    Start,
+    /// Recording ends: disable this CPU's events, write everything left in
+    /// the ring, sync, exit.
     Drain,
     /// Stop as soon as the write in flight (if any) completes.
     Quit,
@@ -13,6 +17,7 @@ impl Command {
     /// The byte sent for this command.
     pub fn byte(self) -> u8 {
         match self {
+            Command::Start => b'S',
             Command::Drain => b'D',
             Command::Quit => b'Q',
         }
@@ -22,6 +27,7 @@ impl Command {
     /// reads as `Drain`, so a killed coordinator still leaves whole shards.
     pub fn from_read(read: &[u8]) -> Command {
         match read.first() {
+            Some(b'S') => Command::Start,
             Some(b'Q') => Command::Quit,
             _ => Command::Drain,
         }

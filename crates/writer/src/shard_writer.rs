@@ -89,6 +89,8 @@ pub struct ShardWriter<'a> {
     /// Multishot polls need 5.13; older kernels reject them (EINVAL) and
     /// get a one-shot poll re-armed after each wakeup.
     multishot: bool,
+    /// Disabled when a stop comes, before the last drain.
+    stop_events: Vec<&'a PerfEvent>,
     stats: WriterStats,
 }
 
@@ -118,8 +120,17 @@ impl<'a> ShardWriter<'a> {
             stop: None,
             control_open: true,
             multishot: config.multishot_poll,
+            stop_events: Vec::new(),
             stats: WriterStats::default(),
         })
+    }
+
+    /// Disables `events` when a stop (or the end of the control pipe)
+    /// comes, so the last drain reaches an end. Run from the writer's own
+    /// CPU, that is a local call for each CPU-bound event.
+    pub fn disabling_at_stop(mut self, events: Vec<&'a PerfEvent>) -> Self {
+        self.stop_events = events;
+        self
     }
 
     /// Runs until the coordinator says stop (or goes away), then syncs the
@@ -277,8 +288,15 @@ impl<'a> ShardWriter<'a> {
             Err(e) => return Err(e),
         };
         let command = Command::from_read(&byte[..read]);
+        if command != Command::Start && self.stop.is_none() {
+            for event in &self.stop_events {
+                // A failure leaves the event running: the drain still ends
+                // at the head it reads, only later records are not written.
+                let _ = event.disable();
+            }
+        }
         // Quit overrides Drain, never the other way round.
-        if self.stop != Some(Command::Quit) {
+        if command != Command::Start && self.stop != Some(Command::Quit) {
             self.stop = Some(command);
         }
         if read == 0 {
