@@ -123,5 +123,5 @@ fn run(
     let (records, _) = existing::describe(&mut capturer, layout, event_id)?;
     writeln!(report, "ready {}", records.len())?;
     report.write_all(&records)?;
-    Vip::new(rings, shard, capturer, File::from(control)).run()
+    Vip::new(rings, shard, capturer, File::from(control))?.run()
 }

@@ -102,24 +102,43 @@ pub fn prog_id(prog: BorrowedFd<'_>) -> io::Result<u32> {
     Ok(info.u32_at(field::ID))
 }
 
-/// One program's info, captured with two `BPF_OBJ_GET_INFO_BY_FD` calls on a
-/// fd from `BPF_PROG_GET_FD_BY_ID` (first the counts, then the arrays), and
-/// its BTF; the fd is closed right after. `Ok(None)` if the program is
-/// already gone (`ENOENT`).
+/// A program held open by a fd from `BPF_PROG_GET_FD_BY_ID`: it cannot
+/// unload, nor its BTF go, until this is dropped.
+pub struct HeldProg {
+    id: u32,
+    fd: OwnedFd,
+}
+
+/// Takes a fd on program `id`; `Ok(None)` if it is already gone
+/// (`ENOENT`). Taking it is one cheap call; [`HeldProg::capture`] then
+/// reads at leisure.
+pub fn hold_prog(id: u32) -> io::Result<Option<HeldProg>> {
+    let fd =
+        syscall::prog_fd(id).map_err(|err| context(err, &format!("reading BPF program {id}")))?;
+    Ok(fd.map(|fd| HeldProg { id, fd }))
+}
+
+impl HeldProg {
+    /// The program's info, captured with two `BPF_OBJ_GET_INFO_BY_FD`
+    /// calls (first the counts, then the arrays), and its BTF; the fd is
+    /// closed after.
+    pub fn capture(self) -> io::Result<ProgInfo> {
+        let what = || format!("reading BPF program {}", self.id);
+        let (info, arrays) = two_passes(&self.fd).map_err(|err| context(err, &what()))?;
+        let btf_id = u32_at(&info, field::BTF_ID);
+        // The program holds its BTF, so while `fd` is open the BTF is there.
+        let btf = match btf_id {
+            0 => None,
+            _ => btf_data(btf_id)?,
+        };
+        drop(self.fd);
+        decode(info, arrays, btf)
+    }
+}
+
+/// Program `id` held and captured at once; `Ok(None)` if already gone.
 pub fn capture_prog(id: u32) -> io::Result<Option<ProgInfo>> {
-    let what = || format!("reading BPF program {id}");
-    let Some(fd) = syscall::prog_fd(id).map_err(|err| context(err, &what()))? else {
-        return Ok(None);
-    };
-    let (info, arrays) = two_passes(&fd).map_err(|err| context(err, &what()))?;
-    let btf_id = u32_at(&info, field::BTF_ID);
-    // The program holds its BTF, so while `fd` is open the BTF is there.
-    let btf = match btf_id {
-        0 => None,
-        _ => btf_data(btf_id)?,
-    };
-    drop(fd);
-    decode(info, arrays, btf).map(Some)
+    hold_prog(id)?.map(HeldProg::capture).transpose()
 }
 
 /// Captured arrays, as in [`ProgInfo::arrays`].

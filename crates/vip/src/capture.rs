@@ -5,7 +5,7 @@ use std::io::{self, Write};
 
 use shardrec_perfdata::bpf::bpil;
 use shardrec_shard::bpf_file::{self, BpfEntry};
-use shardrec_sys::bpf::{self, ProgInfo};
+use shardrec_sys::bpf::{self, HeldProg, ProgInfo};
 
 /// Captures programs into a `bpf` file.
 pub struct Capturer<W: Write> {
@@ -34,20 +34,33 @@ impl<W: Write> Capturer<W> {
     /// its BTF if not yet captured. `Ok(None)` when the program is already
     /// gone (counted as missed) or was captured before.
     pub fn capture(&mut self, id: u32) -> io::Result<Option<ProgInfo>> {
+        match self.hold(id)? {
+            Some(held) => self.capture_held(held).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Takes a fd on program `id` so it stays until captured; `Ok(None)`
+    /// when it is already gone (counted as missed) or was seen before.
+    pub fn hold(&mut self, id: u32) -> io::Result<Option<HeldProg>> {
         if !self.programs.insert(id) {
             return Ok(None);
         }
-        let Some(info) = bpf::capture_prog(id)? else {
-            self.missed += 1;
-            return Ok(None);
-        };
+        let held = bpf::hold_prog(id)?;
+        self.missed += u64::from(held.is_none());
+        Ok(held)
+    }
+
+    /// Captures a program taken by [`Capturer::hold`].
+    pub fn capture_held(&mut self, held: HeldProg) -> io::Result<ProgInfo> {
+        let info = held.capture()?;
         let arrays: Vec<(u32, &[u8])> = info
             .arrays
             .iter()
             .map(|(kind, data)| (kind.bit(), &data[..]))
             .collect();
         let entry = BpfEntry::Program {
-            id,
+            id: info.id,
             bpil: bpil(&info.info, &arrays),
             btf_id: info.btf_id,
         };
@@ -64,6 +77,6 @@ impl<W: Write> Capturer<W> {
             }
         }
         self.captured += 1;
-        Ok(Some(info))
+        Ok(info)
     }
 }

@@ -3,12 +3,12 @@
 
 use std::fs::File;
 use std::io::{self, Read, Write};
-use std::os::fd::AsFd;
 
-use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
 use shardrec_format::header::{BPF_EVENT, KSYMBOL};
 use shardrec_format::records::{parse_bpf_event, BPF_EVENT_PROG_LOAD, BPF_EVENT_PROG_UNLOAD};
 use shardrec_format::walk::RecordWalker;
+use shardrec_sys::bpf::HeldProg;
 use shardrec_sys::{PerfEvent, RingBuffer};
 use shardrec_writer::Command;
 
@@ -45,9 +45,13 @@ pub struct Vip<'a> {
     shard: File,
     capturer: Capturer<File>,
     control: File,
+    epoll: Epoll,
     stats: VipStats,
     buf: Vec<u8>,
 }
+
+/// The epoll token of the control pipe; a ring's is its index.
+const CONTROL: u64 = u64::MAX;
 
 impl<'a> Vip<'a> {
     /// A VIP over `rings`, writing `shard`, capturing with `capturer`,
@@ -57,23 +61,38 @@ impl<'a> Vip<'a> {
         shard: File,
         capturer: Capturer<File>,
         control: File,
-    ) -> Self {
-        Vip {
+    ) -> io::Result<Self> {
+        let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
+        for (i, side_band) in rings.iter().enumerate() {
+            epoll.add(
+                side_band.event,
+                EpollEvent::new(EpollFlags::EPOLLIN, i as u64),
+            )?;
+        }
+        epoll.add(&control, EpollEvent::new(EpollFlags::EPOLLIN, CONTROL))?;
+        Ok(Vip {
             rings,
             shard,
             capturer,
             control,
+            epoll,
             stats: VipStats::default(),
             buf: Vec::new(),
-        }
+        })
     }
 
     /// Runs until told to stop; a Drain reads the rings once more first.
     pub fn run(mut self) -> io::Result<VipStats> {
+        let mut ready = Vec::with_capacity(self.rings.len());
         loop {
-            let command = self.wait()?;
+            let command = self.wait(&mut ready)?;
+            if command.is_some() || ready.is_empty() {
+                // A stop, or a quiet spell: read every ring, in case a
+                // wakeup was missed.
+                ready = (0..self.rings.len()).collect();
+            }
             if command != Some(Command::Quit) {
-                self.drain_all()?;
+                self.drain(&ready)?;
             }
             if command.is_some() {
                 break;
@@ -85,23 +104,24 @@ impl<'a> Vip<'a> {
         Ok(self.stats)
     }
 
-    /// Waits up to 100 ms for a ring or the control pipe; returns the
-    /// coordinator's command if one came.
-    fn wait(&mut self) -> io::Result<Option<Command>> {
-        let mut fds: Vec<PollFd> = self
-            .rings
-            .iter()
-            .map(|s| PollFd::new(s.event.as_fd(), PollFlags::POLLIN))
-            .collect();
-        fds.push(PollFd::new(self.control.as_fd(), PollFlags::POLLIN));
-        match poll(&mut fds, PollTimeout::from(100u16)) {
-            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+    /// Waits up to 100 ms for rings or the control pipe; fills `ready`
+    /// with the rings that woke and returns the coordinator's command if
+    /// one came.
+    fn wait(&mut self, ready: &mut Vec<usize>) -> io::Result<Option<Command>> {
+        let mut events = vec![EpollEvent::empty(); self.rings.len() + 1];
+        let count = match self.epoll.wait(&mut events, 100u16) {
+            Ok(count) => count,
+            Err(nix::errno::Errno::EINTR) => 0,
             Err(e) => return Err(e.into()),
+        };
+        ready.clear();
+        let mut control_ready = false;
+        for event in &events[..count] {
+            match event.data() {
+                CONTROL => control_ready = true,
+                ring => ready.push(ring as usize),
+            }
         }
-        let control_ready = fds
-            .last()
-            .and_then(PollFd::revents)
-            .is_some_and(|r| !r.is_empty());
         if !control_ready {
             return Ok(None);
         }
@@ -110,29 +130,30 @@ impl<'a> Vip<'a> {
         Ok(Some(Command::from_read(&byte[..read])))
     }
 
-    fn drain_all(&mut self) -> io::Result<()> {
-        for i in 0..self.rings.len() {
-            self.drain(i)?;
+    /// Takes the new records of the `ready` rings, freeing each ring at
+    /// once and holding every program a PROG_LOAD announces by a fd as
+    /// soon as it is read; only then reads the held programs' info, and
+    /// appends the records to the shard. A program that lives for
+    /// milliseconds is thus caught if it is still there when the VIP first
+    /// sees it, however many rings and programs came with it.
+    fn drain(&mut self, ready: &[usize]) -> io::Result<()> {
+        let mut buf = std::mem::take(&mut self.buf);
+        buf.clear();
+        let mut held = Vec::new();
+        for &index in ready {
+            let ring = &self.rings[index].ring;
+            let (tail, head) = (ring.tail(), ring.head());
+            let start = buf.len();
+            for segment in ring.segments(tail, head) {
+                buf.extend_from_slice(segment);
+            }
+            ring.set_tail(head);
+            for record in RecordWalker::new(&buf[start..]) {
+                held.extend(self.observe(record.header.type_, record.bytes)?);
+            }
         }
-        Ok(())
-    }
-
-    /// Takes one ring's new records: frees the ring first, captures any
-    /// program that loaded, then appends the records to the shard.
-    fn drain(&mut self, index: usize) -> io::Result<()> {
-        let ring = &self.rings[index].ring;
-        let (tail, head) = (ring.tail(), ring.head());
-        if head == tail {
-            return Ok(());
-        }
-        self.buf.clear();
-        for segment in ring.segments(tail, head) {
-            self.buf.extend_from_slice(segment);
-        }
-        ring.set_tail(head);
-        let buf = std::mem::take(&mut self.buf);
-        for record in RecordWalker::new(&buf) {
-            self.observe(record.header.type_, record.bytes)?;
+        for program in held {
+            self.capturer.capture_held(program)?;
         }
         self.shard.write_all(&buf)?;
         self.stats.bytes += buf.len() as u64;
@@ -140,19 +161,20 @@ impl<'a> Vip<'a> {
         Ok(())
     }
 
-    fn observe(&mut self, type_: u32, record: &[u8]) -> io::Result<()> {
+    /// Counts a record; for a PROG_LOAD, holds the program.
+    fn observe(&mut self, type_: u32, record: &[u8]) -> io::Result<Option<HeldProg>> {
         match type_ {
             KSYMBOL => self.stats.ksymbols += 1,
             BPF_EVENT => match parse_bpf_event(record) {
                 Some((BPF_EVENT_PROG_LOAD, id, _)) => {
                     self.stats.loaded += 1;
-                    self.capturer.capture(id)?;
+                    return self.capturer.hold(id);
                 }
                 Some((BPF_EVENT_PROG_UNLOAD, _, _)) => self.stats.unloaded += 1,
                 _ => {}
             },
             _ => {}
         }
-        Ok(())
+        Ok(None)
     }
 }
