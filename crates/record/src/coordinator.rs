@@ -53,6 +53,11 @@ pub(crate) struct Recording<'a> {
     pub(crate) workload: Option<&'a mut Workload>,
     pub(crate) workload_code: Option<i32>,
     pub(crate) meta: Meta,
+    /// The shards are the product (`--no-merge`): sync them at the end. A
+    /// merge that follows reads them from the page cache and deletes them,
+    /// so most of their pages never need writing; perf does not sync
+    /// perf.data either.
+    pub(crate) durable: bool,
 }
 
 impl<'a> Recording<'a> {
@@ -92,6 +97,7 @@ impl<'a> Recording<'a> {
             workload,
             workload_code: None,
             meta,
+            durable: config.no_merge,
         })
     }
 
@@ -186,10 +192,11 @@ impl<'a> Recording<'a> {
         synth.kernel(&mut out).map_err(output_error)?;
         synth.tasks(&tasks, &mut out).map_err(output_error)?;
         out.write_all(existing_bpf).map_err(output_error)?;
-        out.into_inner()
-            .map_err(|e| output_error(e.into_error()))?
-            .sync_data()
-            .map_err(output_error)
+        let file = out.into_inner().map_err(|e| output_error(e.into_error()))?;
+        match self.durable {
+            true => file.sync_data().map_err(output_error),
+            false => Ok(()),
+        }
     }
 
     /// Filters the recorder's own processes out of every tracepoint, so a
@@ -244,6 +251,7 @@ impl<'a> Recording<'a> {
             side_band: self.side_band.as_ref().map(|s| &s.events[i].1),
             enable: self.plan.tasks != Tasks::Workload,
             ring_pages: self.plan.ring_pages,
+            sync: self.durable,
         }
     }
 

@@ -32,6 +32,8 @@ pub struct WriterSetup<'a> {
     pub enable: bool,
     /// Ring size in pages.
     pub ring_pages: usize,
+    /// Sync the shard at the end (when no merge follows).
+    pub sync: bool,
 }
 
 impl<'a> WriterSetup<'a> {
@@ -103,6 +105,7 @@ fn run(
     writeln!(report, "started")?;
     let config = WriterConfig {
         batch_bytes: crate::attrs::wakeup_watermark(ring.data_size()) as u64,
+        sync_at_end: setup.sync,
         ..WriterConfig::default()
     };
     ShardWriter::new(&ring, owner, shard, control, config)?

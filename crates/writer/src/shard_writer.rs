@@ -32,6 +32,10 @@ pub struct WriterConfig {
     /// large pieces instead of a stream of small ones. Set it to the
     /// events' wakeup watermark.
     pub batch_bytes: u64,
+    /// `fdatasync` the shard before exiting. Only worth it when the shards
+    /// are what the recording leaves: shards merged and deleted right away
+    /// then never need to reach the disk at all.
+    pub sync_at_end: bool,
 }
 
 impl Default for WriterConfig {
@@ -40,6 +44,7 @@ impl Default for WriterConfig {
             flush_interval: Duration::from_millis(100),
             multishot_poll: true,
             batch_bytes: 0,
+            sync_at_end: true,
         }
     }
 }
@@ -89,6 +94,7 @@ pub struct ShardWriter<'a> {
     /// Multishot polls need 5.13; older kernels reject them (EINVAL) and
     /// get a one-shot poll re-armed after each wakeup.
     multishot: bool,
+    sync_at_end: bool,
     /// Disabled when a stop comes, before the last drain.
     stop_events: Vec<&'a PerfEvent>,
     stats: WriterStats,
@@ -120,6 +126,7 @@ impl<'a> ShardWriter<'a> {
             stop: None,
             control_open: true,
             multishot: config.multishot_poll,
+            sync_at_end: config.sync_at_end,
             stop_events: Vec::new(),
             stats: WriterStats::default(),
         })
@@ -134,7 +141,7 @@ impl<'a> ShardWriter<'a> {
     }
 
     /// Runs until the coordinator says stop (or goes away), then syncs the
-    /// shard. An I/O error ends the writer; the shard holds every write
+    /// shard if configured to. An I/O error ends the writer; the shard holds every write
     /// completed before it.
     pub fn run(mut self) -> io::Result<WriterStats> {
         self.arm_poll()?;
@@ -160,7 +167,9 @@ impl<'a> ShardWriter<'a> {
             }
         }
         self.cancel_poll()?;
-        self.shard.sync_data()?;
+        if self.sync_at_end {
+            self.shard.sync_data()?;
+        }
         Ok(self.stats)
     }
 
