@@ -100,7 +100,9 @@ fn run(
         return Ok(WriterStats::default());
     }
     if setup.enable {
-        setup.events().iter().try_for_each(|e| e.enable())?;
+        // The side-band event is the VIP's to enable, before it lists
+        // the programs already loaded.
+        setup.cpu.events.iter().try_for_each(|e| e.event.enable())?;
     }
     writeln!(report, "started")?;
     let config = WriterConfig {
