@@ -17,6 +17,7 @@
 mod bpf;
 mod dso;
 mod features;
+mod gather;
 pub mod order;
 mod output;
 mod progress;
