@@ -17,7 +17,6 @@
 mod bpf;
 mod dso;
 mod features;
-mod gather;
 pub mod order;
 mod output;
 mod progress;

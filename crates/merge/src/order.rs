@@ -108,31 +108,10 @@ impl<'a> SortedShard<'a> {
     }
 }
 
-/// A record on its way out, with where it lies, so that records lying
-/// back to back in one shard can be written as one piece.
-#[derive(Clone, Copy)]
-pub struct Placed<'a> {
-    /// Its time.
-    pub time: u64,
-    /// The valid bytes of its shard.
-    pub source: &'a [u8],
-    /// Its offset there.
-    pub offset: usize,
-    /// Its length.
-    pub len: usize,
-}
-
-impl<'a> Placed<'a> {
-    /// The record.
-    pub fn bytes(&self) -> &'a [u8] {
-        &self.source[self.offset..self.offset + self.len]
-    }
-}
-
 impl<'a> Iterator for SortedShard<'a> {
-    type Item = Placed<'a>;
+    type Item = (u64, &'a [u8]);
 
-    fn next(&mut self) -> Option<Placed<'a>> {
+    fn next(&mut self) -> Option<(u64, &'a [u8])> {
         loop {
             let ready = match self.heap.peek() {
                 Some(Reverse(top)) => top.time.saturating_add(self.shard.lateness) <= self.max_read,
@@ -141,12 +120,7 @@ impl<'a> Iterator for SortedShard<'a> {
             if ready || !self.read_one() {
                 let Reverse(top) = self.heap.pop()?;
                 self.gone(top.seq);
-                return Some(Placed {
-                    time: top.time,
-                    source: self.bytes,
-                    offset: top.offset,
-                    len: top.len,
-                });
+                return Some((top.time, &self.bytes[top.offset..top.offset + top.len]));
             }
         }
     }
@@ -156,7 +130,7 @@ impl<'a> Iterator for SortedShard<'a> {
 pub struct Merged<'a> {
     streams: Vec<SortedShard<'a>>,
     heads: BinaryHeap<Reverse<(u64, usize)>>,
-    next: Vec<Option<Placed<'a>>>,
+    next: Vec<Option<&'a [u8]>>,
 }
 
 impl<'a> Merged<'a> {
@@ -166,10 +140,10 @@ impl<'a> Merged<'a> {
         let mut next = Vec::with_capacity(streams.len());
         for (i, stream) in streams.iter_mut().enumerate() {
             let first = stream.next();
-            if let Some(placed) = first {
-                heads.push(Reverse((placed.time, i)));
+            if let Some((time, _)) = first {
+                heads.push(Reverse((time, i)));
             }
-            next.push(first);
+            next.push(first.map(|(_, bytes)| bytes));
         }
         Merged {
             streams,
@@ -180,15 +154,15 @@ impl<'a> Merged<'a> {
 }
 
 impl<'a> Iterator for Merged<'a> {
-    type Item = Placed<'a>;
+    type Item = (u64, &'a [u8]);
 
-    fn next(&mut self) -> Option<Placed<'a>> {
-        let Reverse((_, i)) = self.heads.pop()?;
+    fn next(&mut self) -> Option<(u64, &'a [u8])> {
+        let Reverse((time, i)) = self.heads.pop()?;
         let record = self.next[i].take().expect("a head has a record");
-        self.next[i] = self.streams[i].next();
-        if let Some(next) = self.next[i] {
-            self.heads.push(Reverse((next.time, i)));
+        if let Some((next_time, bytes)) = self.streams[i].next() {
+            self.heads.push(Reverse((next_time, i)));
+            self.next[i] = Some(bytes);
         }
-        Some(record)
+        Some((time, record))
     }
 }

@@ -12,8 +12,7 @@ use shardrec_perfdata::{AttrEntry, PerfDataWriter};
 use shardrec_shard::Meta;
 
 use crate::dso::DsoHits;
-use crate::gather::Gather;
-use crate::order::{release_step, Merged, Placed, SortedShard};
+use crate::order::{release_step, Merged, SortedShard};
 use crate::progress::Progress;
 use crate::source::{Layouts, Shard, TimeReader};
 
@@ -47,17 +46,29 @@ pub fn write_data(
     out: File,
     progress: &Progress,
 ) -> io::Result<(PerfDataWriter<BufWriter<File>>, Written)> {
-    let writer = PerfDataWriter::create(BufWriter::with_capacity(1 << 20, out), &attrs(meta))?;
-    let mut sink = Sink {
-        writer,
-        gather: Gather::default(),
-        times: TimeReader::new(layouts),
-        written: Written::default(),
+    let mut writer = PerfDataWriter::create(BufWriter::with_capacity(1 << 20, out), &attrs(meta))?;
+    let mut written = Written::default();
+    let mut times = TimeReader::new(layouts);
+    // Marks the binaries samples fall in, and writes the record, without
+    // any padding the kernel left after its trailer.
+    let mut put = |writer: &mut PerfDataWriter<_>, written: &mut Written, record: &[u8]| {
+        let header = RecordHeader::parse(record).expect("validated");
+        if let Some(id) = times.sample_id(record, header.type_) {
+            written.hits.observe(header, record, &id);
+        }
+        written.records += 1;
+        let len = times.true_len(record, header.type_);
+        if len == record.len() {
+            return writer.write_record(record);
+        }
+        let mut trimmed = record[..len].to_vec();
+        trimmed[6..8].copy_from_slice(&(len as u16).to_ne_bytes());
+        writer.write_record(&trimmed)
     };
-    for record in Merged::new(vec![SortedShard::new(synth, layouts, release_step(1))]) {
-        sink.put(record)?;
+    for (_, record) in Merged::new(vec![SortedShard::new(synth, layouts, release_step(1))]) {
+        put(&mut writer, &mut written, record)?;
     }
-    sink.marker(FINISHED_INIT)?;
+    writer.write_record(&marker(FINISHED_INIT))?;
     progress.advance(synth.valid_len as u64);
     let step = release_step(shards.len());
     let streams = shards
@@ -65,62 +76,20 @@ pub fn write_data(
         .map(|s| SortedShard::new(s, layouts, step))
         .collect();
     let mut since_round = 0u64;
-    for record in Merged::new(streams) {
-        sink.put(record)?;
-        since_round += record.len as u64;
+    for (_, record) in Merged::new(streams) {
+        put(&mut writer, &mut written, record)?;
+        since_round += record.len() as u64;
         if since_round >= ROUND_BYTES {
-            sink.marker(FINISHED_ROUND)?;
+            writer.write_record(&marker(FINISHED_ROUND))?;
             progress.advance(since_round);
             since_round = 0;
         }
     }
     progress.advance(since_round);
-    let Sink {
-        mut writer,
-        mut gather,
-        mut written,
-        ..
-    } = sink;
-    gather.flush(&mut writer)?;
     written.lost_samples_added = write_lost_samples(meta, shards, &mut writer)?;
     writer.write_record(&marker(FINISHED_ROUND))?;
     written.data_bytes = writer.data_size();
     Ok((writer, written))
-}
-
-/// Where merged records go.
-struct Sink<'a> {
-    writer: PerfDataWriter<BufWriter<File>>,
-    gather: Gather<'a>,
-    times: TimeReader<'a>,
-    written: Written,
-}
-
-impl<'a> Sink<'a> {
-    /// Marks the binaries samples fall in, and writes the record, without
-    /// any padding the kernel left after its trailer.
-    fn put(&mut self, placed: Placed<'a>) -> io::Result<()> {
-        let record = placed.bytes();
-        let header = RecordHeader::parse(record).expect("validated");
-        if let Some(id) = self.times.sample_id(record, header.type_) {
-            self.written.hits.observe(header, record, &id);
-        }
-        self.written.records += 1;
-        let len = self.times.true_len(record, header.type_);
-        if len == record.len() {
-            return self.gather.push(placed, &mut self.writer);
-        }
-        self.gather.flush(&mut self.writer)?;
-        let mut trimmed = record[..len].to_vec();
-        trimmed[6..8].copy_from_slice(&(len as u16).to_ne_bytes());
-        self.writer.write_record(&trimmed)
-    }
-
-    /// Writes what came before, then a marker record.
-    fn marker(&mut self, type_: u32) -> io::Result<()> {
-        self.gather.flush(&mut self.writer)?;
-        self.writer.write_record(&marker(type_))
-    }
 }
 
 /// Each event with every id it has on any CPU.

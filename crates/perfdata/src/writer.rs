@@ -4,7 +4,7 @@
 //! attrs section, the data section, then the feature index (one section per
 //! feature, in bit order) and the feature contents.
 
-use std::io::{self, IoSlice, Seek, SeekFrom, Write};
+use std::io::{self, Seek, SeekFrom, Write};
 
 use crate::feature::Feature;
 use crate::header::{FileHeader, FileSection, HEADER_SIZE};
@@ -78,25 +78,6 @@ impl<W: Write + Seek> PerfDataWriter<W> {
     pub fn write_record(&mut self, bytes: &[u8]) -> io::Result<()> {
         self.out.write_all(bytes)?;
         self.data_size += bytes.len() as u64;
-        Ok(())
-    }
-
-    /// Appends records given as slices, several per call (`writev` when
-    /// the output takes them so): records mapped from elsewhere go out
-    /// without a copy in user space. Empties `slices`.
-    pub fn write_records_vectored(&mut self, slices: &mut Vec<IoSlice<'_>>) -> io::Result<()> {
-        let mut rest = &mut slices[..];
-        while !rest.is_empty() {
-            let written = match self.out.write_vectored(rest) {
-                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e),
-            };
-            self.data_size += written as u64;
-            IoSlice::advance_slices(&mut rest, written);
-        }
-        slices.clear();
         Ok(())
     }
 
