@@ -152,6 +152,7 @@ fn no_permission_for_cpu_wide_events() {
     if !require_root() {
         return;
     }
+    let _nobody = NOBODY.lock().unwrap_or_else(|e| e.into_inner());
     let scratch = Scratch::new("bad-perm");
     std::fs::set_permissions(
         &scratch.0,
@@ -176,6 +177,7 @@ fn locked_memory_limit() {
     if !require_root() {
         return;
     }
+    let _nobody = NOBODY.lock().unwrap_or_else(|e| e.into_inner());
     let scratch = Scratch::new("bad-memlock");
     std::fs::set_permissions(
         &scratch.0,
@@ -191,6 +193,78 @@ fn locked_memory_limit() {
     );
     assert_refused(&output, &scratch, "over the locked-memory limit");
 }
+
+/// Tasks (processes and threads) of user `uid` now: RLIMIT_NPROC counts
+/// them all.
+fn tasks_of(uid: u32) -> usize {
+    let tasks = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .flat_map(|pid| {
+            std::fs::read_dir(format!("/proc/{pid}/task"))
+                .into_iter()
+                .flatten()
+        })
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("status")).ok());
+    let uid_line = format!("Uid:\t{uid}\t");
+    tasks.filter(|status| status.contains(&uid_line)).count()
+}
+
+#[test]
+fn the_process_limit_is_named_and_nothing_is_left_behind() {
+    if !require_root() {
+        return;
+    }
+    let _nobody = NOBODY.lock().unwrap_or_else(|e| e.into_inner());
+    let scratch = Scratch::new("bad-nproc");
+    std::fs::set_permissions(
+        &scratch.0,
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    // Room for the coordinator and its held workload, not for a writer; the
+    // threads that open each CPU's events cannot start either, so that
+    // work falls back to the coordinator's own thread first.
+    let limit = tasks_of(65534) + 2;
+    let mut command = Command::new("prlimit");
+    command
+        .arg(format!("--nproc={limit}"))
+        .args([
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--",
+        ])
+        .arg(env!("CARGO_BIN_EXE_shardrec"));
+    let output = run_as(
+        command,
+        &scratch,
+        &["-e", "cpu-clock:u", "--", "sleep", "30"],
+    );
+    // Unprivileged, the VIP is left out with a warning line first.
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "succeeded; stderr: {stderr}");
+    let last = stderr.trim_end().lines().last().unwrap_or_default();
+    assert!(
+        last.contains("cannot start the writer of CPU 0: over the process limit (RLIMIT_NPROC"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(
+        !scratch.shards().exists(),
+        "a shard directory was left behind"
+    );
+    assert_eq!(
+        tasks_of(65534),
+        limit - 2,
+        "a process of the recording is left"
+    );
+}
+
+/// The tests that run as nobody, one at a time: the process-limit test
+/// counts nobody's tasks.
+static NOBODY: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// shardrec under a file-descriptor limit, through prlimit (util-linux).
 fn with_nofile(limit: &str) -> Command {

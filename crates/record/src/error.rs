@@ -72,6 +72,14 @@ pub enum RecordError {
         /// The hard limit.
         hard: u64,
     },
+    /// A helper process could not be forked for the process limit.
+    #[error("cannot start the {name}: over the process limit (RLIMIT_NPROC = {limit}); shardrec runs a writer process per recorded CPU, a VIP and itself: raise it (ulimit -u) or record fewer CPUs (-C)")]
+    TooManyProcesses {
+        /// The helper.
+        name: String,
+        /// The soft limit, or "unlimited".
+        limit: String,
+    },
     /// perf_event_open or a ring failed for another reason.
     #[error("cannot open event '{name}' on CPU {cpu}: {source}")]
     Open {

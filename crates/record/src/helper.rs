@@ -7,6 +7,7 @@ use std::io::{self, BufRead, BufReader, Read, Write};
 use std::os::fd::OwnedFd;
 
 use nix::fcntl::OFlag;
+use nix::sys::resource::{getrlimit, Resource};
 use nix::unistd::Pid;
 use shardrec_sys::process;
 use shardrec_writer::Command;
@@ -37,7 +38,7 @@ impl HelperProcess {
         let (control_read, control_write) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(fail)?;
         let (report_read, report_write) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(fail)?;
         let pid = process::spawn(move || body(control_read, File::from(report_write)))
-            .map_err(RecordError::system(format!("starting the {name}")))?;
+            .map_err(|e| spawn_error(&name, e))?;
         Ok(HelperProcess {
             name,
             pid,
@@ -116,6 +117,23 @@ impl HelperProcess {
                 .unwrap_or(message)
                 .to_string(),
         }
+    }
+}
+
+/// Why a fork failed: EAGAIN is the process limit (or the kernel's
+/// `threads-max`, which the same advice covers).
+fn spawn_error(name: &str, error: io::Error) -> RecordError {
+    if error.raw_os_error() != Some(libc::EAGAIN) {
+        return RecordError::system(format!("starting the {name}"))(error);
+    }
+    let limit = match getrlimit(Resource::RLIMIT_NPROC) {
+        Ok((soft, _)) if soft == libc::RLIM_INFINITY => "unlimited".to_string(),
+        Ok((soft, _)) => soft.to_string(),
+        Err(_) => "unknown".to_string(),
+    };
+    RecordError::TooManyProcesses {
+        name: name.to_string(),
+        limit,
     }
 }
 
