@@ -4,7 +4,7 @@ one point per run, drawn as plain SVG."""
 import math
 from html import escape
 
-COLORS = {"perf": "#1f77b4", "perf-threads": "#ff7f0e", "perf-aio": "#2ca02c", "shardrec": "#d62728"}
+COLORS = {"perf": "#1f77b4", "perf-threads": "#ff7f0e", "perf-aio": "#2ca02c", "perf-rt": "#9467bd", "shardrec": "#d62728"}
 SHAPES = ["circle", "square", "up", "diamond", "down", "cross"]
 # Startup runs a trivial workload: its rate and CPU per second mean nothing.
 SKIP = {"startup"}

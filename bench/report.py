@@ -5,7 +5,7 @@ bench/README.md."""
 import statistics
 
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
-PERF_MODES = ["perf", "perf-threads", "perf-aio"]
+PERF_MODES = ["perf", "perf-threads", "perf-aio", "perf-rt"]
 
 # (key, column header, unit divisor). The derived wall_ratio is filled in
 # by `with_ratios`.

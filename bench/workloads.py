@@ -2,7 +2,11 @@
 
 Every recorder gets a workload's options unchanged, plus the same ring size
 (`-m 1024`: 1024 pages = 4 MiB per CPU, shardrec's default as root; perf's
-own default is 512 KiB, which would make the comparison about defaults).
+own default is 512 KiB, which would make the comparison about defaults),
+except in `dwarf-small`, which gives all of them 256 KiB.
+
+`perf-rt` is `perf record -r 1`: perf at SCHED_FIFO priority 1, as
+shardrec's writers run.
 """
 
 import os
@@ -18,6 +22,7 @@ RECORDERS = {
     "perf": ["perf", "record"],
     "perf-threads": ["perf", "record", "--threads=cpu"],
     "perf-aio": ["perf", "record", "--aio"],
+    "perf-rt": ["perf", "record", "-r", "1"],
     "shardrec": [SHARDREC, "record"],
 }
 
@@ -30,6 +35,7 @@ class Workload:
     load: list  # shardrec-load's words
     idle: int = 0  # idle processes present during the run
     timeout: float = 120.0
+    ring: list = None  # ring size options, when not RING
 
 
 def workloads(scale, smoke):
@@ -64,6 +70,14 @@ def workloads(scale, smoke):
             timeout=timeout,
         ),
         Workload(
+            "dwarf-small",
+            "the dwarf workload with 256 KiB rings, where perf loses samples",
+            ["-e", "cpu-clock", "-F", "20000", "--call-graph", "dwarf", "-a"],
+            ["burn", str(size(2_500, 100))],
+            timeout=timeout,
+            ring=["-m", "64"],
+        ),
+        Workload(
             "side-band",
             "short-lived processes (clone, exec, mmap, exit), one spawner per CPU",
             ["-e", "cpu-clock", "-a"],
@@ -93,4 +107,5 @@ def argv(recorder, workload, output, report):
     load = [LOAD, "--report", report] + workload.load
     if RECORDERS[recorder] is None:
         return load
-    return RECORDERS[recorder] + ["-o", output] + RING + workload.options + ["--"] + load
+    ring = workload.ring or RING
+    return RECORDERS[recorder] + ["-o", output] + ring + workload.options + ["--"] + load

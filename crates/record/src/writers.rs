@@ -93,6 +93,10 @@ fn run(
     report: &mut File,
 ) -> io::Result<WriterStats> {
     cpu::pin_to(setup.cpu.cpu)?;
+    // A wakeup at a quarter full must be served before the ring fills: at
+    // 20 kHz with DWARF stacks, a 256 KiB ring lost 6% of its samples at
+    // normal priority and none at SCHED_FIFO 1.
+    process::prefer_wakeups();
     let owner = setup.cpu.ring_owner();
     let ring = RingBuffer::map(owner, setup.ring_pages)?;
     writeln!(report, "ready")?;

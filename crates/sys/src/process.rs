@@ -97,7 +97,9 @@ pub fn user_regs_mask() -> u64 {
 /// Lets this process preempt ordinary work the moment it wakes: real-time
 /// FIFO priority 1 where allowed (root, CAP_SYS_NICE), else the highest nice
 /// level allowed. For a process that sleeps nearly always and must act
-/// within a millisecond of waking (the VIP). Returns what it got.
+/// within a millisecond of waking: the VIP, and the writers, whose ring
+/// would otherwise fill while a busy task on their CPU finishes its slice
+/// (perf offers the same as `-r`). Returns what it got.
 pub fn prefer_wakeups() -> &'static str {
     let param = libc::sched_param { sched_priority: 1 };
     // SAFETY: sched_setscheduler reads the sched_param through the pointer
