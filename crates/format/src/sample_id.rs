@@ -51,6 +51,9 @@ pub struct SampleId {
 pub struct SampleIdLayout {
     sample_type: u64,
     trailer_size: usize,
+    /// Offset of the time in a sample, and in a trailer, if recorded.
+    sample_time_at: Option<usize>,
+    trailer_time_at: Option<usize>,
 }
 
 impl SampleIdLayout {
@@ -62,9 +65,33 @@ impl SampleIdLayout {
             .filter(|&&bit| sample_type & bit != 0)
             .count()
             * 8;
+        let count_before = |fields: &[u64]| {
+            let present = fields.iter().filter(|&&bit| sample_type & bit != 0);
+            present.count() * 8
+        };
+        let has_time = sample_type & TIME != 0;
         SampleIdLayout {
             sample_type,
             trailer_size,
+            sample_time_at: has_time.then(|| HEADER_SIZE + count_before(&[IDENTIFIER, IP, TID])),
+            trailer_time_at: has_time.then(|| count_before(&[TID])),
+        }
+    }
+
+    /// The record's time alone, as [`SampleIdLayout::parse`] would give
+    /// it (0 when not recorded), read at its fixed offset: the merge reads
+    /// every record's time, and its whole identity only for some.
+    pub fn time(&self, record: &[u8], type_: u32) -> Option<u64> {
+        if type_ == SAMPLE {
+            return match self.sample_time_at {
+                Some(at) => u64_at(record, at),
+                None => self.parse_sample(record).map(|id| id.time),
+            };
+        }
+        let start = self.trailer_start(record, type_)?;
+        match self.trailer_time_at {
+            Some(at) => u64_at(record, start + at),
+            None => self.parse_trailer(record, type_).map(|id| id.time),
         }
     }
 
@@ -127,14 +154,17 @@ impl SampleIdLayout {
         Some(id)
     }
 
-    fn parse_trailer(&self, record: &[u8], type_: u32) -> Option<SampleId> {
+    /// Where a non-sample record's trailer starts.
+    fn trailer_start(&self, record: &[u8], type_: u32) -> Option<usize> {
         let start = match body_end(record, type_) {
             Some(end) => end,
             None => record.len().checked_sub(self.trailer_size)?,
         };
-        if start < HEADER_SIZE {
-            return None;
-        }
+        (start >= HEADER_SIZE).then_some(start)
+    }
+
+    fn parse_trailer(&self, record: &[u8], type_: u32) -> Option<SampleId> {
+        let start = self.trailer_start(record, type_)?;
         let mut fields = Fields::new(record, start);
         let mut id = SampleId::default();
         if self.has(TID) {
@@ -278,6 +308,7 @@ mod tests {
         record.extend_from_slice(&[0; 8]);
         layout.write_trailer(&id, &mut record);
         assert_eq!(layout.parse(&record, COMM), Some(id));
+        assert_eq!(layout.time(&record, COMM), Some(12345));
         assert_eq!(identifier(&record, COMM), Some(77));
     }
 
@@ -296,6 +327,7 @@ mod tests {
         }
         let id = layout.parse(&record, SAMPLE).unwrap();
         assert_eq!((id.id, id.pid, id.tid, id.time, id.cpu), (5, 7, 8, 999, 1));
+        assert_eq!(layout.time(&record, SAMPLE), Some(999));
         assert_eq!(identifier(&record, SAMPLE), Some(5));
         assert_eq!(layout.parse(&record[..20], SAMPLE), None);
     }

@@ -41,8 +41,14 @@ pub struct DsoHits {
 }
 
 impl DsoHits {
-    /// Takes one record into account.
-    pub fn observe(&mut self, header: RecordHeader, record: &[u8], id: &SampleId) {
+    /// Takes one record into account; `id` gives its identifying fields,
+    /// asked for only when needed.
+    pub fn observe(
+        &mut self,
+        header: RecordHeader,
+        record: &[u8],
+        id: impl FnOnce() -> Option<SampleId>,
+    ) {
         match header.type_ {
             SAMPLE => self.sample(header.misc, id),
             MMAP | MMAP2 if header.misc & CPUMODE_MASK == CPUMODE_USER => {
@@ -70,11 +76,13 @@ impl DsoHits {
         self.hit.iter().map(|&i| &self.files[i])
     }
 
-    fn sample(&mut self, misc: u16, id: &SampleId) {
+    /// `id` is read only for user samples: the merge reads every sample's
+    /// time, but its pid and ip only here.
+    fn sample(&mut self, misc: u16, id: impl FnOnce() -> Option<SampleId>) {
         match misc & CPUMODE_MASK {
             CPUMODE_KERNEL => self.kernel_hit = true,
             CPUMODE_USER => {
-                if let Some(file) = self.find(id.pid, id.ip) {
+                if let Some(file) = id().and_then(|id| self.find(id.pid, id.ip)) {
                     self.hit.insert(file);
                 }
             }

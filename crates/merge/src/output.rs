@@ -53,9 +53,9 @@ pub fn write_data(
     // any padding the kernel left after its trailer.
     let mut put = |writer: &mut PerfDataWriter<_>, written: &mut Written, record: &[u8]| {
         let header = RecordHeader::parse(record).expect("validated");
-        if let Some(id) = times.sample_id(record, header.type_) {
-            written.hits.observe(header, record, &id);
-        }
+        written
+            .hits
+            .observe(header, record, || times.sample_id(record, header.type_));
         written.records += 1;
         let len = times.true_len(record, header.type_);
         if len == record.len() {

@@ -192,7 +192,7 @@ impl<'a> TimeReader<'a> {
     /// The record's time, or `None` when its id is not the recording's or
     /// it is too short for its layout.
     pub fn time(&mut self, record: &[u8], type_: u32) -> Option<u64> {
-        Some(self.sample_id(record, type_)?.time)
+        self.layout(record, type_)?.time(record, type_)
     }
 
     /// The record's event id: for KSYMBOL and BPF_EVENT, whichever of the
@@ -225,15 +225,20 @@ impl<'a> TimeReader<'a> {
 
     /// The record's identifying fields.
     pub fn sample_id(&mut self, record: &[u8], type_: u32) -> Option<shardrec_format::SampleId> {
+        self.layout(record, type_)?.parse(record, type_)
+    }
+
+    /// The layout of the record's event (the last one found is kept: runs
+    /// of records of one event are the rule).
+    fn layout(&mut self, record: &[u8], type_: u32) -> Option<SampleIdLayout> {
         let id = self.identifier(record, type_)?;
-        let layout = match self.last {
-            Some((last, layout)) if last == id => layout,
+        match self.last {
+            Some((last, layout)) if last == id => Some(layout),
             _ => {
                 let layout = *self.layouts.get(&id)?;
                 self.last = Some((id, layout));
-                layout
+                Some(layout)
             }
-        };
-        layout.parse(record, type_)
+        }
     }
 }

@@ -91,8 +91,7 @@ pub fn scan(shard: &ShardBytes, layouts: &HashMap<u64, SampleIdLayout>) -> (CpuS
         }
         let time = identifier(record.bytes, type_)
             .and_then(|id| layouts.get(&id))
-            .and_then(|layout| layout.parse(record.bytes, type_))
-            .map(|id| id.time)
+            .and_then(|layout| layout.time(record.bytes, type_))
             .unwrap_or(0);
         if time != 0 {
             if stats.first_time == 0 || time < stats.first_time {
