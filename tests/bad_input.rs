@@ -138,13 +138,36 @@ fn bad_ring_size_and_options() {
     assert_refused(&output, &scratch, "cannot run '/no/such/program'");
 }
 
-/// An unprivileged user, through setpriv (util-linux).
-fn as_nobody() -> Command {
-    let mut command = Command::new("setpriv");
+/// shardrec as an unprivileged user, through setpriv, under `limits`
+/// (prlimit options; both util-linux).
+fn as_nobody(limits: &[&str]) -> Command {
+    let mut command = Command::new("prlimit");
     command
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .args(limits)
+        .args([
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--",
+        ])
         .arg(env!("CARGO_BIN_EXE_shardrec"));
     command
+}
+
+/// A scratch directory nobody may write to, and the lock that runs the
+/// tests as nobody one at a time (the process-limit test counts nobody's
+/// tasks).
+fn nobody_scratch(name: &str) -> (std::sync::MutexGuard<'static, ()>, Scratch) {
+    static NOBODY: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let lock = NOBODY.lock().unwrap_or_else(|e| e.into_inner());
+    let scratch = Scratch::new(name);
+    std::fs::set_permissions(
+        &scratch.0,
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    (lock, scratch)
 }
 
 #[test]
@@ -152,20 +175,14 @@ fn no_permission_for_cpu_wide_events() {
     if !require_root() {
         return;
     }
-    let _nobody = NOBODY.lock().unwrap_or_else(|e| e.into_inner());
-    let scratch = Scratch::new("bad-perm");
-    std::fs::set_permissions(
-        &scratch.0,
-        std::os::unix::fs::PermissionsExt::from_mode(0o777),
-    )
-    .unwrap();
+    let (_nobody, scratch) = nobody_scratch("bad-perm");
     let paranoid = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid").unwrap();
     if paranoid.trim().parse::<i32>().unwrap() < 1 {
         eprintln!("perf_event_paranoid < 1 lets anyone record CPU-wide: nothing to refuse");
         return;
     }
     let output = run_as(
-        as_nobody(),
+        as_nobody(&[]),
         &scratch,
         &["-a", "-e", "cpu-clock", "--", "true"],
     );
@@ -177,17 +194,11 @@ fn locked_memory_limit() {
     if !require_root() {
         return;
     }
-    let _nobody = NOBODY.lock().unwrap_or_else(|e| e.into_inner());
-    let scratch = Scratch::new("bad-memlock");
-    std::fs::set_permissions(
-        &scratch.0,
-        std::os::unix::fs::PermissionsExt::from_mode(0o777),
-    )
-    .unwrap();
+    let (_nobody, scratch) = nobody_scratch("bad-memlock");
     // A user-only event on our own workload is allowed unprivileged; a 64 MiB
     // ring per CPU is far over perf_event_mlock_kb and RLIMIT_MEMLOCK.
     let output = run_as(
-        as_nobody(),
+        as_nobody(&[]),
         &scratch,
         &["-e", "cpu-clock:u", "-m", "16384", "--", "true"],
     );
@@ -215,30 +226,14 @@ fn the_process_limit_is_named_and_nothing_is_left_behind() {
     if !require_root() {
         return;
     }
-    let _nobody = NOBODY.lock().unwrap_or_else(|e| e.into_inner());
-    let scratch = Scratch::new("bad-nproc");
-    std::fs::set_permissions(
-        &scratch.0,
-        std::os::unix::fs::PermissionsExt::from_mode(0o777),
-    )
-    .unwrap();
+    let (_nobody, scratch) = nobody_scratch("bad-nproc");
     // Room for the coordinator and its held workload, not for a writer; the
     // threads that open each CPU's events cannot start either, so that
     // work falls back to the coordinator's own thread first.
     let limit = tasks_of(65534) + 2;
-    let mut command = Command::new("prlimit");
-    command
-        .arg(format!("--nproc={limit}"))
-        .args([
-            "setpriv",
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            "--",
-        ])
-        .arg(env!("CARGO_BIN_EXE_shardrec"));
+    let nproc = format!("--nproc={limit}");
     let output = run_as(
-        command,
+        as_nobody(&[&nproc]),
         &scratch,
         &["-e", "cpu-clock:u", "--", "sleep", "30"],
     );
@@ -261,10 +256,6 @@ fn the_process_limit_is_named_and_nothing_is_left_behind() {
         "a process of the recording is left"
     );
 }
-
-/// The tests that run as nobody, one at a time: the process-limit test
-/// counts nobody's tasks.
-static NOBODY: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// shardrec under a file-descriptor limit, through prlimit (util-linux).
 fn with_nofile(limit: &str) -> Command {
