@@ -46,6 +46,12 @@ def workloads(scale, smoke):
         return tiny if smoke else max(1, round(full * scale))
 
     timeout = 30 if smoke else 120 * max(1.0, scale)
+
+    def dwarf(name, about, ring=None):
+        options = ["-e", "cpu-clock", "-F", "20000", "--call-graph", "dwarf", "-a"]
+        load = ["burn", str(size(2_500, 100))]
+        return Workload(name, about, options, load, timeout=timeout, ring=ring)
+
     return [
         Workload(
             "syscalls",
@@ -62,19 +68,10 @@ def workloads(scale, smoke):
             ["burn", str(size(500, 100))],
             timeout=timeout,
         ),
-        Workload(
-            "dwarf",
-            "cpu-clock -F 20000 with 8 KiB user stacks, the same work on every CPU",
-            ["-e", "cpu-clock", "-F", "20000", "--call-graph", "dwarf", "-a"],
-            ["burn", str(size(2_500, 100))],
-            timeout=timeout,
-        ),
-        Workload(
+        dwarf("dwarf", "cpu-clock -F 20000 with 8 KiB user stacks, the same work on every CPU"),
+        dwarf(
             "dwarf-small",
             "the dwarf workload with 256 KiB rings, where perf loses samples",
-            ["-e", "cpu-clock", "-F", "20000", "--call-graph", "dwarf", "-a"],
-            ["burn", str(size(2_500, 100))],
-            timeout=timeout,
             ring=["-m", "64"],
         ),
         Workload(
