@@ -46,6 +46,8 @@ pub struct Vip<'a> {
     capturer: Capturer<File>,
     control: File,
     epoll: Epoll,
+    /// Room for every ring's event and the control pipe's.
+    events: Vec<EpollEvent>,
     stats: VipStats,
     buf: Vec<u8>,
 }
@@ -71,6 +73,7 @@ impl<'a> Vip<'a> {
         }
         epoll.add(&control, EpollEvent::new(EpollFlags::EPOLLIN, CONTROL))?;
         Ok(Vip {
+            events: vec![EpollEvent::empty(); rings.len() + 1],
             rings,
             shard,
             capturer,
@@ -108,15 +111,14 @@ impl<'a> Vip<'a> {
     /// with the rings that woke and returns the coordinator's command if
     /// one came.
     fn wait(&mut self, ready: &mut Vec<usize>) -> io::Result<Option<Command>> {
-        let mut events = vec![EpollEvent::empty(); self.rings.len() + 1];
-        let count = match self.epoll.wait(&mut events, 100u16) {
+        let count = match self.epoll.wait(&mut self.events, 100u16) {
             Ok(count) => count,
             Err(nix::errno::Errno::EINTR) => 0,
             Err(e) => return Err(e.into()),
         };
         ready.clear();
         let mut control_ready = false;
-        for event in &events[..count] {
+        for event in &self.events[..count] {
             match event.data() {
                 CONTROL => control_ready = true,
                 ring => ready.push(ring as usize),
