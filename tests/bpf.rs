@@ -38,12 +38,10 @@ fn ksymbol(record: &[u8]) -> (String, bool) {
 
 #[test]
 fn a_hundred_short_lived_programs_are_all_caught() {
-    if !require_root() {
+    let Some((_serial, scratch)) = recording_test("bpf-churn") else {
         return;
-    }
-    let _serial = serial();
+    };
     let tags = churn_tags();
-    let scratch = Scratch::new("bpf-churn");
     let stderr = record_and_merge(
         &scratch,
         &["-a", "-e", "cpu-clock", "--", load(), "bpf-churn", "100"],
@@ -104,11 +102,9 @@ fn a_hundred_short_lived_programs_are_all_caught() {
 
 #[test]
 fn a_hot_bpf_program_is_named_in_the_profile() {
-    if !require_root() {
+    let Some((_serial, scratch)) = recording_test("bpf-hot") else {
         return;
-    }
-    let _serial = serial();
-    let scratch = Scratch::new("bpf-hot");
+    };
     record_and_merge(
         &scratch,
         &["-a", "-e", "cpu-clock", "--", load(), "bpf-hot", "1"],
@@ -167,13 +163,11 @@ fn bpil_of(feature: &[u8], id: u32) -> Option<&[u8]> {
 
 #[test]
 fn programs_loaded_before_recording_are_named_and_their_image_is_exact() {
-    if !require_root() {
+    let Some((_serial, scratch)) = recording_test("bpf-before") else {
         return;
-    }
-    let _serial = serial();
+    };
     let prog = load_program(&test_programs::with_subprogram()).unwrap();
     let id = bpf::prog_id(prog.as_fd()).unwrap();
-    let scratch = Scratch::new("bpf-before");
     record_and_merge(&scratch, &["-a", "-e", "cpu-clock", "--", "sleep", "0.2"]);
 
     // Synthesized KSYMBOLs name both functions as the kernel does.
@@ -201,12 +195,10 @@ fn programs_loaded_before_recording_are_named_and_their_image_is_exact() {
 
 #[test]
 fn a_second_recorder_does_not_cost_the_bpf_side_band() {
-    if !require_root() {
+    let Some((_serial, scratch)) = recording_test("bpf-two") else {
         return;
-    }
-    let _serial = serial();
+    };
     let tags = churn_tags();
-    let scratch = Scratch::new("bpf-two");
     // With a second recorder watching BPF events, the kernel pads these
     // records after their trailer (it sizes them once per recorder).
     let mut other = std::process::Command::new("perf")

@@ -133,11 +133,9 @@ fn a_missing_or_garbled_meta_is_a_clear_error() {
 
 #[test]
 fn a_recording_killed_with_sigkill_still_merges() {
-    if !require_root() {
+    let Some((_serial, scratch)) = recording_test("sigkill") else {
         return;
-    }
-    let _serial = serial();
-    let scratch = Scratch::new("sigkill");
+    };
     let mut coordinator = shardrec()
         .args(["record", "-q", "-a", "-e", "cpu-clock", "-o"])
         .arg(scratch.output())

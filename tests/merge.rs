@@ -36,11 +36,9 @@ fn samples_by_linux_perf_data(file: &std::path::Path) -> u64 {
 
 #[test]
 fn a_cpu_clock_recording_reads_cleanly_everywhere() {
-    if !require_root() {
+    let Some((_serial, scratch)) = recording_test("merge-cpu-clock") else {
         return;
-    }
-    let _serial = serial();
-    let scratch = Scratch::new("merge-cpu-clock");
+    };
     record_and_merge(
         &scratch,
         &[
@@ -87,11 +85,9 @@ fn a_cpu_clock_recording_reads_cleanly_everywhere() {
 
 #[test]
 fn tracepoint_fields_are_printed() {
-    if !require_root() {
+    let Some((_serial, scratch)) = recording_test("merge-sched") else {
         return;
-    }
-    let _serial = serial();
-    let scratch = Scratch::new("merge-sched");
+    };
     record_and_merge(
         &scratch,
         &["-a", "-e", "sched:sched_switch", "--", "sleep", "0.3"],
@@ -113,11 +109,9 @@ fn tracepoint_fields_are_printed() {
 
 #[test]
 fn the_hot_function_and_its_caller_are_found() {
-    if !require_root() {
+    let Some((_serial, scratch)) = recording_test("merge-hot") else {
         return;
-    }
-    let _serial = serial();
-    let scratch = Scratch::new("merge-hot");
+    };
     record_and_merge(
         &scratch,
         &["-g", "-e", "cpu-clock", "--", load(), "hot", "1"],
@@ -153,11 +147,9 @@ fn the_hot_function_and_its_caller_are_found() {
 
 #[test]
 fn the_header_carries_this_hosts_facts() {
-    if !require_root() {
+    let Some((_serial, scratch)) = recording_test("merge-header") else {
         return;
-    }
-    let _serial = serial();
-    let scratch = Scratch::new("merge-header");
+    };
     record_and_merge(&scratch, &["-e", "cpu-clock", "--", load(), "spin", "0.2"]);
     let header = perf(&["report", "--header-only", "-I"], &scratch.output());
     assert_no_complaint(&header, "perf report --header-only");
@@ -186,11 +178,9 @@ fn the_header_carries_this_hosts_facts() {
 
 #[test]
 fn a_chosen_clock_is_recorded_with_its_reference_time() {
-    if !require_root() {
+    let Some((_serial, scratch)) = recording_test("merge-clock") else {
         return;
-    }
-    let _serial = serial();
-    let scratch = Scratch::new("merge-clock");
+    };
     record_and_merge(
         &scratch,
         &[
@@ -232,11 +222,9 @@ fn a_chosen_clock_is_recorded_with_its_reference_time() {
 
 #[test]
 fn dwarf_callchains_unwind_to_the_caller() {
-    if !require_root() {
+    let Some((_serial, scratch)) = recording_test("merge-dwarf") else {
         return;
-    }
-    let _serial = serial();
-    let scratch = Scratch::new("merge-dwarf");
+    };
     // In DWARF mode the kernel gives no user frames: the caller can only
     // come from unwinding the copied stack, which needs the read-only
     // segment with .eh_frame_hdr recorded (mmap_data).

@@ -8,11 +8,9 @@ use shardrec_format::header::SAMPLE;
 
 #[test]
 fn every_cpu_gets_its_own_shard() {
-    if !require_root() {
+    let Some((_serial, scratch)) = recording_test("per-cpu") else {
         return;
-    }
-    let _serial = serial();
-    let scratch = Scratch::new("per-cpu");
+    };
     record(
         &scratch,
         &["-a", "-e", "cpu-clock", "--", load(), "spin", "1"],
@@ -107,11 +105,9 @@ fn a_one_page_ring_wraps_and_accounts_for_every_record() {
 
 #[test]
 fn the_recorder_does_not_record_itself() {
-    if !require_root() {
+    let Some((_serial, scratch)) = recording_test("self") else {
         return;
-    }
-    let _serial = serial();
-    let scratch = Scratch::new("self");
+    };
     let args = [
         "-a",
         "-e",
@@ -185,33 +181,27 @@ fn assert_stopped_cleanly(scratch: &Scratch) {
 
 #[test]
 fn sigint_stops_with_whole_shards_and_a_final_meta() {
-    if !require_root() {
+    let Some((_serial, scratch)) = recording_test("sigint") else {
         return;
-    }
-    let _serial = serial();
-    let scratch = Scratch::new("sigint");
+    };
     assert!(interrupt(&scratch, 1).success());
     assert_stopped_cleanly(&scratch);
 }
 
 #[test]
 fn a_second_sigint_still_leaves_whole_shards() {
-    if !require_root() {
+    let Some((_serial, scratch)) = recording_test("sigint2") else {
         return;
-    }
-    let _serial = serial();
-    let scratch = Scratch::new("sigint2");
+    };
     assert!(interrupt(&scratch, 2).success());
     assert_stopped_cleanly(&scratch);
 }
 
 #[test]
 fn pid_targets_are_recorded_until_they_exit() {
-    if !require_root() {
+    let Some((_serial, scratch)) = recording_test("pid") else {
         return;
-    }
-    let _serial = serial();
-    let scratch = Scratch::new("pid");
+    };
     let mut target = std::process::Command::new(load())
         .args(["spin", "1"])
         .spawn()
@@ -239,11 +229,9 @@ fn pid_targets_are_recorded_until_they_exit() {
 
 #[test]
 fn cpu_lists_record_only_those_cpus() {
-    if !require_root() {
+    let Some((_serial, scratch)) = recording_test("cpu-list") else {
         return;
-    }
-    let _serial = serial();
-    let scratch = Scratch::new("cpu-list");
+    };
     record(
         &scratch,
         &["-C", "1", "-e", "cpu-clock", "--", load(), "spin", "0.5"],
@@ -257,11 +245,9 @@ fn cpu_lists_record_only_those_cpus() {
 
 #[test]
 fn the_workloads_exit_status_is_shardrecs() {
-    if !require_root() {
+    let Some((_serial, scratch)) = recording_test("status") else {
         return;
-    }
-    let _serial = serial();
-    let scratch = Scratch::new("status");
+    };
     let status = shardrec()
         .args(["record", "-q", "--no-merge", "-o"])
         .arg(scratch.output())

@@ -20,6 +20,17 @@ pub fn serial() -> MutexGuard<'static, ()> {
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// What a test that records needs: root (without it, `None`, after
+/// `require_root` has said why or failed the test under CI), the lock that
+/// runs recordings one at a time, and a scratch directory.
+pub fn recording_test(name: &str) -> Option<(MutexGuard<'static, ()>, Scratch)> {
+    if !require_root() {
+        return None;
+    }
+    let serial = serial();
+    Some((serial, Scratch::new(name)))
+}
+
 pub fn shardrec() -> Command {
     Command::new(env!("CARGO_BIN_EXE_shardrec"))
 }
