@@ -59,22 +59,17 @@ pub struct SampleIdLayout {
 impl SampleIdLayout {
     /// The layout of records from an attr with this `sample_type`.
     pub fn new(sample_type: u64) -> Self {
-        let trailer_fields = [TID, TIME, ID, STREAM_ID, CPU, IDENTIFIER];
-        let trailer_size = trailer_fields
-            .iter()
-            .filter(|&&bit| sample_type & bit != 0)
-            .count()
-            * 8;
-        let count_before = |fields: &[u64]| {
+        // Bytes taken by whichever of `fields` are recorded.
+        let size_of = |fields: &[u64]| {
             let present = fields.iter().filter(|&&bit| sample_type & bit != 0);
             present.count() * 8
         };
         let has_time = sample_type & TIME != 0;
         SampleIdLayout {
             sample_type,
-            trailer_size,
-            sample_time_at: has_time.then(|| HEADER_SIZE + count_before(&[IDENTIFIER, IP, TID])),
-            trailer_time_at: has_time.then(|| count_before(&[TID])),
+            trailer_size: size_of(&[TID, TIME, ID, STREAM_ID, CPU, IDENTIFIER]),
+            sample_time_at: has_time.then(|| HEADER_SIZE + size_of(&[IDENTIFIER, IP, TID])),
+            trailer_time_at: has_time.then(|| size_of(&[TID])),
         }
     }
 
