@@ -100,7 +100,9 @@ fn run(
     let owner = setup.cpu.ring_owner();
     let ring = RingBuffer::map(owner, setup.ring_pages)?;
     writeln!(report, "ready")?;
-    if !wait_for_start(&control)? {
+    // Anything but Start means the recording was abandoned before it began.
+    let mut control = File::from(control);
+    if Command::read_from(&mut control)? != Command::Start {
         return Ok(WriterStats::default());
     }
     if setup.enable {
@@ -114,22 +116,9 @@ fn run(
         sync_at_end: setup.sync,
         ..WriterConfig::default()
     };
-    ShardWriter::new(&ring, owner, shard, control, config)?
+    ShardWriter::new(&ring, owner, shard, control.into(), config)?
         .disabling_at_stop(setup.events())
         .run()
-}
-
-/// Blocks for the coordinator's first word: whether it is Start (anything
-/// else means the recording was abandoned before it began).
-fn wait_for_start(control: &OwnedFd) -> io::Result<bool> {
-    let mut byte = [0u8; 1];
-    let read = loop {
-        match nix::unistd::read(control, &mut byte) {
-            Err(nix::errno::Errno::EINTR) => continue,
-            other => break other?,
-        }
-    };
-    Ok(Command::from_read(&byte[..read]) == Command::Start)
 }
 
 fn parse_stats(line: &str) -> Option<WriterStats> {

@@ -2,7 +2,7 @@
 //! `vip.shard`, and capture each program whose PROG_LOAD it reads.
 
 use std::fs::File;
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
 use shardrec_format::header::{BPF_EVENT, KSYMBOL};
@@ -127,9 +127,7 @@ impl<'a> Vip<'a> {
         if !control_ready {
             return Ok(None);
         }
-        let mut byte = [0u8; 1];
-        let read = self.control.read(&mut byte)?;
-        Ok(Some(Command::from_read(&byte[..read])))
+        Command::read_from(&mut self.control).map(Some)
     }
 
     /// Takes the new records of the `ready` rings, freeing each ring at

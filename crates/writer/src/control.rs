@@ -1,5 +1,7 @@
 //! The one-byte words the coordinator sends a writer over its control pipe.
 
+use std::io::{self, Read};
+
 /// What the coordinator asks of a writer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Command {
@@ -30,6 +32,18 @@ impl Command {
             Some(b'S') => Command::Start,
             Some(b'Q') => Command::Quit,
             _ => Command::Drain,
+        }
+    }
+
+    /// Blocks for the next word on `control` (end of file reads as Drain).
+    pub fn read_from(control: &mut impl Read) -> io::Result<Command> {
+        let mut byte = [0u8; 1];
+        loop {
+            match control.read(&mut byte) {
+                Ok(read) => return Ok(Command::from_read(&byte[..read])),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
         }
     }
 }
