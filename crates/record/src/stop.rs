@@ -213,30 +213,24 @@ fn scan_shards(
 ) -> Result<Vec<CpuStats>, RecordError> {
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
-        .clamp(1, MAX_SCAN_THREADS)
-        .min(paths.len().max(1));
+        .clamp(1, MAX_SCAN_THREADS);
     let scan_one = |path: &PathBuf| -> Result<CpuStats, RecordError> {
         let bytes = scan::ShardBytes::open(path)?;
         Ok(scan::scan(&bytes, layouts).0)
     };
-    let mut scanned: Vec<(usize, Result<CpuStats, RecordError>)> = std::thread::scope(|scope| {
-        let workers: Vec<_> = (0..threads)
-            .map(|first| {
-                let scan_one = &scan_one;
-                scope.spawn(move || {
-                    let mine = paths.iter().enumerate().skip(first).step_by(threads);
-                    mine.map(|(i, path)| (i, scan_one(path)))
-                        .collect::<Vec<_>>()
-                })
-            })
+    // Each thread scans a run of consecutive shards, so the results come
+    // back in order by joining the threads in order.
+    let chunk = paths.len().div_ceil(threads).max(1);
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = paths
+            .chunks(chunk)
+            .map(|mine| scope.spawn(|| mine.iter().map(scan_one).collect::<Vec<_>>()))
             .collect();
         workers
             .into_iter()
             .flat_map(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
             .collect()
-    });
-    scanned.sort_by_key(|(i, _)| *i);
-    scanned.into_iter().map(|(_, stats)| stats).collect()
+    })
 }
 
 /// Each scan holds up to `scan::RELEASE_STEP` of its shard resident.
