@@ -141,8 +141,8 @@ impl<'a> ShardWriter<'a> {
     }
 
     /// Runs until the coordinator says stop (or goes away), then syncs the
-    /// shard if configured to. An I/O error ends the writer; the shard holds every write
-    /// completed before it.
+    /// shard if configured to. An I/O error ends the writer; the shard
+    /// holds every write completed before it.
     pub fn run(mut self) -> io::Result<WriterStats> {
         self.arm_poll()?;
         self.arm_control()?;
