@@ -171,27 +171,40 @@ impl<'a> Recording<'a> {
     }
 
     /// Writes `synth.shard`: the kernel's maps, the existing tasks, and the
-    /// records the VIP made for the BPF programs already loaded.
+    /// records the VIP made for the BPF programs already loaded. The kernel's
+    /// maps (a read of most of kallsyms, for the end of its text) are made
+    /// while the tasks are walked, and written after them.
     fn synthesize(&mut self, existing_bpf: &[u8]) -> Result<(), RecordError> {
         let first = &self.cpus[0].events[0];
         let sample_type = self.meta.events[first.spec].sample_type();
         let dwarf = matches!(self.plan.call_graph, crate::config::CallGraph::Dwarf(_));
-        let synth = Synthesizer::new(sample_type, first.id).with_data_maps(dwarf);
+        let mut synth = Synthesizer::new(sample_type, first.id).with_data_maps(dwarf);
+        if let Some(workload) = &self.workload {
+            synth = synth.with_held_workload(workload.pid.as_raw());
+        }
         let path = self.dir.synth_path();
         let mut out = BufWriter::new(self.dir.create_file(&path)?);
-        let tasks = match (&self.plan.tasks, &self.workload) {
-            (Tasks::SystemWide, _) => SynthTasks::All,
-            (Tasks::Threads(_), _) => SynthTasks::Processes(self.plan.pids.clone()),
-            (Tasks::Workload, Some(w)) => SynthTasks::Processes(vec![w.pid.as_raw()]),
-            (Tasks::Workload, None) => unreachable!("a workload plan has a workload"),
+        let tasks = match &self.plan.tasks {
+            Tasks::SystemWide => SynthTasks::All,
+            Tasks::Threads(_) => SynthTasks::Processes(self.plan.pids.clone()),
+            // Only the held workload, described by `with_held_workload`.
+            Tasks::Workload => SynthTasks::Processes(Vec::new()),
         };
         let output_error = |e| RecordError::Output {
             path: path.clone(),
             source: e,
         };
-        synth.kernel(&mut out).map_err(output_error)?;
-        synth.tasks(&tasks, &mut out).map_err(output_error)?;
-        out.write_all(existing_bpf).map_err(output_error)?;
+        std::thread::scope(|scope| {
+            let kernel = scope.spawn(|| {
+                let mut records = Vec::new();
+                synth.kernel(&mut records).map(|_| records)
+            });
+            synth.tasks(&tasks, &mut out)?;
+            let kernel = kernel.join().expect("kernel synthesis does not panic")?;
+            out.write_all(&kernel)?;
+            out.write_all(existing_bpf)
+        })
+        .map_err(output_error)?;
         let file = out.into_inner().map_err(|e| output_error(e.into_error()))?;
         match self.durable {
             true => file.sync_data().map_err(output_error),

@@ -92,6 +92,9 @@ fn child(
     if process::unblock_all_signals().is_err() {
         return 127;
     }
+    // Until its exec the child is not shardrec's work but the workload's,
+    // and perf record names it so too (`ps` shows it while it waits).
+    let _ = process::set_name(shardrec_synth::HELD_WORKLOAD_COMM);
     let mut byte = [0u8; 1];
     if !matches!(File::from(go_read).read(&mut byte), Ok(1)) {
         return 127;

@@ -25,8 +25,8 @@ pub(crate) fn synthesize(emitter: &mut Emitter) {
 fn kernel_map(emitter: &mut Emitter) {
     let found = File::open("/proc/kallsyms")
         .ok()
-        .and_then(|file| ref_reloc_sym(BufReader::with_capacity(64 * 1024, file)));
-    let Some((symbol, start)) = found else {
+        .and_then(|file| kernel_text(BufReader::with_capacity(64 * 1024, file)));
+    let Some(KernelText { symbol, start, end }) = found else {
         emitter.stats.skipped += 1;
         return;
     };
@@ -34,8 +34,7 @@ fn kernel_map(emitter: &mut Emitter) {
     filename.extend_from_slice(symbol);
     let map = Mapping {
         start,
-        // perf's kernel map ends at ~0.
-        len: u64::MAX - start,
+        len: end - start,
         pgoff: start,
         filename: &filename,
         ..Default::default()
@@ -46,27 +45,49 @@ fn kernel_map(emitter: &mut Emitter) {
     }
 }
 
-/// The first of [`REF_RELOC_SYMS`] that `kallsyms` holds as a function, and
-/// its address. Stops reading at `_text`, which is near the top.
-fn ref_reloc_sym(mut kallsyms: impl BufRead) -> Option<(&'static [u8], u64)> {
+/// The kernel text as perf maps it (`machine__get_running_kernel_start`).
+#[derive(Debug, PartialEq, Eq)]
+struct KernelText {
+    /// The first of [`REF_RELOC_SYMS`] that `kallsyms` holds as a function.
+    symbol: &'static [u8],
+    /// Its address.
+    start: u64,
+    /// `_etext`, or ~0 where `kallsyms` lacks it (as perf leaves it).
+    end: u64,
+}
+
+/// Reads `kallsyms` up to `_etext`, which ends the core kernel's text
+/// symbols (about nine tenths of the file).
+fn kernel_text(mut kallsyms: impl BufRead) -> Option<KernelText> {
     let mut line = Vec::with_capacity(256);
-    let mut fallback = None;
+    let mut start: [Option<u64>; 2] = [None; 2];
+    let mut end = u64::MAX;
     loop {
         line.clear();
         match kallsyms.read_until(b'\n', &mut line) {
-            Ok(0) | Err(_) => return fallback,
+            Ok(0) | Err(_) => break,
             Ok(_) => {}
         }
         let Some((address, name)) = function_symbol(&line) else {
             continue;
         };
-        if name == REF_RELOC_SYMS[0] {
-            return Some((REF_RELOC_SYMS[0], address));
+        if name == b"_etext" {
+            end = address;
+            break;
         }
-        if name == REF_RELOC_SYMS[1] && fallback.is_none() {
-            fallback = Some((REF_RELOC_SYMS[1], address));
+        if let Some(i) = REF_RELOC_SYMS.iter().position(|&s| s == name) {
+            start[i].get_or_insert(address);
         }
     }
+    let (i, start) = start
+        .iter()
+        .enumerate()
+        .find_map(|(i, a)| Some((i, (*a)?)))?;
+    Some(KernelText {
+        symbol: REF_RELOC_SYMS[i],
+        start,
+        end: end.max(start),
+    })
 }
 
 /// `address type name[\t[module]]` for text symbols (types `T t W w`, as
@@ -190,21 +211,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn finds_text_before_stext_fallback() {
+    fn finds_text_before_stext_fallback_and_the_end_of_text() {
         let kallsyms = b"0000000000000000 A fixed_percpu_data\n\
             ffffffff81000000 T _stext\n\
             ffffffff81000000 T _text\n\
+            ffffffff82209988 T _etext\n\
             ffffffffc0001000 t helper\t[nf_tables]\n";
+        let text = |symbol: &'static [u8], start, end| Some(KernelText { symbol, start, end });
         assert_eq!(
-            ref_reloc_sym(&kallsyms[..]),
-            Some((&b"_text"[..], 0xffffffff81000000))
+            kernel_text(&kallsyms[..]),
+            text(b"_text", 0xffffffff81000000, 0xffffffff82209988)
         );
         let only_stext = b"ffffffff81000000 D _text_data\nffffffff81001000 T _stext\n";
         assert_eq!(
-            ref_reloc_sym(&only_stext[..]),
-            Some((&b"_stext"[..], 0xffffffff81001000))
+            kernel_text(&only_stext[..]),
+            text(b"_stext", 0xffffffff81001000, u64::MAX)
         );
-        assert_eq!(ref_reloc_sym(&b"ffffffff81000000 D _text\n"[..]), None);
+        assert_eq!(kernel_text(&b"ffffffff81000000 D _text\n"[..]), None);
     }
 
     #[test]

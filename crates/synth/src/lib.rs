@@ -5,7 +5,8 @@
 //!   (`[kernel.kallsyms]_text`) and one per loaded module;
 //! - [`Synthesizer::tasks`]: per process, a `PERF_RECORD_FORK` and a
 //!   `PERF_RECORD_COMM` for each thread, then a `PERF_RECORD_MMAP2` for each
-//!   executable mapping.
+//!   executable mapping; a workload held before its exec gets only a
+//!   `perf-exec` COMM ([`Synthesizer::with_held_workload`]).
 //!
 //! Every record carries the `sample_id_all` trailer of the attr it is
 //! attributed to, with time 0 so that it sorts before anything recorded.
@@ -29,7 +30,7 @@ mod proc_maps;
 mod scan;
 mod tasks;
 
-use shardrec_format::records::RecordBuilder;
+use shardrec_format::records::{self, RecordBuilder};
 use shardrec_format::{SampleId, SampleIdLayout};
 use std::io::Write;
 use std::ops::AddAssign;
@@ -88,7 +89,12 @@ pub struct Synthesizer {
     event_id: u64,
     threads: usize,
     data_maps: bool,
+    held_workload: Option<i32>,
 }
+
+/// The name perf record gives its forked workload until the exec. Readers
+/// know it: samply does not name a profile after a process so called.
+pub const HELD_WORKLOAD_COMM: &std::ffi::CStr = c"perf-exec";
 
 impl Synthesizer {
     /// Records for an attr with this `sample_type` (which sets the trailer's
@@ -99,6 +105,7 @@ impl Synthesizer {
             event_id,
             threads: 0,
             data_maps: false,
+            held_workload: None,
         }
     }
 
@@ -107,6 +114,17 @@ impl Synthesizer {
     /// read-only segment).
     pub fn with_data_maps(mut self, data_maps: bool) -> Self {
         self.data_maps = data_maps;
+        self
+    }
+
+    /// Describes process `pid`, forked but held before its exec, as perf
+    /// record describes its workload: one COMM named [`HELD_WORKLOAD_COMM`]
+    /// and nothing else, wherever [`tasks`](Self::tasks) would find it. Its
+    /// mappings are still the recorder's, and a reader that kept them would
+    /// unwind the workload's stacks through the recorder's libraries; the
+    /// kernel reports the exec's COMM and mappings itself.
+    pub fn with_held_workload(mut self, pid: i32) -> Self {
+        self.held_workload = Some(pid);
         self
     }
 
@@ -128,7 +146,7 @@ impl Synthesizer {
     /// Writes the threads and executable maps of `tasks`. All records of one
     /// process are written together; processes come in no particular order.
     pub fn tasks(&self, tasks: &Tasks, out: &mut impl Write) -> std::io::Result<SynthStats> {
-        let pids = match tasks {
+        let mut pids = match tasks {
             Tasks::All => tasks::list_processes(),
             Tasks::Processes(pids) => {
                 let mut pids = pids.clone();
@@ -137,12 +155,24 @@ impl Synthesizer {
                 pids
             }
         };
+        pids.retain(|&pid| Some(pid) != self.held_workload);
         let threads = parallel::threads_for(self.threads, pids.len());
-        if threads <= 1 {
-            tasks::synthesize(&mut self.emitter(), &pids, out)
+        let mut stats = if threads <= 1 {
+            tasks::synthesize(&mut self.emitter(), &pids, out)?
         } else {
-            parallel::synthesize(self, &pids, threads, out)
+            parallel::synthesize(self, &pids, threads, out)?
+        };
+        if let Some(pid) = self.held_workload {
+            let mut emitter = self.emitter();
+            let record = records::comm(pid as u32, pid as u32, HELD_WORKLOAD_COMM.to_bytes(), 0);
+            if emitter.push(record, pid as u32, pid as u32) {
+                emitter.stats.processes += 1;
+                emitter.stats.threads += 1;
+            }
+            out.write_all(&emitter.buf)?;
+            stats += emitter.stats;
         }
+        Ok(stats)
     }
 
     fn emitter(&self) -> Emitter<'_> {

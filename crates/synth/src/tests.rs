@@ -97,7 +97,7 @@ fn other_threads_descend_from_the_main_thread() {
 }
 
 #[test]
-fn kernel_map_starts_at_text() {
+fn kernel_map_spans_the_kernel_text() {
     let mut bytes = Vec::new();
     let synth = Synthesizer::new(SAMPLE_TYPE, EVENT_ID);
     let stats = synth.kernel(&mut bytes).unwrap();
@@ -112,12 +112,38 @@ fn kernel_map_starts_at_text() {
     assert_eq!(u32_at(map.bytes, 8), Some(u32::MAX));
     let start = u64_at(map.bytes, 16).unwrap();
     assert_ne!(start, 0, "kallsyms hides addresses: not running as root?");
-    assert_eq!(u64_at(map.bytes, 24), Some(u64::MAX - start));
+    let kallsyms = std::fs::read_to_string("/proc/kallsyms").unwrap();
+    let etext = kallsyms
+        .lines()
+        .find_map(|l| l.strip_suffix(" T _etext"))
+        .map(|a| u64::from_str_radix(a, 16).unwrap())
+        .expect("_etext in kallsyms");
+    assert_eq!(u64_at(map.bytes, 24), Some(etext - start));
     assert_eq!(u64_at(map.bytes, 32), Some(start));
     let id = SampleIdLayout::new(SAMPLE_TYPE)
         .parse(map.bytes, MMAP)
         .unwrap();
     assert_eq!((id.pid, id.tid, id.id), (u32::MAX, 0, EVENT_ID));
+}
+
+#[test]
+fn a_held_workload_is_only_a_perf_exec_comm() {
+    let pid = own_pid();
+    let synth = Synthesizer::new(SAMPLE_TYPE, EVENT_ID).with_held_workload(pid as i32);
+    for tasks in [Tasks::All, Tasks::Processes(vec![pid as i32])] {
+        let (bytes, stats) = synthesize(&synth, &tasks);
+        let layout = SampleIdLayout::new(SAMPLE_TYPE);
+        let ours: Vec<_> = records(&bytes, &stats)
+            .into_iter()
+            .filter(|r| layout.parse(r.bytes, r.header.type_).unwrap().pid == pid)
+            .collect();
+        assert_eq!(ours.len(), 1, "{tasks:?}");
+        assert_eq!(ours[0].header.type_, COMM);
+        assert_eq!(
+            string_at(ours[0].bytes, 16),
+            crate::HELD_WORKLOAD_COMM.to_bytes()
+        );
+    }
 }
 
 #[test]

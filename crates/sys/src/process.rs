@@ -81,6 +81,14 @@ pub fn unblock_all_signals() -> io::Result<()> {
     Ok(())
 }
 
+/// Names this thread (`PR_SET_NAME`, what `comm` shows); the kernel keeps
+/// the first 15 bytes. Allocates nothing, so a child may call it between
+/// fork and exec.
+pub fn set_name(name: &std::ffi::CStr) -> io::Result<()> {
+    nix::sys::prctl::set_name(name)?;
+    Ok(())
+}
+
 /// The user-register mask perf asks for in DWARF mode on this architecture
 /// (all general registers; on x86-64 without the segment registers).
 pub fn user_regs_mask() -> u64 {
