@@ -20,8 +20,13 @@ use crate::source::{Layouts, Shard, TimeReader};
 const FINISHED_ROUND: u32 = 68;
 /// `PERF_RECORD_FINISHED_INIT`: the synthesized state is complete.
 const FINISHED_INIT: u32 = 82;
-/// A round every this many bytes of data.
-const ROUND_BYTES: u64 = 16 << 20;
+/// A round every this many bytes of records. The data is already in time
+/// order, so a round costs 8 bytes and nothing else, while a reader holds
+/// every record of the last round or two in its reorder buffer (perf's
+/// ordered events, hotspot's perfparser). perf record ends a round per pass
+/// over its rings, which is a quarter to half a ring per busy CPU (128 to
+/// 256 KiB at its default 512 KiB rings); this is smaller still.
+const ROUND_BYTES: u64 = 64 << 10;
 
 /// What the data section got.
 #[derive(Default)]

@@ -32,6 +32,7 @@ pub fn build(plan: &Plan) -> Vec<Attr> {
 fn build_one(plan: &Plan, spec: &EventSpec, first: bool, ring_bytes: usize) -> Attr {
     let mut attr = Attr::new(spec.type_, spec.config);
     attr.set_exclude(spec.exclude_user, spec.exclude_kernel);
+    attr.set_exclude_guest();
     match plan.sampling {
         // Tracepoints record every hit unless told otherwise, as in perf.
         Sampling::Default if spec.is_tracepoint() => attr.set_period(1),

@@ -79,6 +79,12 @@ impl Attr {
         self.raw.set_exclude_kernel(kernel.into());
     }
 
+    /// Do not count while a guest runs on this CPU (perf's default for
+    /// every event not given `:G` or `:H`).
+    pub fn set_exclude_guest(&mut self) {
+        self.raw.set_exclude_guest(1);
+    }
+
     /// Put the `sample_id` trailer on every non-sample record.
     pub fn set_sample_id_all(&mut self) {
         self.raw.set_sample_id_all(1);
