@@ -169,7 +169,7 @@ fn the_header_carries_this_hosts_facts() {
         "# event : name = cpu-clock".to_string(),
         "# sibling threads :".to_string(),
         "# sample duration :".to_string(),
-        "# perf version : shardrec".to_string(),
+        "# perf version : 6.1.0 (shardrec".to_string(),
     ];
     for line in expect {
         assert!(text.contains(&line), "header lacks {line:?}:\n{text}");

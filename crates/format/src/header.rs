@@ -24,6 +24,12 @@ pub const LOST_SAMPLES: u32 = 13;
 pub const KSYMBOL: u32 = 17;
 /// `PERF_RECORD_BPF_EVENT`
 pub const BPF_EVENT: u32 = 18;
+/// `PERF_RECORD_ID_INDEX` (written by perf, not the kernel)
+pub const ID_INDEX: u32 = 69;
+/// `PERF_RECORD_THREAD_MAP` (written by perf, not the kernel)
+pub const THREAD_MAP: u32 = 73;
+/// `PERF_RECORD_CPU_MAP` (written by perf, not the kernel)
+pub const CPU_MAP: u32 = 74;
 
 /// `PERF_RECORD_MISC_KERNEL`
 pub const MISC_KERNEL: u16 = 1;

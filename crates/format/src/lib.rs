@@ -5,7 +5,9 @@
 //!   header validated and a torn tail reported instead of trusted;
 //! - [`sample_id`]: where a record's pid, tid, time, id and CPU are, given its
 //!   attr's `sample_type`, computed once per attr;
-//! - [`records`]: encoders for the records shardrec synthesizes.
+//! - [`records`]: encoders for the records shardrec synthesizes;
+//! - [`user_records`]: encoders for the records perf itself puts at the
+//!   start of a perf.data (id index, thread map, CPU map).
 //!
 //! ```
 //! use shardrec_format::walk::{RecordWalker, End};
@@ -19,6 +21,7 @@
 pub mod header;
 pub mod records;
 pub mod sample_id;
+pub mod user_records;
 pub mod walk;
 
 pub use header::RecordHeader;

@@ -45,13 +45,31 @@ impl RecordBuilder {
         self
     }
 
+    /// Appends a u16.
+    pub fn u16(mut self, value: u16) -> Self {
+        self.bytes.extend_from_slice(&value.to_ne_bytes());
+        self
+    }
+
+    /// Appends zeros up to a multiple of 8 bytes.
+    pub fn pad(mut self) -> Self {
+        self.bytes.resize(self.bytes.len().next_multiple_of(8), 0);
+        self
+    }
+
+    /// Fills in the size of a record without a trailer: perf's own records
+    /// (types 64 and up), which carry no `sample_id`.
+    pub fn finish_untrailed(mut self) -> Option<Vec<u8>> {
+        let size = u16::try_from(self.bytes.len()).ok()?;
+        self.bytes[6..HEADER_SIZE].copy_from_slice(&size.to_ne_bytes());
+        Some(self.bytes)
+    }
+
     /// Appends the trailer and fills in the size. Records longer than
     /// 64 KiB cannot be framed and are refused.
     pub fn finish(mut self, layout: &SampleIdLayout, id: &SampleId) -> Option<Vec<u8>> {
         layout.write_trailer(id, &mut self.bytes);
-        let size = u16::try_from(self.bytes.len()).ok()?;
-        self.bytes[6..HEADER_SIZE].copy_from_slice(&size.to_ne_bytes());
-        Some(self.bytes)
+        self.finish_untrailed()
     }
 }
 

@@ -52,11 +52,9 @@ pub fn read(path: &Path) -> Result<Captured, MergeError> {
 }
 
 impl Captured {
-    /// The two features, when anything was captured.
+    /// The two features; with nothing captured each says so (count 0), as
+    /// perf record writes them.
     pub fn features(&self) -> Vec<(Feature, Vec<u8>)> {
-        if self.programs.is_empty() {
-            return Vec::new();
-        }
         let bpils: Vec<Vec<u8>> = self.programs.values().cloned().collect();
         let btfs: Vec<(u32, Vec<u8>)> = self
             .btfs

@@ -6,9 +6,18 @@ use std::os::unix::fs::MetadataExt;
 use shardrec_perfdata::build_id::{self, BuildIdEntry};
 use shardrec_perfdata::feature::Feature;
 use shardrec_perfdata::features::{self as feat, CpuPlace, CpuTopology, EventDesc};
+use shardrec_perfdata::host;
 use shardrec_shard::Meta;
 
 use crate::dso::{DsoHits, MappedFile};
+
+/// HEADER_VERSION. Readers read perf's version here and change how they
+/// read the file by it: hotspot's perfparser trusts FINISHED_ROUND from
+/// its first round only in a file of perf 3.17 or later (a version it
+/// cannot parse counts as older), and samply puts it in the profile's
+/// name. So it is the perf version whose file format shardrec writes (the
+/// attr size, features and records of perf 6.1), then shardrec's name.
+pub const HEADER_VERSION: &str = concat!("6.1.0 (shardrec ", env!("CARGO_PKG_VERSION"), ")");
 
 /// Every feature perf record writes that applies to this recording.
 pub fn all(meta: &Meta, sample_times: (u64, u64), hits: &DsoHits) -> Vec<(Feature, Vec<u8>)> {
@@ -16,10 +25,7 @@ pub fn all(meta: &Meta, sample_times: (u64, u64), hits: &DsoHits) -> Vec<(Featur
     let mut features = vec![
         feat::string(Feature::Hostname, &host.hostname),
         feat::string(Feature::OsRelease, &host.os_release),
-        feat::string(
-            Feature::Version,
-            concat!("shardrec ", env!("CARGO_PKG_VERSION")),
-        ),
+        feat::string(Feature::Version, HEADER_VERSION),
         feat::string(Feature::Arch, &host.arch),
         feat::nr_cpus(host.cpus_available, host.cpus_online),
         feat::string(Feature::CpuDesc, &host.cpu_desc),
@@ -29,7 +35,17 @@ pub fn all(meta: &Meta, sample_times: (u64, u64), hits: &DsoHits) -> Vec<(Featur
         topology(meta),
         feat::sample_time(sample_times.0, sample_times.1),
         (Feature::BuildId, build_id::encode(&build_ids(meta, hits))),
+        host::numa_topology(&host.numa_nodes),
+        host::pmu_mappings(&host.pmus),
+        host::pmu_caps(&host.pmus),
     ];
+    features.extend(host::cpu_pmu_caps(&host.pmus));
+    if !host.caches.is_empty() {
+        features.push(host::cache(&host.caches));
+    }
+    if let Some(memory) = &host.memory {
+        features.push(host::mem_topology(memory));
+    }
     if !host.cpuid.starts_with(',') {
         features.push(feat::string(Feature::CpuId, &host.cpuid));
     }

@@ -7,9 +7,10 @@ use std::path::Path;
 
 use shardrec_format::header::{RecordHeader, LOST_SAMPLES};
 use shardrec_format::records::RecordBuilder;
+use shardrec_format::user_records::{self, IdIndexEntry};
 use shardrec_format::{SampleId, SampleIdLayout};
 use shardrec_perfdata::{AttrEntry, PerfDataWriter};
-use shardrec_shard::Meta;
+use shardrec_shard::{EventMeta, Meta};
 
 use crate::dso::DsoHits;
 use crate::order::{release_step, Merged, SortedShard};
@@ -70,6 +71,9 @@ pub fn write_data(
         trimmed[6..8].copy_from_slice(&(len as u16).to_ne_bytes());
         writer.write_record(&trimmed)
     };
+    for record in start_records(meta) {
+        writer.write_record(&record)?;
+    }
     for (_, record) in Merged::new(vec![SortedShard::new(synth, layouts, release_step(1))]) {
         put(&mut writer, &mut written, record)?;
     }
@@ -95,6 +99,37 @@ pub fn write_data(
     writer.write_record(&marker(FINISHED_ROUND))?;
     written.data_bytes = writer.data_size();
     Ok((writer, written))
+}
+
+/// What perf record writes before any synthesized state: which ring, CPU
+/// and thread each id belongs to, the followed threads and the CPUs.
+fn start_records(meta: &Meta) -> Vec<Vec<u8>> {
+    let ring_of = |cpu: u32| meta.cpus.iter().position(|&c| c == cpu).unwrap_or(0) as u64;
+    let entries: Vec<IdIndexEntry> = meta
+        .events
+        .iter()
+        .flat_map(EventMeta::ids_with_threads)
+        .map(|(cpu, tid, id)| IdIndexEntry {
+            id,
+            ring: ring_of(cpu),
+            cpu: cpu.into(),
+            tid: tid.into(),
+        })
+        .collect();
+    let threads = meta.events.first().map_or(&[][..], |e| &e.threads[..]);
+    let threads = if threads.is_empty() {
+        &[-1][..]
+    } else {
+        threads
+    };
+    [
+        user_records::id_index(&entries),
+        user_records::thread_map(threads),
+        user_records::cpu_map(&meta.cpus),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
 }
 
 /// Each event with every id it has on any CPU.

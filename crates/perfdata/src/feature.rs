@@ -30,16 +30,28 @@ pub enum Feature {
     EventDesc = 12,
     /// Package, core and die siblings.
     CpuTopology = 13,
+    /// NUMA nodes: memory and CPUs.
+    NumaTopology = 14,
+    /// PMU names by type.
+    PmuMappings = 16,
+    /// CPU caches.
+    Cache = 20,
     /// First and last sample time.
     SampleTime = 21,
+    /// Memory blocks of each NUMA node.
+    MemTopology = 22,
     /// Resolution of the clock used for timestamps.
     ClockId = 23,
     /// BPF program info.
     BpfProgInfo = 25,
     /// BPF BTF blobs.
     BpfBtf = 26,
+    /// The core PMU's capabilities.
+    CpuPmuCaps = 28,
     /// A reference point between the clock and wall time.
     ClockData = 29,
+    /// Other PMUs' capabilities.
+    PmuCaps = 31,
 }
 
 /// `NAME_ALIGN`: strings in features are padded to 64 bytes.

@@ -6,6 +6,7 @@
 //!   (strings padded to 64 bytes, counted lists);
 //! - [`features`]: the features whose content is plain facts (host, CPUs,
 //!   events, times, clocks);
+//! - [`host`]: NUMA nodes, PMUs, caches and memory blocks of the host;
 //! - [`build_id`]: the build-id table and reading build ids from ELF files;
 //! - [`tracing_data`]: the tracepoint formats perf needs to print fields;
 //! - [`PerfDataWriter`]: streams a data section, then writes the features
@@ -29,6 +30,7 @@ pub mod build_id;
 pub mod feature;
 pub mod features;
 pub mod header;
+pub mod host;
 pub mod tracing_data;
 mod writer;
 

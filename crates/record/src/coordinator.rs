@@ -85,6 +85,7 @@ impl<'a> Recording<'a> {
                     .iter()
                     .map(|(cpu, _, id)| (*cpu, *id))
                     .collect(),
+                threads: vec![-1],
             });
         }
         Ok(Recording {

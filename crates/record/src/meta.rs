@@ -6,7 +6,7 @@ use shardrec_shard::{ClockRef, EventMeta, Meta, META_VERSION};
 use shardrec_sys::Attr;
 
 use crate::open::CpuEvents;
-use crate::plan::Plan;
+use crate::plan::{Plan, Tasks};
 use crate::{host, RecordConfig};
 
 pub(crate) fn initial_meta(
@@ -16,6 +16,11 @@ pub(crate) fn initial_meta(
     cpus: &[CpuEvents],
     workload_pid: Option<i32>,
 ) -> Meta {
+    let threads = match (&plan.tasks, workload_pid) {
+        (Tasks::Threads(tids), _) => tids.clone(),
+        (Tasks::Workload, Some(pid)) => vec![pid],
+        _ => vec![-1],
+    };
     let events = plan
         .events
         .iter()
@@ -33,6 +38,7 @@ pub(crate) fn initial_meta(
                         .map(|e| (c.cpu, e.id))
                 })
                 .collect(),
+            threads: threads.clone(),
         })
         .collect();
     Meta {

@@ -4,6 +4,7 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 use shardrec_format::SampleIdLayout;
+use shardrec_perfdata::host::{CacheLevel, MemoryTopology, NumaNode, Pmu};
 
 /// The `meta` format version this build writes and reads.
 pub const META_VERSION: u32 = 1;
@@ -50,9 +51,30 @@ pub struct EventMeta {
     /// The kernel's id of this event on each CPU (several per CPU when
     /// several tasks are followed), as `(cpu, id)`.
     pub ids: Vec<(u32, u64)>,
+    /// The threads it follows on each CPU, in the order of that CPU's ids;
+    /// `[-1]` (or empty, in older recordings) for every thread.
+    #[serde(default)]
+    pub threads: Vec<i32>,
 }
 
 impl EventMeta {
+    /// Each id with its CPU and the thread it follows (-1: every thread).
+    pub fn ids_with_threads(&self) -> Vec<(u32, i32, u64)> {
+        let mut seen_on: HashMap<u32, usize> = HashMap::new();
+        self.ids
+            .iter()
+            .map(|&(cpu, id)| {
+                let n = seen_on.entry(cpu).or_default();
+                let tid = match self.threads.len() {
+                    0 => -1,
+                    len => self.threads[*n % len],
+                };
+                *n += 1;
+                (cpu, tid, id)
+            })
+            .collect()
+    }
+
     /// The attr's `sample_type` (offset 24 of `perf_event_attr`).
     pub fn sample_type(&self) -> u64 {
         shardrec_format::u64_at(&self.attr, 24).unwrap_or(0)
@@ -82,6 +104,18 @@ pub struct Host {
     pub total_mem_kb: u64,
     /// How the CPUs are arranged.
     pub topology: Topology,
+    /// NUMA nodes.
+    #[serde(default)]
+    pub numa_nodes: Vec<NumaNode>,
+    /// PMUs, in sysfs directory order (as perf 6.1 lists them).
+    #[serde(default)]
+    pub pmus: Vec<Pmu>,
+    /// Distinct CPU caches, by level.
+    #[serde(default)]
+    pub caches: Vec<CacheLevel>,
+    /// Memory blocks per node, where sysfs has them.
+    #[serde(default)]
+    pub memory: Option<MemoryTopology>,
 }
 
 /// CPU topology from `/sys/devices/system/cpu/cpuN/topology`, as perf

@@ -1,5 +1,8 @@
 //! Facts about this host for perf.data's header features.
 
+mod devices;
+mod nodes;
+
 use std::collections::HashSet;
 
 use shardrec_shard::{Host, Topology};
@@ -39,6 +42,10 @@ pub fn facts() -> Host {
         ),
         total_mem_kb: meminfo_total_kb().unwrap_or(0),
         topology: topology(present),
+        numa_nodes: nodes::numa_nodes(),
+        pmus: devices::pmus(),
+        caches: devices::caches(),
+        memory: nodes::memory_topology(),
     }
 }
 
