@@ -1,0 +1,363 @@
+//! shardrec's perf.data beside perf record's own, for the same program:
+//! perf, hotspot's perfparser and samply must treat both alike.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::*;
+
+/// `tests/programs/deep.c`, built into the scratch directory: main →
+/// level1 → level2 → level3 → leaf_a / leaf_b, for ARGV[1] seconds.
+fn deep_program(scratch: &Scratch) -> PathBuf {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/deep.c");
+    let program = scratch.0.join("deep");
+    let output = Command::new("gcc")
+        .args(["-O2", "-g", "-o"])
+        .arg(&program)
+        .arg(&source)
+        .output()
+        .expect("gcc is installed (.ci/setup)");
+    assert!(
+        output.status.success(),
+        "gcc: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    program
+}
+
+/// `perf record -q -o perf.perf.data ARGS`, checked, into the scratch directory.
+fn perf_record(scratch: &Scratch, args: &[&str]) -> PathBuf {
+    let file = scratch.0.join("perf.perf.data");
+    let mut command = Command::new("perf");
+    command.args(["record", "-q", "-o"]).arg(&file).args(args);
+    let output = run(command);
+    assert!(
+        output.status.success(),
+        "perf record {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    file
+}
+
+/// Both recorders on the same command line: (perf's file, shardrec's).
+fn record_both(scratch: &Scratch, args: &[&str]) -> (PathBuf, PathBuf) {
+    let perfs = perf_record(scratch, args);
+    record_and_merge(scratch, args);
+    (perfs, scratch.output())
+}
+
+/// Each sample of `comm` as its frames' symbols, leaf first (`perf script`).
+fn callchains(file: &Path, comm: &str) -> Vec<Vec<String>> {
+    let script = perf(&["script", "-F", "comm,ip,sym,dso", "--no-inline"], file);
+    assert_no_complaint(&script, "perf script");
+    String::from_utf8_lossy(&script.stdout)
+        .split("\n\n")
+        .filter_map(|sample| {
+            let mut lines = sample.lines().filter(|l| !l.trim().is_empty());
+            (lines.next()?.trim() == comm).then(|| {
+                lines
+                    .map(|frame| {
+                        let mut words = frame.split_whitespace().skip(1);
+                        let symbol = words.next().unwrap_or_default().to_string();
+                        let in_kernel = frame.contains("[kernel.kallsyms]");
+                        if in_kernel {
+                            format!("[k] {symbol}")
+                        } else {
+                            symbol
+                        }
+                    })
+                    .collect()
+            })
+        })
+        .collect()
+}
+
+/// (user samples, those whose chain reaches `_start`).
+fn reaching_start(chains: &[Vec<String>]) -> (usize, usize) {
+    let user: Vec<_> = chains
+        .iter()
+        .filter(|c| c.first().is_some_and(|f| !f.starts_with("[k]")))
+        .collect();
+    let reached = user
+        .iter()
+        .filter(|c| c.iter().any(|f| f == "_start"))
+        .count();
+    (user.len(), reached)
+}
+
+#[test]
+fn dwarf_chains_reach_start_as_in_perfs_own_recording() {
+    let Some((_serial, scratch)) = recording_test("readers-dwarf") else {
+        return;
+    };
+    let program = deep_program(&scratch);
+    let program = program.to_str().unwrap();
+    let args = [
+        "--call-graph",
+        "dwarf",
+        "-e",
+        "cpu-clock",
+        "--",
+        program,
+        "1",
+    ];
+    let (perfs, ours) = record_both(&scratch, &args);
+    for (file, who) in [(&perfs, "perf record"), (&ours, "shardrec")] {
+        let chains = callchains(file, "deep");
+        let (user, reached) = reaching_start(&chains);
+        assert!(user > 1000, "{who}: only {user} user samples");
+        let lost: Vec<_> = chains
+            .iter()
+            .filter(|c| !c.iter().any(|f| f == "_start"))
+            .take(3)
+            .collect();
+        assert_eq!(
+            reached, user,
+            "{who}: chains that do not reach _start, e.g. {lost:?}"
+        );
+        // The known depth, below each leaf.
+        let expected = ["level3", "level2", "level1", "main"];
+        let in_leaves = chains
+            .iter()
+            .filter(|c| c[0] == "leaf_a" || c[0] == "leaf_b");
+        let mut leaves = 0;
+        for chain in in_leaves {
+            assert_eq!(chain[1..5], expected, "{who}: {chain:?}");
+            leaves += 1;
+        }
+        assert!(leaves > user / 2, "{who}: {leaves} of {user} in the leaves");
+    }
+}
+
+/// The lines of `perf report --header-only -I`.
+fn header_lines(file: &Path) -> Vec<String> {
+    let header = perf(&["report", "--header-only", "-I"], file);
+    assert_no_complaint(&header, "perf report --header-only");
+    String::from_utf8_lossy(&header.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// The lines that may differ between perf's header and shardrec's for the
+/// same command, by their start, and why.
+const MAY_DIFFER: &[(&str, &str)] = &[
+    ("# captured on", "the time of each recording"),
+    (
+        "# data offset",
+        "shardrec's attrs section holds one more event",
+    ),
+    ("# data size", "a different recording"),
+    ("# feat offset", "follows the data size"),
+    (
+        "# perf version",
+        "names shardrec after the perf format version",
+    ),
+    ("# cmdline", "shardrec's own command line"),
+    ("# node0 meminfo", "free memory when each recording started"),
+    ("# time of first sample", "a different recording"),
+    ("# time of last sample", "a different recording"),
+    ("# sample duration", "a different recording"),
+];
+
+/// An event line with what shardrec sets on purpose taken out: the ids
+/// (each recording's own), IDENTIFIER and CPU in every sample (the merge
+/// orders and attributes records from many shards), the wakeup watermark
+/// (writers wake at a quarter ring instead of at every half), and KSYMBOL
+/// and BPF_EVENT, which the VIP's own dummy event reports instead.
+fn event_essentials(line: &str) -> String {
+    let mut line = line.to_string();
+    if let (Some(start), Some(end)) = (line.find(", id = {"), line.find('}')) {
+        line.replace_range(start..=end, "");
+    }
+    for (from, to) in [
+        ("|CPU|", "|"),
+        ("|IDENTIFIER", ""),
+        (", watermark = 1", ""),
+        (", ksymbol = 1, bpf_event = 1", ""),
+    ] {
+        line = line.replace(from, to);
+    }
+    let wakeup = ", { wakeup_events, wakeup_watermark } = ";
+    if let Some(start) = line.find(wakeup) {
+        let digits = line[start + wakeup.len()..]
+            .bytes()
+            .take_while(u8::is_ascii_digit)
+            .count();
+        line.replace_range(start..start + wakeup.len() + digits, "");
+    }
+    line
+}
+
+#[test]
+fn the_header_is_perfs_but_for_listed_lines() {
+    let Some((_serial, scratch)) = recording_test("readers-header") else {
+        return;
+    };
+    let program = deep_program(&scratch);
+    let args = [
+        "-g",
+        "-e",
+        "cpu-clock",
+        "--",
+        program.to_str().unwrap(),
+        "0.3",
+    ];
+    let (perfs, ours) = record_both(&scratch, &args);
+    let (theirs, ours) = (header_lines(&perfs), header_lines(&ours));
+    let differs = |line: &String, other: &[String]| !other.contains(line);
+    let listed = |line: &str| MAY_DIFFER.iter().any(|(start, _)| line.starts_with(start));
+    for line in theirs.iter().filter(|l| differs(l, &ours)) {
+        if line.starts_with("# event : name = cpu-clock") {
+            let ours = ours
+                .iter()
+                .find(|l| l.starts_with("# event : name = cpu-clock"))
+                .expect("shardrec's header has the cpu-clock event");
+            assert_eq!(event_essentials(ours), event_essentials(line));
+            continue;
+        }
+        assert!(listed(line), "only perf's header has {line:?}");
+    }
+    for line in ours.iter().filter(|l| differs(l, &theirs)) {
+        // The VIP's side-band event.
+        let side_band = line.starts_with("# event : name = dummy,") && line.contains("bpf_event");
+        assert!(
+            listed(line) || side_band || line.starts_with("# event : name = cpu-clock"),
+            "only shardrec's header has {line:?}"
+        );
+    }
+    // The same features, the same missing ones.
+    let missing = |lines: &[String]| {
+        lines
+            .iter()
+            .find(|l| l.starts_with("# missing features"))
+            .cloned()
+    };
+    assert_eq!(missing(&ours), missing(&theirs));
+}
+
+/// Where Debian's hotspot package puts its parser.
+const PERFPARSER: &str = "/usr/lib/x86_64-linux-gnu/libexec/hotspot-perfparser";
+
+/// hotspot's parser's statistics: (rounds, largest reorder buffer).
+fn perfparser_stats(file: &Path) -> (u64, u64) {
+    let output = Command::new(PERFPARSER)
+        .args(["--print-stats", "--input"])
+        .arg(file)
+        .output()
+        .expect("hotspot-perfparser is installed (.ci/setup: hotspot)");
+    assert!(output.status.success(), "{output:?}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stat = |name: &str| {
+        stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {name:?} in {stdout}"))
+    };
+    (stat("rounds:"), stat("max buffer size:"))
+}
+
+#[test]
+fn hotspots_reorder_buffer_stays_as_small_as_with_perfs_file() {
+    let Some((_serial, scratch)) = recording_test("readers-hotspot") else {
+        return;
+    };
+    if !shardrec_testkit::require(Path::new(PERFPARSER).exists(), "hotspot's perfparser") {
+        return;
+    }
+    let program = deep_program(&scratch);
+    let args = [
+        "--call-graph",
+        "dwarf",
+        "-e",
+        "cpu-clock",
+        "--",
+        program.to_str().unwrap(),
+        "10",
+    ];
+    let (perfs, ours) = record_both(&scratch, &args);
+    let (perf_rounds, perf_buffer) = perfparser_stats(&perfs);
+    let (rounds, buffer) = perfparser_stats(&ours);
+    eprintln!(
+        "hotspot: {rounds} rounds, buffer {buffer} B; perf's file: {perf_rounds}, {perf_buffer} B"
+    );
+    assert!(
+        rounds >= perf_rounds,
+        "{rounds} rounds, perf's file {perf_rounds}"
+    );
+    assert!(
+        buffer <= 2 * perf_buffer,
+        "hotspot buffered {buffer} bytes, {perf_buffer} with perf's file"
+    );
+}
+
+/// samply's profile of a file: its name and each thread's (name, samples).
+fn samply_profile(file: &Path) -> (String, Vec<(String, usize)>) {
+    let json = file.with_extension("json");
+    let output = Command::new(samply())
+        .args(["import", "--save-only", "-o"])
+        .arg(&json)
+        .arg(file)
+        .output()
+        .expect("samply runs");
+    assert!(output.status.success(), "{output:?}");
+    let profile: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let name = profile["meta"]["product"].as_str().unwrap().to_string();
+    let threads = profile["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            let name = t["name"].as_str().unwrap_or_default().to_string();
+            let samples = t["samples"]["stack"].as_array().map_or(0, Vec::len);
+            (name, samples)
+        })
+        .collect();
+    (name, threads)
+}
+
+/// samply, as `.ci/setup` installs it (or on the PATH).
+fn samply() -> PathBuf {
+    let installed = PathBuf::from(std::env::var("SAMPLY").unwrap_or_default());
+    if installed.is_file() {
+        return installed;
+    }
+    PathBuf::from("samply")
+}
+
+#[test]
+fn samply_shows_the_workloads_threads_and_name() {
+    let Some((_serial, scratch)) = recording_test("readers-samply") else {
+        return;
+    };
+    let found = Command::new(samply()).arg("--version").output().is_ok();
+    if !shardrec_testkit::require(found, "samply (.ci/setup builds it)") {
+        return;
+    }
+    let program = deep_program(&scratch);
+    let args = [
+        "-g",
+        "-e",
+        "cpu-clock",
+        "--",
+        program.to_str().unwrap(),
+        "0.3",
+    ];
+    let (perfs, ours) = record_both(&scratch, &args);
+    let (their_name, their_threads) = samply_profile(&perfs);
+    let (name, threads) = samply_profile(&ours);
+    assert!(name.starts_with("deep on "), "{name}");
+    assert_eq!(
+        name.split(" (perf version").next(),
+        their_name.split(" (perf version").next()
+    );
+    let names = |threads: &[(String, usize)]| -> Vec<String> {
+        threads.iter().map(|(n, _)| n.clone()).collect()
+    };
+    assert_eq!(names(&threads), names(&their_threads));
+    let with_samples = threads.iter().filter(|(_, n)| *n > 0).count();
+    assert_eq!(with_samples, 1, "{threads:?}");
+}
