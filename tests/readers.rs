@@ -11,8 +11,13 @@ use common::*;
 /// `tests/programs/deep.c`, built into the scratch directory: main →
 /// level1 → level2 → level3 → leaf_a / leaf_b, for ARGV[1] seconds.
 fn deep_program(scratch: &Scratch) -> PathBuf {
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/deep.c");
-    let program = scratch.0.join("deep");
+    build_program(scratch, "deep")
+}
+
+/// `tests/programs/NAME.c`, built into the scratch directory.
+fn build_program(scratch: &Scratch, name: &str) -> PathBuf {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/programs/{name}.c"));
+    let program = scratch.0.join(name);
     let output = Command::new("gcc")
         .args(["-O2", "-g", "-o"])
         .arg(&program)
@@ -240,6 +245,32 @@ fn the_header_is_perfs_but_for_listed_lines() {
 
 /// Where Debian's hotspot package puts its parser.
 const PERFPARSER: &str = "/usr/lib/x86_64-linux-gnu/libexec/hotspot-perfparser";
+
+#[test]
+fn build_ids_are_perfs_vdso_included() {
+    let Some((_serial, scratch)) = recording_test("readers-build-ids") else {
+        return;
+    };
+    let program = build_program(&scratch, "clock_loop");
+    let args = ["-e", "cpu-clock", "--", program.to_str().unwrap()];
+    let (perfs, ours) = record_both(&scratch, &args);
+    let list = |file: &Path| {
+        let output = perf(&["buildid-list"], file);
+        String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    let ours = list(&ours);
+    // Whether a sample fell in the kernel is chance; the rest is not.
+    for line in list(&perfs)
+        .iter()
+        .filter(|l| !l.ends_with("[kernel.kallsyms]"))
+    {
+        assert!(ours.contains(line), "{line:?} is not in {ours:?}");
+    }
+    assert!(ours.iter().any(|l| l.ends_with(" [vdso]")), "{ours:?}");
+}
 
 /// hotspot's parser's statistics: (rounds, largest reorder buffer).
 fn perfparser_stats(file: &Path) -> (u64, u64) {

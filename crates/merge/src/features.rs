@@ -102,7 +102,8 @@ fn topology(meta: &Meta) -> (Feature, Vec<u8>) {
 }
 
 /// Build ids of the kernel and of every file samples fell in, as perf
-/// writes them (pid -1: the host). Only when merging on the recording host
+/// writes them (pid -1: the host); the vDSO's is this process's, the same
+/// on one kernel for every 64-bit process. Only when merging on the recording host
 /// (same hostname and kernel), and only for files that are still the ones
 /// mapped (same device and inode), so no build id is ever misattributed.
 fn build_ids(meta: &Meta, hits: &DsoHits) -> Vec<BuildIdEntry> {
@@ -120,8 +121,13 @@ fn build_ids(meta: &Meta, hits: &DsoHits) -> Vec<BuildIdEntry> {
             entries.push(BuildIdEntry::kernel(id));
         }
     }
-    for file in hits.hit_files().filter(|f| still_mapped(f)) {
-        if let Ok(Some(id)) = build_id::read_build_id(file.path.as_ref()) {
+    for file in hits.hit_files() {
+        let id = match file.path.as_str() {
+            build_id::VDSO_NAME => build_id::vdso_build_id(),
+            _ if still_mapped(file) => build_id::read_build_id(file.path.as_ref()),
+            _ => continue,
+        };
+        if let Ok(Some(id)) = id {
             entries.push(BuildIdEntry::user(id, &file.path));
         }
     }

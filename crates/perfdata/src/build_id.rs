@@ -31,6 +31,7 @@ mod elf;
 mod elf_tests;
 mod notes;
 
+use std::fs::File;
 use std::io;
 use std::path::Path;
 
@@ -148,6 +149,34 @@ pub fn encode(entries: &[BuildIdEntry]) -> Vec<u8> {
 /// notes, in its byte order, 4-byte aligned). `Ok(None)` if it has none.
 pub fn kernel_build_id() -> io::Result<Option<Vec<u8>>> {
     sysfs_build_id(Path::new("/sys/kernel/notes"))
+}
+
+/// The name perf gives the vDSO's mapping and its build-id entry.
+pub const VDSO_NAME: &str = "[vdso]";
+
+/// The build id of the vDSO the kernel maps into every 64-bit process,
+/// read from this process's own (perf reads its own too). `Ok(None)` where
+/// there is no vDSO or it has no build id.
+pub fn vdso_build_id() -> io::Result<Option<Vec<u8>>> {
+    use std::os::unix::fs::FileExt;
+    let maps = std::fs::read_to_string("/proc/self/maps")?;
+    let range = maps
+        .lines()
+        .find(|line| line.ends_with(VDSO_NAME))
+        .and_then(|line| {
+            let (start, end) = line.split_whitespace().next()?.split_once('-')?;
+            let start = u64::from_str_radix(start, 16).ok()?;
+            Some((
+                start,
+                u64::from_str_radix(end, 16).ok()?.checked_sub(start)?,
+            ))
+        });
+    let Some((start, len)) = range else {
+        return Ok(None);
+    };
+    let mut image = vec![0; len as usize];
+    File::open("/proc/self/mem")?.read_exact_at(&mut image, start)?;
+    Ok(elf_build_id(&image))
 }
 
 /// A loaded module's build id, from
