@@ -197,7 +197,7 @@ fn event_essentials(line: &str) -> String {
 }
 
 #[test]
-fn the_header_is_perfs_but_for_listed_lines() {
+fn the_header_and_first_records_are_perfs_but_for_listed_lines() {
     let Some((_serial, scratch)) = recording_test("readers-header") else {
         return;
     };
@@ -210,8 +210,8 @@ fn the_header_is_perfs_but_for_listed_lines() {
         program.to_str().unwrap(),
         "0.3",
     ];
-    let (perfs, ours) = record_both(&scratch, &args);
-    let (theirs, ours) = (header_lines(&perfs), header_lines(&ours));
+    let (perfs, ours_file) = record_both(&scratch, &args);
+    let (theirs, ours) = (header_lines(&perfs), header_lines(&ours_file));
     let differs = |line: &String, other: &[String]| !other.contains(line);
     let listed = |line: &str| MAY_DIFFER.iter().any(|(start, _)| line.starts_with(start));
     for line in theirs.iter().filter(|l| differs(l, &ours)) {
@@ -241,6 +241,43 @@ fn the_header_is_perfs_but_for_listed_lines() {
             .cloned()
     };
     assert_eq!(missing(&ours), missing(&theirs));
+    // Where the content is the host's and not the recording's, the bytes
+    // are perf's: hostname, osrelease, arch, nrcpus, cpudesc, cpuid,
+    // total_mem, cpu_topology, pmu_mappings, cache, mem_topology, the
+    // empty bpf_prog_info and bpf_btf, pmu_caps.
+    for bit in [3, 4, 6, 7, 8, 9, 10, 13, 16, 20, 22, 25, 26, 31] {
+        assert_eq!(
+            feature_section(&ours_file, bit),
+            feature_section(&perfs, bit),
+            "feature {bit}"
+        );
+    }
+    // The records perf writes at the start, and its kernel map.
+    let stats = |file: &Path| {
+        let stats = perf(&["report", "--stats"], file);
+        String::from_utf8_lossy(&stats.stdout).into_owned()
+    };
+    let (their_stats, our_stats) = (stats(&perfs), stats(&ours_file));
+    for kind in ["ID_INDEX", "THREAD_MAP", "CPU_MAP", "FINISHED_INIT"] {
+        let count = |stats: &str| {
+            let line = stats.lines().find(|l| l.trim_start().starts_with(kind));
+            line.map(|l| l.split_whitespace().nth(2).unwrap_or_default().to_string())
+        };
+        assert_eq!(
+            count(&their_stats).as_deref(),
+            Some("1"),
+            "{kind}: {their_stats}"
+        );
+        assert_eq!(count(&our_stats), count(&their_stats), "{kind} records");
+    }
+    let kernel_map = |file: &Path| {
+        let dump = perf(&["report", "-D"], file);
+        String::from_utf8_lossy(&dump.stdout)
+            .lines()
+            .find_map(|l| Some(l.split_once("PERF_RECORD_MMAP -1/0: ")?.1.to_string()))
+    };
+    assert!(kernel_map(&perfs).is_some());
+    assert_eq!(kernel_map(&ours_file), kernel_map(&perfs));
 }
 
 /// Where Debian's hotspot package puts its parser.
