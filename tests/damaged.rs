@@ -181,3 +181,26 @@ fn running(pid: i32) -> bool {
         })
         .unwrap_or(false)
 }
+
+#[test]
+fn a_shard_that_is_not_a_regular_file_is_named_and_not_mapped() {
+    if !require_root() {
+        return;
+    }
+    let _serial = serial();
+    let (scratch, _) = recorded("not-a-file");
+    let shard = scratch.shards().join("cpu000.shard");
+    std::fs::remove_file(&shard).unwrap();
+    nix::unistd::mkfifo(&shard, nix::sys::stat::Mode::S_IRWXU).unwrap();
+    let output = merge(&scratch);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    // Named, and the other CPU's shard still merged.
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("shard cpu000.shard is cut at byte 0: 0 bytes dropped (cannot be read: not a regular file)"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let script = perf(&["script", "-F", "cpu"], &scratch.output());
+    assert!(!script.stdout.is_empty(), "no samples from cpu001.shard");
+}

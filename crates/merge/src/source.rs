@@ -75,20 +75,36 @@ pub struct Shard {
 
 impl Shard {
     /// Maps and measures the shard at `path`. A missing shard is empty (a
-    /// recording killed before its writer created it).
+    /// recording killed before its writer created it); one that cannot be
+    /// mapped (not a regular file, unreadable) is empty and damaged from
+    /// its first byte, so the other shards are still merged.
     pub fn open(path: &Path, layouts: &Layouts) -> Result<Shard, MergeError> {
         let name = path
             .file_name()
             .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
-        let bytes = if path.exists() {
-            ShardBytes::open(path)?
-        } else {
-            ShardBytes::empty()
+        let opened = match path.exists() {
+            true => ShardBytes::open(path),
+            false => Ok(ShardBytes::empty()),
+        };
+        let (bytes, damage) = match opened {
+            Ok(bytes) => (bytes, None),
+            Err(error) => {
+                let reason = match error {
+                    shardrec_shard::Error::Io { source, .. } => source.to_string(),
+                    other => other.to_string(),
+                };
+                let damage = Damage {
+                    offset: 0,
+                    dropped: std::fs::metadata(path).map_or(0, |m| m.len() as usize),
+                    reason: format!("cannot be read: {reason}"),
+                };
+                (ShardBytes::empty(), Some(damage))
+            }
         };
         let mut shard = Shard {
             name,
             valid_len: 0,
-            damage: None,
+            damage,
             lateness: 0,
             counts: ShardCounts::default(),
             bytes,

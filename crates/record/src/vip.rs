@@ -46,7 +46,9 @@ pub fn spawn(
             control.as_raw_fd(),
             report.as_raw_fd(),
         ]);
-        let outcome = process::close_fds_except(&keep)
+        // SAFETY: this forked child uses only the kept descriptors and
+        // leaves through `exit_now`, never dropping what it inherited.
+        let outcome = unsafe { process::close_fds_except(&keep) }
             .and_then(|()| run(&fds, shard, bpf, control, &mut report, &layout, first_id))
             .map(|s| {
                 format!(

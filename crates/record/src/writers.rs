@@ -58,7 +58,9 @@ pub fn spawn(setup: WriterSetup<'_>, shard: File) -> Result<WriterProcess, Recor
                 .map(|e| e.as_fd().as_raw_fd())
                 .collect();
             keep.extend([shard.as_raw_fd(), control.as_raw_fd(), report.as_raw_fd()]);
-            let outcome = process::close_fds_except(&keep)
+            // SAFETY: this forked child uses only the kept descriptors and
+            // leaves through `exit_now`, never dropping what it inherited.
+            let outcome = unsafe { process::close_fds_except(&keep) }
                 .and_then(|()| run(&setup, shard, control, &mut report))
                 .map(|s| {
                     format!(

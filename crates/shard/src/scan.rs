@@ -17,15 +17,32 @@ pub struct ShardBytes {
 }
 
 impl ShardBytes {
-    /// Maps `path` read-only.
+    /// Maps `path` read-only; anything but a regular file is refused.
     pub fn open(path: &Path) -> Result<ShardBytes, Error> {
-        let file = File::open(path).map_err(Error::io(path))?;
-        let len = file.metadata().map_err(Error::io(path))?.len();
-        if len == 0 {
+        use std::os::unix::fs::OpenOptionsExt;
+        // Non-blocking: opening a FIFO put in a shard's place must not wait
+        // for a writer (for a regular file the flag changes nothing).
+        let file = File::options()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(path)
+            .map_err(Error::io(path))?;
+        let metadata = file.metadata().map_err(Error::io(path))?;
+        if !metadata.is_file() {
+            let why = std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file");
+            return Err(Error::io(path)(why));
+        }
+        if metadata.len() == 0 {
             return Ok(ShardBytes { map: None });
         }
-        // SAFETY: shards are append-only while recording and never truncated
-        // by shardrec, so the mapped bytes stay valid for the map's life.
+        // SAFETY: a regular file, mapped read-only and private, at the
+        // length it had when opened. shardrec only ever appends to a shard,
+        // which leaves the mapped bytes as they are (a merge of a recording
+        // still running sees a prefix). Another process that truncated the
+        // file while it is mapped would make reads past the new end raise
+        // SIGBUS and end the merge: nothing can guard against that short of
+        // copying every shard, and the merge writes NAME.tmp and renames it
+        // only when done, so the shards and any earlier output survive.
         let map = unsafe { memmap2::Mmap::map(&file) }.map_err(Error::io(path))?;
         Ok(ShardBytes { map: Some(map) })
     }

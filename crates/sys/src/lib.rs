@@ -10,6 +10,9 @@
 //!   output redirection, tracepoint filters);
 //! - [`RingBuffer`]: the mapped ring of one event, read as two slices between
 //!   `data_tail` and `data_head`, with the orderings the kernel documents;
+//!   the slices are borrowed for a closure ([`RingBuffer::consume`]), or
+//!   released by an `unsafe` call whose caller vouches that no I/O still
+//!   reads them;
 //! - [`cpu`]: CPU lists, the online set and pinning;
 //! - [`tracefs`]: finding (and mounting) tracefs, tracepoint ids and formats.
 //!
@@ -20,9 +23,8 @@
 //! let event = PerfEvent::open(&attr, Target::cpu(0))?;
 //! let ring = RingBuffer::map(&event, 8)?;
 //! event.enable()?;
-//! let (tail, head) = (ring.tail(), ring.head());
-//! let [first, second] = ring.segments(tail, head);
-//! # let _ = (first, second);
+//! let bytes = ring.consume(|[first, second]| first.len() + second.len());
+//! # let _ = bytes;
 //! # Ok::<(), std::io::Error>(())
 //! ```
 

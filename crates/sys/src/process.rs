@@ -54,14 +54,22 @@ fn wait_single_threaded() -> io::Result<bool> {
 
 /// Closes every descriptor of this process except `keep` (and 0, 1, 2).
 /// For a child that must not hold its siblings' pipes and events.
-pub fn close_fds_except(keep: &[RawFd]) -> io::Result<()> {
+///
+/// # Safety
+///
+/// The descriptors closed may be owned by live values (`OwnedFd`, `File`,
+/// a `PerfEvent`) that the caller copied from its parent in the fork. None
+/// of them may be used or dropped afterwards: their numbers may by then
+/// name other files. A child run by [`spawn`] keeps this promise when it
+/// uses only the descriptors in `keep`, since it leaves through
+/// [`exit_now`] without dropping its parent's frames.
+pub unsafe fn close_fds_except(keep: &[RawFd]) -> io::Result<()> {
     let fds: Vec<RawFd> = std::fs::read_dir("/proc/self/fd")?
         .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
         .collect();
     for fd in fds {
         if fd > 2 && !keep.contains(&fd) {
-            // SAFETY: closing a descriptor has no memory-safety effect; the
-            // caller is a fresh child that will not use the closed ones again.
+            // SAFETY: the caller vouches that no live value uses `fd` again.
             unsafe { libc::close(fd) };
         }
     }

@@ -70,23 +70,49 @@ impl RingBuffer {
         self.meta_atomic(DATA_TAIL).load(Ordering::Relaxed)
     }
 
-    /// Releases every byte before `tail` back to the kernel.
-    ///
-    /// Call it only once nothing reads those bytes any more: slices from
-    /// [`segments`](Self::segments), or I/O submitted from them, must be done.
-    pub fn set_tail(&self, tail: u64) {
-        self.meta_atomic(DATA_TAIL).store(tail, Ordering::Release);
+    /// Hands the unread bytes `[tail, head)` to `read`, as at most two
+    /// slices (two where they wrap around the end of the data area), then
+    /// gives them back to the kernel. The slices live only for the call, so
+    /// the kernel never writes over bytes still borrowed.
+    pub fn consume<R>(&self, read: impl FnOnce([&[u8]; 2]) -> R) -> R {
+        let head = self.head();
+        let result = read(self.segments(self.tail(), head));
+        // SAFETY: the slices given to `read` cannot outlive it (its result
+        // cannot name their lifetime), and `head` was read above.
+        unsafe { self.release(head) };
+        result
     }
 
     /// The bytes in `[from, to)` as at most two slices (two when they wrap
-    /// around the end of the data area). `from..to` must lie within
-    /// `[tail, head]`, where the kernel does not write.
+    /// around the end of the data area). Panics unless `from..to` lies
+    /// within `[tail, head]`, the bytes the kernel does not write; they stay
+    /// so until [`release`](Self::release) moves the tail past them.
     pub fn segments(&self, from: u64, to: u64) -> [&[u8]; 2] {
+        assert!(
+            self.tail() <= from && from <= to && to <= self.head(),
+            "ring range {from}..{to} outside the unread bytes"
+        );
         let len = (to - from) as usize;
-        assert!(len <= self.data_size, "ring range longer than the ring");
         let start = (from as usize) & (self.data_size - 1);
         let first = len.min(self.data_size - start);
         [self.data(start, first), self.data(0, len - first)]
+    }
+
+    /// Gives every byte before `to` back to the kernel, which may write
+    /// over them at once. Panics unless `to` lies within `[tail, head]`.
+    ///
+    /// # Safety
+    ///
+    /// Nothing may read those bytes any more: no slice from
+    /// [`segments`](Self::segments) that covers them is alive, and no I/O
+    /// submitted from them (an io_uring write) is still in flight. For
+    /// reading in place, [`consume`](Self::consume) keeps this promise.
+    pub unsafe fn release(&self, to: u64) {
+        assert!(
+            self.tail() <= to && to <= self.head(),
+            "releasing up to {to} outside the unread bytes"
+        );
+        self.meta_atomic(DATA_TAIL).store(to, Ordering::Release);
     }
 
     fn data(&self, offset: usize, len: usize) -> &[u8] {

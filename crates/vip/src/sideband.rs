@@ -141,13 +141,11 @@ impl<'a> Vip<'a> {
         buf.clear();
         let mut held = Vec::new();
         for &index in ready {
-            let ring = &self.rings[index].ring;
-            let (tail, head) = (ring.tail(), ring.head());
             let start = buf.len();
-            for segment in ring.segments(tail, head) {
-                buf.extend_from_slice(segment);
-            }
-            ring.set_tail(head);
+            self.rings[index].ring.consume(|[first, second]| {
+                buf.extend_from_slice(first);
+                buf.extend_from_slice(second);
+            });
             for record in RecordWalker::new(&buf[start..]) {
                 held.extend(self.observe(record.header.type_, record.bytes)?);
             }
