@@ -6,7 +6,7 @@ mod common;
 use std::os::fd::AsFd;
 
 use common::*;
-use shardrec_format::header::{BPF_EVENT, KSYMBOL};
+use shardrec_format::header::RecordType;
 use shardrec_format::records::{parse_bpf_event, BPF_EVENT_PROG_LOAD, BPF_EVENT_PROG_UNLOAD};
 use shardrec_sys::bpf::{self, load_program, test_programs, BpilArray};
 
@@ -50,7 +50,7 @@ fn a_hundred_short_lived_programs_are_all_caught() {
     let (mut loads, mut unloads) = (0, 0);
     for event in records
         .iter()
-        .filter(|r| r[0..4] == BPF_EVENT.to_ne_bytes())
+        .filter(|r| r[0..4] == RecordType::BPF_EVENT.0.to_ne_bytes())
     {
         let (type_, _, tag) = parse_bpf_event(event).unwrap();
         if tags.contains(&tag) {
@@ -68,7 +68,7 @@ fn a_hundred_short_lived_programs_are_all_caught() {
     );
     let ours: Vec<(String, bool)> = records
         .iter()
-        .filter(|r| r[0..4] == KSYMBOL.to_ne_bytes())
+        .filter(|r| r[0..4] == RecordType::KSYMBOL.0.to_ne_bytes())
         .map(|r| ksymbol(r))
         .filter(|(name, _)| name.contains("_shardrec_"))
         .collect();
@@ -173,7 +173,7 @@ fn programs_loaded_before_recording_are_named_and_their_image_is_exact() {
     // Synthesized KSYMBOLs name both functions as the kernel does.
     let names: Vec<String> = data_records(&scratch.output())
         .iter()
-        .filter(|r| r[0..4] == KSYMBOL.to_ne_bytes())
+        .filter(|r| r[0..4] == RecordType::KSYMBOL.0.to_ne_bytes())
         .map(|r| ksymbol(r).0)
         .collect();
     let kernel = bpf::capture_prog(id).unwrap().unwrap();
@@ -219,7 +219,7 @@ fn a_second_recorder_does_not_cost_the_bpf_side_band() {
     );
     let loads = data_records(&scratch.output())
         .iter()
-        .filter(|r| r[0..4] == BPF_EVENT.to_ne_bytes())
+        .filter(|r| r[0..4] == RecordType::BPF_EVENT.0.to_ne_bytes())
         .filter_map(|r| parse_bpf_event(r))
         .filter(|(type_, _, tag)| *type_ == BPF_EVENT_PROG_LOAD && tags.contains(tag))
         .count();

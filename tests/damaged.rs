@@ -56,7 +56,10 @@ fn a_shard_cut_mid_record_merges_what_came_before() {
         "{stderr}"
     );
     let expected = recording.samples().count() as u64
-        - u64::from(recording.shards[0].1.last().unwrap().type_ == shardrec_format::header::SAMPLE);
+        - u64::from(
+            recording.shards[0].1.last().unwrap().type_
+                == shardrec_format::header::RecordType::SAMPLE,
+        );
     let script = perf(&["script", "-F", "time"], &scratch.output());
     assert_eq!(
         String::from_utf8_lossy(&script.stdout).lines().count() as u64,
@@ -95,7 +98,7 @@ fn a_shard_of_random_bytes_is_an_error_not_a_panic() {
     let cpu0 = recording.shards[0]
         .1
         .iter()
-        .filter(|r| r.type_ == shardrec_format::header::SAMPLE)
+        .filter(|r| r.type_ == shardrec_format::header::RecordType::SAMPLE)
         .count();
     assert_eq!(
         String::from_utf8_lossy(&script.stdout).lines().count(),

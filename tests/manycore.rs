@@ -15,7 +15,7 @@ use std::process::Output;
 use common::*;
 use linux_perf_data::linux_perf_event_reader::EventRecord;
 use linux_perf_data::{PerfFileReader, PerfFileRecord};
-use shardrec_format::header::{BPF_EVENT, KSYMBOL, LOST, LOST_SAMPLES, SAMPLE};
+use shardrec_format::header::RecordType;
 use shardrec_format::records::{parse_bpf_event, BPF_EVENT_PROG_LOAD, BPF_EVENT_PROG_UNLOAD};
 
 /// What one guest run left in `target/manycore/out-N/`.
@@ -130,7 +130,10 @@ fn every_cpu_has_a_clean_shard_with_its_own_samples() {
     assert_eq!(stats.stopped_by, "workload exited");
     let mut idle = Vec::new();
     for (cpu, records) in &recording.shards {
-        let samples: Vec<_> = records.iter().filter(|r| r.type_ == SAMPLE).collect();
+        let samples: Vec<_> = records
+            .iter()
+            .filter(|r| r.type_ == RecordType::SAMPLE)
+            .collect();
         assert!(
             samples.iter().all(|s| s.id.cpu == *cpu),
             "CPU {cpu}'s shard holds a sample from another CPU"
@@ -182,7 +185,7 @@ fn perf_reads_it_without_complaint_in_time_order() {
     let lost_records = guest
         .recording()
         .records()
-        .filter(|r| r.type_ == LOST)
+        .filter(|r| r.type_ == RecordType::LOST)
         .count();
     let report = perf(&["report", "--stdio", &kallsyms, &symfs], &file);
     no_complaint_but_losses(report, lost_records, "perf report");
@@ -266,7 +269,10 @@ fn linux_perf_data_reads_every_record_and_the_file_is_in_order() {
     }
     let recording = guest.recording();
     for (cpu, records) in &recording.shards {
-        let in_shard = records.iter().filter(|r| r.type_ == SAMPLE).count() as u64;
+        let in_shard = records
+            .iter()
+            .filter(|r| r.type_ == RecordType::SAMPLE)
+            .count() as u64;
         assert_eq!(
             samples.get(cpu).copied().unwrap_or(0),
             in_shard,
@@ -296,10 +302,10 @@ fn every_loss_is_accounted_for() {
         .expect("meta rewritten at stop");
     let (mut lost, mut lost_samples) = (0, 0);
     for record in data_records(&guest.perf_data()) {
-        let type_ = u32::from_ne_bytes(record[0..4].try_into().unwrap());
-        if type_ == LOST {
+        let type_ = RecordType(u32::from_ne_bytes(record[0..4].try_into().unwrap()));
+        if type_ == RecordType::LOST {
             lost += shardrec_format::u64_at(&record, 16).unwrap();
-        } else if type_ == LOST_SAMPLES {
+        } else if type_ == RecordType::LOST_SAMPLES {
             lost_samples += shardrec_format::u64_at(&record, 8).unwrap();
         }
     }
@@ -330,14 +336,14 @@ fn every_bpf_program_of_the_workload_is_seen() {
     };
     let (mut loads, mut unloads, mut ours) = (0, 0, 0);
     for record in data_records(&guest.perf_data()) {
-        let type_ = u32::from_ne_bytes(record[0..4].try_into().unwrap());
-        if type_ == BPF_EVENT {
+        let type_ = RecordType(u32::from_ne_bytes(record[0..4].try_into().unwrap()));
+        if type_ == RecordType::BPF_EVENT {
             match parse_bpf_event(&record).unwrap().0 {
                 BPF_EVENT_PROG_LOAD => loads += 1,
                 BPF_EVENT_PROG_UNLOAD => unloads += 1,
                 _ => {}
             }
-        } else if type_ == KSYMBOL {
+        } else if type_ == RecordType::KSYMBOL {
             // perf_record_ksymbol: addr, len, ksym_type (u16), flags (u16), name.
             let flags = u16::from_ne_bytes(record[22..24].try_into().unwrap());
             let name = &record[24..];

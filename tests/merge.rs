@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use common::*;
 use linux_perf_data::{PerfFileReader, PerfFileRecord};
-use shardrec_format::header::SAMPLE;
+use shardrec_format::header::RecordType;
 
 /// Counts samples with linux-perf-data, parsing every record on the way.
 fn samples_by_linux_perf_data(file: &std::path::Path) -> u64 {
@@ -20,7 +20,7 @@ fn samples_by_linux_perf_data(file: &std::path::Path) -> u64 {
         match record {
             PerfFileRecord::EventRecord { record, .. } => {
                 record.parse().expect("linux-perf-data parses the record");
-                if record.record_type.0 == SAMPLE {
+                if record.record_type.0 == RecordType::SAMPLE.0 {
                     samples += 1;
                 }
             }
@@ -78,7 +78,7 @@ fn a_cpu_clock_recording_reads_cleanly_everywhere() {
         timed.windows(2).all(|w| w[0] <= w[1]),
         "the data section goes back in time"
     );
-    let raw_samples = raw.iter().filter(|(t, _)| *t == SAMPLE).count() as u64;
+    let raw_samples = raw.iter().filter(|(t, _)| *t == RecordType::SAMPLE).count() as u64;
     assert_eq!(raw_samples, in_shards);
     assert_eq!(samples_by_linux_perf_data(&file), in_shards);
 }

@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use shardrec_format::header::SAMPLE;
+use shardrec_format::header::RecordType;
 
 #[test]
 fn every_cpu_gets_its_own_shard() {
@@ -19,7 +19,10 @@ fn every_cpu_gets_its_own_shard() {
     let online = std::thread::available_parallelism().unwrap().get();
     assert_eq!(recording.shards.len(), online);
     for (cpu, records) in &recording.shards {
-        let samples: Vec<_> = records.iter().filter(|r| r.type_ == SAMPLE).collect();
+        let samples: Vec<_> = records
+            .iter()
+            .filter(|r| r.type_ == RecordType::SAMPLE)
+            .collect();
         assert!(
             samples.len() > 100,
             "CPU {cpu}: only {} samples",

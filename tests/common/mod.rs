@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::{Mutex, MutexGuard};
 
+use shardrec_format::header::RecordType;
 use shardrec_format::walk::{End, RecordWalker};
 use shardrec_format::{SampleId, SampleIdLayout};
 use shardrec_shard::{scan::ShardBytes, Meta, RecordingDir};
@@ -117,7 +118,7 @@ pub fn record(scratch: &Scratch, args: &[&str]) -> Output {
 /// One record of a shard, decoded as far as the tests need.
 #[derive(Clone, Debug)]
 pub struct Rec {
-    pub type_: u32,
+    pub type_: RecordType,
     pub id: SampleId,
     pub bytes: Vec<u8>,
 }
@@ -146,14 +147,13 @@ impl Recording {
     }
 
     pub fn samples(&self) -> impl Iterator<Item = &Rec> {
-        self.records()
-            .filter(|r| r.type_ == shardrec_format::header::SAMPLE)
+        self.records().filter(|r| r.type_ == RecordType::SAMPLE)
     }
 
     /// Records the kernel reported lost in LOST records, over every shard.
     pub fn lost_records(&self) -> u64 {
         self.records()
-            .filter(|r| r.type_ == shardrec_format::header::LOST)
+            .filter(|r| r.type_ == RecordType::LOST)
             .map(|r| shardrec_format::u64_at(&r.bytes, 16).unwrap())
             .sum()
     }
@@ -269,7 +269,10 @@ pub fn record_and_merge(scratch: &Scratch, args: &[&str]) -> String {
 
 /// A perf.data's data section walked raw: every record's type and time
 /// (None for records without one: rounds, init).
-pub fn raw_times(file: &Path, layouts: &HashMap<u64, SampleIdLayout>) -> Vec<(u32, Option<u64>)> {
+pub fn raw_times(
+    file: &Path,
+    layouts: &HashMap<u64, SampleIdLayout>,
+) -> Vec<(RecordType, Option<u64>)> {
     let bytes = std::fs::read(file).unwrap();
     let data_offset = shardrec_format::u64_at(&bytes, 40).unwrap() as usize;
     let data_size = shardrec_format::u64_at(&bytes, 48).unwrap() as usize;
@@ -279,7 +282,7 @@ pub fn raw_times(file: &Path, layouts: &HashMap<u64, SampleIdLayout>) -> Vec<(u3
         .by_ref()
         .map(|r| {
             let type_ = r.header.type_;
-            let time = (type_ < 64).then(|| {
+            let time = type_.is_kernels().then(|| {
                 let id = shardrec_format::sample_id::identifier(r.bytes, type_).unwrap();
                 layouts[&id].parse(r.bytes, type_).unwrap().time
             });

@@ -13,7 +13,7 @@
 //! use shardrec_format::walk::{RecordWalker, End};
 //! let bytes = [3u8, 0, 0, 0, 0, 0, 8, 0, /* a torn 4-byte tail */ 1, 2, 3, 4];
 //! let mut walker = RecordWalker::new(&bytes);
-//! assert_eq!(walker.next().unwrap().header.type_, 3);
+//! assert_eq!(walker.next().unwrap().header.type_, shardrec_format::header::RecordType::COMM);
 //! assert!(walker.next().is_none());
 //! assert_eq!(walker.end(), End::Torn { offset: 8, dropped: 4, reason: "header cut short" });
 //! ```

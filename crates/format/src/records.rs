@@ -1,7 +1,7 @@
 //! Encoders for the records shardrec synthesizes, byte-compatible with the
 //! kernel's (`struct perf_event_*` layouts in `include/uapi/linux/perf_event.h`).
 
-use crate::header::{RecordHeader, BPF_EVENT, COMM, FORK, HEADER_SIZE, KSYMBOL, MMAP, MMAP2};
+use crate::header::{RecordHeader, RecordType, HEADER_SIZE};
 use crate::sample_id::{SampleId, SampleIdLayout};
 
 /// Builds one record: fields in order, then the `sample_id_all` trailer.
@@ -11,7 +11,7 @@ pub struct RecordBuilder {
 
 impl RecordBuilder {
     /// Starts a record of `type_` with `misc` bits.
-    pub fn new(type_: u32, misc: u16) -> Self {
+    pub fn new(type_: RecordType, misc: u16) -> Self {
         let mut bytes = Vec::with_capacity(128);
         RecordHeader {
             type_,
@@ -75,7 +75,7 @@ impl RecordBuilder {
 
 /// `PERF_RECORD_COMM`: a thread's name.
 pub fn comm(pid: u32, tid: u32, name: &[u8], misc: u16) -> RecordBuilder {
-    RecordBuilder::new(COMM, misc)
+    RecordBuilder::new(RecordType::COMM, misc)
         .u32(pid)
         .u32(tid)
         .string(name)
@@ -83,7 +83,7 @@ pub fn comm(pid: u32, tid: u32, name: &[u8], misc: u16) -> RecordBuilder {
 
 /// `PERF_RECORD_FORK`: `tid` of process `pid` was created by `ptid` of `ppid`.
 pub fn fork(pid: u32, ppid: u32, tid: u32, ptid: u32, time: u64) -> RecordBuilder {
-    RecordBuilder::new(FORK, 0)
+    RecordBuilder::new(RecordType::FORK, 0)
         .u32(pid)
         .u32(ppid)
         .u32(tid)
@@ -116,7 +116,7 @@ pub struct Mapping<'a> {
 
 /// `PERF_RECORD_MMAP2`: a mapping with its file's identity.
 pub fn mmap2(pid: u32, tid: u32, map: &Mapping, misc: u16) -> RecordBuilder {
-    RecordBuilder::new(MMAP2, misc)
+    RecordBuilder::new(RecordType::MMAP2, misc)
         .u32(pid)
         .u32(tid)
         .u64(map.start)
@@ -133,7 +133,7 @@ pub fn mmap2(pid: u32, tid: u32, map: &Mapping, misc: u16) -> RecordBuilder {
 
 /// `PERF_RECORD_MMAP`: a mapping by name only, as perf writes the kernel's.
 pub fn mmap(pid: u32, tid: u32, map: &Mapping, misc: u16) -> RecordBuilder {
-    RecordBuilder::new(MMAP, misc)
+    RecordBuilder::new(RecordType::MMAP, misc)
         .u32(pid)
         .u32(tid)
         .u64(map.start)
@@ -152,7 +152,7 @@ pub const BPF_EVENT_PROG_UNLOAD: u16 = 2;
 /// `PERF_RECORD_KSYMBOL`: a kernel symbol (here a BPF program's JITed
 /// code) registered at `addr`, `len` bytes long.
 pub fn ksymbol(addr: u64, len: u32, ksym_type: u16, flags: u16, name: &str) -> RecordBuilder {
-    RecordBuilder::new(KSYMBOL, 0)
+    RecordBuilder::new(RecordType::KSYMBOL, 0)
         .u64(addr)
         .u32(len)
         .u32(u32::from(ksym_type) | u32::from(flags) << 16)
@@ -161,7 +161,7 @@ pub fn ksymbol(addr: u64, len: u32, ksym_type: u16, flags: u16, name: &str) -> R
 
 /// `PERF_RECORD_BPF_EVENT`: program `id` with `tag` was loaded or unloaded.
 pub fn bpf_event(event_type: u16, flags: u16, id: u32, tag: [u8; 8]) -> RecordBuilder {
-    RecordBuilder::new(BPF_EVENT, 0)
+    RecordBuilder::new(RecordType::BPF_EVENT, 0)
         .u32(u32::from(event_type) | u32::from(flags) << 16)
         .u32(id)
         .u64(u64::from_ne_bytes(tag))
@@ -198,9 +198,9 @@ mod tests {
         assert_eq!(record.len(), 48);
         let mut walker = RecordWalker::new(&record);
         let parsed = walker.next().unwrap();
-        assert_eq!(parsed.header.type_, COMM);
+        assert_eq!(parsed.header.type_, RecordType::COMM);
         assert_eq!(&parsed.bytes[16..24], b"systemd\0");
-        assert_eq!(layout.parse(parsed.bytes, COMM), Some(id));
+        assert_eq!(layout.parse(parsed.bytes, RecordType::COMM), Some(id));
         assert!(walker.next().is_none());
         assert_eq!(walker.end(), End::Clean);
     }

@@ -7,7 +7,7 @@
 //! IDENTIFIER`, so the identifier is always its last u64. The layout is
 //! computed once per attr, as `perf_evsel__calc_id_pos` does in perf.
 
-use crate::header::{BPF_EVENT, HEADER_SIZE, KSYMBOL, SAMPLE};
+use crate::header::{RecordType, HEADER_SIZE};
 use crate::u64_at;
 
 /// `PERF_SAMPLE_IP`
@@ -76,8 +76,8 @@ impl SampleIdLayout {
     /// The record's time alone, as [`SampleIdLayout::parse`] would give
     /// it (0 when not recorded), read at its fixed offset: the merge reads
     /// every record's time, and its whole identity only for some.
-    pub fn time(&self, record: &[u8], type_: u32) -> Option<u64> {
-        if type_ == SAMPLE {
+    pub fn time(&self, record: &[u8], type_: RecordType) -> Option<u64> {
+        if type_ == RecordType::SAMPLE {
             return match self.sample_time_at {
                 Some(at) => u64_at(record, at),
                 None => self.parse_sample(record).map(|id| id.time),
@@ -102,8 +102,8 @@ impl SampleIdLayout {
     /// The identifying fields of any record: from the fixed head of a
     /// sample, or from the trailer of anything else. `None` if the record is
     /// too short to hold them.
-    pub fn parse(&self, record: &[u8], type_: u32) -> Option<SampleId> {
-        if type_ == SAMPLE {
+    pub fn parse(&self, record: &[u8], type_: RecordType) -> Option<SampleId> {
+        if type_ == RecordType::SAMPLE {
             self.parse_sample(record)
         } else {
             self.parse_trailer(record, type_)
@@ -112,7 +112,7 @@ impl SampleIdLayout {
 
     /// The record's length without any padding the kernel left after its
     /// trailer (see [`body_end`]); the record's own length otherwise.
-    pub fn true_len(&self, record: &[u8], type_: u32) -> usize {
+    pub fn true_len(&self, record: &[u8], type_: RecordType) -> usize {
         body_end(record, type_)
             .map(|end| end + self.trailer_size)
             .filter(|&len| len <= record.len())
@@ -150,7 +150,7 @@ impl SampleIdLayout {
     }
 
     /// Where a non-sample record's trailer starts.
-    fn trailer_start(&self, record: &[u8], type_: u32) -> Option<usize> {
+    fn trailer_start(&self, record: &[u8], type_: RecordType) -> Option<usize> {
         let start = match body_end(record, type_) {
             Some(end) => end,
             None => record.len().checked_sub(self.trailer_size)?,
@@ -158,7 +158,7 @@ impl SampleIdLayout {
         (start >= HEADER_SIZE).then_some(start)
     }
 
-    fn parse_trailer(&self, record: &[u8], type_: u32) -> Option<SampleId> {
+    fn parse_trailer(&self, record: &[u8], type_: RecordType) -> Option<SampleId> {
         let start = self.trailer_start(record, type_)?;
         let mut fields = Fields::new(record, start);
         let mut id = SampleId::default();
@@ -205,10 +205,10 @@ impl SampleIdLayout {
 /// size), so with two recorders the trailer is followed by zeros and cannot
 /// be found from the end. Their bodies have a known length: BPF_EVENT 16
 /// bytes; KSYMBOL 16 bytes and a NUL-terminated name padded to 8.
-pub fn body_end(record: &[u8], type_: u32) -> Option<usize> {
+pub fn body_end(record: &[u8], type_: RecordType) -> Option<usize> {
     match type_ {
-        BPF_EVENT => Some(HEADER_SIZE + 16).filter(|&end| end <= record.len()),
-        KSYMBOL => {
+        RecordType::BPF_EVENT => Some(HEADER_SIZE + 16).filter(|&end| end <= record.len()),
+        RecordType::KSYMBOL => {
             let name = record.get(HEADER_SIZE + 16..)?;
             let nul = name.iter().position(|&b| b == 0)?;
             Some(HEADER_SIZE + 16 + (nul + 1).next_multiple_of(8))
@@ -222,8 +222,8 @@ pub fn body_end(record: &[u8], type_: u32) -> Option<usize> {
 /// can be found without knowing the attr: first field of a sample, last u64
 /// of anything else. (For KSYMBOL and BPF_EVENT records the kernel may have
 /// padded, use [`padded_identifier`].)
-pub fn identifier(record: &[u8], type_: u32) -> Option<u64> {
-    if type_ == SAMPLE {
+pub fn identifier(record: &[u8], type_: RecordType) -> Option<u64> {
+    if type_ == RecordType::SAMPLE {
         u64_at(record, HEADER_SIZE)
     } else {
         u64_at(record, record.len().checked_sub(8)?.max(HEADER_SIZE))
@@ -233,7 +233,7 @@ pub fn identifier(record: &[u8], type_: u32) -> Option<u64> {
 /// The id of a KSYMBOL or BPF_EVENT record whose trailer is
 /// `trailer_size` bytes, read after the body instead of from the end (see
 /// [`body_end`]).
-pub fn padded_identifier(record: &[u8], type_: u32, trailer_size: usize) -> Option<u64> {
+pub fn padded_identifier(record: &[u8], type_: RecordType, trailer_size: usize) -> Option<u64> {
     u64_at(
         record,
         body_end(record, type_)? + trailer_size.checked_sub(8)?,
@@ -276,7 +276,7 @@ fn join(first: u32, second: u32) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::header::{RecordHeader, COMM};
+    use crate::header::{RecordHeader, RecordType};
 
     const TYPE: u64 = IDENTIFIER | IP | TID | TIME | CPU | (1 << 8);
 
@@ -295,16 +295,16 @@ mod tests {
         };
         let mut record = Vec::new();
         RecordHeader {
-            type_: COMM,
+            type_: RecordType::COMM,
             misc: 0,
             size: 48,
         }
         .write_to(&mut record);
         record.extend_from_slice(&[0; 8]);
         layout.write_trailer(&id, &mut record);
-        assert_eq!(layout.parse(&record, COMM), Some(id));
-        assert_eq!(layout.time(&record, COMM), Some(12345));
-        assert_eq!(identifier(&record, COMM), Some(77));
+        assert_eq!(layout.parse(&record, RecordType::COMM), Some(id));
+        assert_eq!(layout.time(&record, RecordType::COMM), Some(12345));
+        assert_eq!(identifier(&record, RecordType::COMM), Some(77));
     }
 
     #[test]
@@ -312,7 +312,7 @@ mod tests {
         let layout = SampleIdLayout::new(TYPE);
         let mut record = Vec::new();
         RecordHeader {
-            type_: SAMPLE,
+            type_: RecordType::SAMPLE,
             misc: 0,
             size: 56,
         }
@@ -320,10 +320,10 @@ mod tests {
         for v in [5u64, 0xffff_ffff_8100_0000, join(7, 8), 999, join(1, 0), 1] {
             record.extend_from_slice(&v.to_ne_bytes());
         }
-        let id = layout.parse(&record, SAMPLE).unwrap();
+        let id = layout.parse(&record, RecordType::SAMPLE).unwrap();
         assert_eq!((id.id, id.pid, id.tid, id.time, id.cpu), (5, 7, 8, 999, 1));
-        assert_eq!(layout.time(&record, SAMPLE), Some(999));
-        assert_eq!(identifier(&record, SAMPLE), Some(5));
-        assert_eq!(layout.parse(&record[..20], SAMPLE), None);
+        assert_eq!(layout.time(&record, RecordType::SAMPLE), Some(999));
+        assert_eq!(identifier(&record, RecordType::SAMPLE), Some(5));
+        assert_eq!(layout.parse(&record[..20], RecordType::SAMPLE), None);
     }
 }

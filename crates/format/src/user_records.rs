@@ -3,7 +3,7 @@
 //! `..._cpu_map` in `tools/perf/util/synthetic-events.c`). They carry no
 //! `sample_id` trailer.
 
-use crate::header::{CPU_MAP, ID_INDEX, THREAD_MAP};
+use crate::header::RecordType;
 use crate::records::RecordBuilder;
 
 /// Where one event id's records come from.
@@ -23,7 +23,7 @@ pub struct IdIndexEntry {
 /// `None` past the 64 KiB a record can hold (about 2,000 ids; perf then
 /// splits it, and readers lose nothing without it).
 pub fn id_index(entries: &[IdIndexEntry]) -> Option<Vec<u8>> {
-    let mut record = RecordBuilder::new(ID_INDEX, 0).u64(entries.len() as u64);
+    let mut record = RecordBuilder::new(RecordType::ID_INDEX, 0).u64(entries.len() as u64);
     for e in entries {
         record = record.u64(e.id).u64(e.ring).u64(e.cpu).u64(e.tid as u64);
     }
@@ -33,7 +33,7 @@ pub fn id_index(entries: &[IdIndexEntry]) -> Option<Vec<u8>> {
 /// `PERF_RECORD_THREAD_MAP`: count, then per thread its id and a 16-byte
 /// name (empty, as perf leaves it).
 pub fn thread_map(tids: &[i32]) -> Option<Vec<u8>> {
-    let mut record = RecordBuilder::new(THREAD_MAP, 0).u64(tids.len() as u64);
+    let mut record = RecordBuilder::new(RecordType::THREAD_MAP, 0).u64(tids.len() as u64);
     for &tid in tids {
         record = record.u64(i64::from(tid) as u64).u64(0).u64(0);
     }
@@ -46,7 +46,7 @@ pub fn thread_map(tids: &[i32]) -> Option<Vec<u8>> {
 pub fn cpu_map(cpus: &[u32]) -> Option<Vec<u8>> {
     const CPUS: u16 = 0;
     const RANGE: u16 = 2;
-    let record = RecordBuilder::new(CPU_MAP, 0);
+    let record = RecordBuilder::new(RecordType::CPU_MAP, 0);
     let consecutive = cpus.windows(2).all(|w| w[1] == w[0] + 1);
     let record = match (cpus.first(), cpus.last()) {
         (Some(&first), Some(&last)) if consecutive => record

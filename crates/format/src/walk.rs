@@ -103,11 +103,12 @@ impl<'a> Iterator for RecordWalker<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::header::RecordType;
 
     fn record(type_: u32, size: u16) -> Vec<u8> {
         let mut out = Vec::new();
         RecordHeader {
-            type_,
+            type_: RecordType(type_),
             misc: 0,
             size,
         }
@@ -121,8 +122,12 @@ mod tests {
         let mut bytes = record(9, 16);
         bytes.extend(record(3, 24));
         let mut walker = RecordWalker::new(&bytes);
-        let types: Vec<u32> = walker.by_ref().map(|r| r.header.type_).collect();
-        assert_eq!(types, [9, 3]);
+        let types: Vec<RecordType> = walker.by_ref().map(|r| r.header.type_).collect();
+        assert_eq!(types, [RecordType::SAMPLE, RecordType::COMM]);
+        assert_eq!(
+            format!("{types:?} {}", RecordType(99)),
+            "[SAMPLE, COMM] type 99"
+        );
         assert_eq!(walker.end(), End::Clean);
     }
 

@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use shardrec_format::header::{RecordHeader, COMM, FORK, MISC_COMM_EXEC, MMAP, MMAP2, SAMPLE};
+use shardrec_format::header::{RecordHeader, RecordType, MISC_COMM_EXEC};
 use shardrec_format::{u32_at, u64_at, SampleId};
 
 const CPUMODE_MASK: u16 = 7;
@@ -50,17 +50,17 @@ impl DsoHits {
         id: impl FnOnce() -> Option<SampleId>,
     ) {
         match header.type_ {
-            SAMPLE => self.sample(header.misc, id),
-            MMAP | MMAP2 if header.misc & CPUMODE_MASK == CPUMODE_USER => {
+            RecordType::SAMPLE => self.sample(header.misc, id),
+            RecordType::MMAP | RecordType::MMAP2 if header.misc & CPUMODE_MASK == CPUMODE_USER => {
                 self.map(header.type_, record);
             }
-            COMM if header.misc & MISC_COMM_EXEC != 0 => {
+            RecordType::COMM if header.misc & MISC_COMM_EXEC != 0 => {
                 if let Some(pid) = u32_at(record, 8) {
                     self.maps.remove(&pid);
                     self.last = None;
                 }
             }
-            FORK => {
+            RecordType::FORK => {
                 if let (Some(pid), Some(ppid)) = (u32_at(record, 8), u32_at(record, 12)) {
                     if pid != ppid {
                         self.parents.insert(pid, ppid);
@@ -113,13 +113,13 @@ impl DsoHits {
         None
     }
 
-    fn map(&mut self, type_: u32, record: &[u8]) {
+    fn map(&mut self, type_: RecordType, record: &[u8]) {
         let (Some(pid), Some(start), Some(len)) =
             (u32_at(record, 8), u64_at(record, 16), u64_at(record, 24))
         else {
             return;
         };
-        let (name_at, identity) = if type_ == MMAP2 {
+        let (name_at, identity) = if type_ == RecordType::MMAP2 {
             let identity = (|| {
                 Some((
                     u32_at(record, 40)?,

@@ -26,6 +26,7 @@ pub mod source;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use shardrec_format::header::RecordType;
 use shardrec_shard::RecordingDir;
 
 pub use report::{CpuSummary, MergeReport};
@@ -125,9 +126,7 @@ fn report(
         }
     }
     if written.lost_samples_added > 0 {
-        *by_type
-            .entry(shardrec_format::header::LOST_SAMPLES)
-            .or_default() += written.lost_samples_added;
+        *by_type.entry(RecordType::LOST_SAMPLES).or_default() += written.lost_samples_added;
     }
     let cpus = meta
         .cpus

@@ -5,7 +5,7 @@ use std::io::{self, BufWriter};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
-use shardrec_format::header::{RecordHeader, LOST_SAMPLES};
+use shardrec_format::header::{RecordHeader, RecordType};
 use shardrec_format::records::RecordBuilder;
 use shardrec_format::user_records::{self, IdIndexEntry};
 use shardrec_format::{SampleId, SampleIdLayout};
@@ -17,10 +17,6 @@ use crate::order::{release_step, Merged, SortedShard};
 use crate::progress::Progress;
 use crate::source::{Layouts, Shard, TimeReader};
 
-/// `PERF_RECORD_FINISHED_ROUND`: readers may sort and flush what came before.
-const FINISHED_ROUND: u32 = 68;
-/// `PERF_RECORD_FINISHED_INIT`: the synthesized state is complete.
-const FINISHED_INIT: u32 = 82;
 /// A round every this many bytes of records. The data is already in time
 /// order, so a round costs 8 bytes and nothing else, while a reader holds
 /// every record of the last round or two in its reorder buffer (perf's
@@ -77,7 +73,7 @@ pub fn write_data(
     for (_, record) in Merged::new(vec![SortedShard::new(synth, layouts, release_step(1))]) {
         put(&mut writer, &mut written, record)?;
     }
-    writer.write_record(&marker(FINISHED_INIT))?;
+    writer.write_record(&marker(RecordType::FINISHED_INIT))?;
     progress.advance(synth.valid_len as u64);
     let step = release_step(shards.len());
     let streams = shards
@@ -89,14 +85,14 @@ pub fn write_data(
         put(&mut writer, &mut written, record)?;
         since_round += record.len() as u64;
         if since_round >= ROUND_BYTES {
-            writer.write_record(&marker(FINISHED_ROUND))?;
+            writer.write_record(&marker(RecordType::FINISHED_ROUND))?;
             progress.advance(since_round);
             since_round = 0;
         }
     }
     progress.advance(since_round);
     written.lost_samples_added = write_lost_samples(meta, shards, &mut writer)?;
-    writer.write_record(&marker(FINISHED_ROUND))?;
+    writer.write_record(&marker(RecordType::FINISHED_ROUND))?;
     written.data_bytes = writer.data_size();
     Ok((writer, written))
 }
@@ -143,7 +139,7 @@ fn attrs(meta: &Meta) -> Vec<AttrEntry> {
         .collect()
 }
 
-fn marker(type_: u32) -> [u8; 8] {
+fn marker(type_: RecordType) -> [u8; 8] {
     let mut bytes = Vec::with_capacity(8);
     RecordHeader {
         type_,
@@ -182,7 +178,7 @@ fn write_lost_samples(
             time: last_time,
             ..SampleId::default()
         };
-        if let Some(record) = RecordBuilder::new(LOST_SAMPLES, 0)
+        if let Some(record) = RecordBuilder::new(RecordType::LOST_SAMPLES, 0)
             .u64(lost)
             .finish(&layout, &sample_id)
         {

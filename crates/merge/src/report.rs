@@ -5,6 +5,8 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use shardrec_format::header::RecordType;
+
 use crate::source::Damage;
 
 /// One CPU's part of the merge.
@@ -24,7 +26,7 @@ pub struct MergeReport {
     /// The perf.data written.
     pub output: PathBuf,
     /// Records written, by `PERF_RECORD_*` type.
-    pub by_type: BTreeMap<u32, u64>,
+    pub by_type: BTreeMap<RecordType, u64>,
     /// Per recorded CPU.
     pub cpus: Vec<CpuSummary>,
     /// LOST_SAMPLES records added from the kernel's per-event counts.
@@ -55,41 +57,13 @@ impl MergeReport {
 
     /// Samples written.
     pub fn samples(&self) -> u64 {
-        self.by_type
-            .get(&shardrec_format::header::SAMPLE)
-            .copied()
-            .unwrap_or(0)
+        self.by_type.get(&RecordType::SAMPLE).copied().unwrap_or(0)
     }
 
     /// Shards in which not one record could be read: not shards at all.
     pub fn unreadable(&self) -> impl Iterator<Item = &(String, Damage)> {
         self.damage.iter().filter(|(_, d)| d.offset == 0)
     }
-}
-
-/// perf's names for the record types a recording holds.
-fn type_name(type_: u32) -> String {
-    let name = match type_ {
-        1 => "MMAP",
-        2 => "LOST",
-        3 => "COMM",
-        4 => "EXIT",
-        5 => "THROTTLE",
-        6 => "UNTHROTTLE",
-        7 => "FORK",
-        9 => "SAMPLE",
-        10 => "MMAP2",
-        13 => "LOST_SAMPLES",
-        14 => "SWITCH",
-        15 => "SWITCH_CPU_WIDE",
-        16 => "NAMESPACES",
-        17 => "KSYMBOL",
-        18 => "BPF_EVENT",
-        19 => "CGROUP",
-        20 => "TEXT_POKE",
-        _ => return format!("type {type_}"),
-    };
-    name.to_string()
 }
 
 impl fmt::Display for MergeReport {
@@ -108,7 +82,7 @@ impl fmt::Display for MergeReport {
         let types: Vec<String> = self
             .by_type
             .iter()
-            .map(|(t, n)| format!("{} {n}", type_name(*t)))
+            .map(|(t, n)| format!("{t} {n}"))
             .collect();
         writeln!(f, "  records: {}", types.join(", "))?;
         if self.bpf_programs > 0 {

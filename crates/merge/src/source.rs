@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
-use shardrec_format::header::{BPF_EVENT, KSYMBOL, LOST, LOST_SAMPLES, SAMPLE};
+use shardrec_format::header::RecordType;
 use shardrec_format::sample_id::{body_end, identifier, padded_identifier};
 use shardrec_format::walk::{End, RecordWalker};
 use shardrec_format::{u64_at, SampleIdLayout};
@@ -30,7 +30,7 @@ pub struct Damage {
 #[derive(Clone, Debug, Default)]
 pub struct ShardCounts {
     /// Whole records, by `PERF_RECORD_*` type.
-    pub by_type: BTreeMap<u32, u64>,
+    pub by_type: BTreeMap<RecordType, u64>,
     /// Records lost, from `PERF_RECORD_LOST`.
     pub lost: u64,
     /// Samples lost, from `PERF_RECORD_LOST_SAMPLES`.
@@ -53,7 +53,7 @@ impl ShardCounts {
 
     /// Samples in the shard.
     pub fn samples(&self) -> u64 {
-        self.by_type.get(&SAMPLE).copied().unwrap_or(0)
+        self.by_type.get(&RecordType::SAMPLE).copied().unwrap_or(0)
     }
 }
 
@@ -134,12 +134,14 @@ impl Shard {
             self.valid_len = record.offset + record.bytes.len();
             *counts.by_type.entry(type_).or_default() += 1;
             match type_ {
-                SAMPLE => {
+                RecordType::SAMPLE => {
                     counts.first_sample = min_nonzero(counts.first_sample, time);
                     counts.last_sample = counts.last_sample.max(time);
                 }
-                LOST => counts.lost += u64_at(record.bytes, 16).unwrap_or(0),
-                LOST_SAMPLES => counts.lost_samples += u64_at(record.bytes, 8).unwrap_or(0),
+                RecordType::LOST => counts.lost += u64_at(record.bytes, 16).unwrap_or(0),
+                RecordType::LOST_SAMPLES => {
+                    counts.lost_samples += u64_at(record.bytes, 8).unwrap_or(0)
+                }
                 _ => {}
             }
             counts.first_time = min_nonzero(counts.first_time, time);
@@ -207,14 +209,14 @@ impl<'a> TimeReader<'a> {
 
     /// The record's time, or `None` when its id is not the recording's or
     /// it is too short for its layout.
-    pub fn time(&mut self, record: &[u8], type_: u32) -> Option<u64> {
+    pub fn time(&mut self, record: &[u8], type_: RecordType) -> Option<u64> {
         self.layout(record, type_)?.time(record, type_)
     }
 
     /// The record's event id: for KSYMBOL and BPF_EVENT, whichever of the
     /// recording's trailer sizes, read after the body, gives a known id
     /// (the kernel may have padded them).
-    fn identifier(&self, record: &[u8], type_: u32) -> Option<u64> {
+    fn identifier(&self, record: &[u8], type_: RecordType) -> Option<u64> {
         if body_end(record, type_).is_none() {
             return identifier(record, type_);
         }
@@ -226,8 +228,8 @@ impl<'a> TimeReader<'a> {
 
     /// The record's length without kernel padding after its trailer (only
     /// KSYMBOL and BPF_EVENT records can have any: the rest cost nothing).
-    pub fn true_len(&mut self, record: &[u8], type_: u32) -> usize {
-        if type_ != KSYMBOL && type_ != BPF_EVENT {
+    pub fn true_len(&mut self, record: &[u8], type_: RecordType) -> usize {
+        if type_ != RecordType::KSYMBOL && type_ != RecordType::BPF_EVENT {
             return record.len();
         }
         match self
@@ -240,13 +242,17 @@ impl<'a> TimeReader<'a> {
     }
 
     /// The record's identifying fields.
-    pub fn sample_id(&mut self, record: &[u8], type_: u32) -> Option<shardrec_format::SampleId> {
+    pub fn sample_id(
+        &mut self,
+        record: &[u8],
+        type_: RecordType,
+    ) -> Option<shardrec_format::SampleId> {
         self.layout(record, type_)?.parse(record, type_)
     }
 
     /// The layout of the record's event (the last one found is kept: runs
     /// of records of one event are the rule).
-    fn layout(&mut self, record: &[u8], type_: u32) -> Option<SampleIdLayout> {
+    fn layout(&mut self, record: &[u8], type_: RecordType) -> Option<SampleIdLayout> {
         let id = self.identifier(record, type_)?;
         match self.last {
             Some((last, layout)) if last == id => Some(layout),

@@ -17,7 +17,10 @@
 //! let attr = vec![0u8; 128];
 //! let out = std::io::Cursor::new(Vec::new());
 //! let mut writer = PerfDataWriter::create(out, &[AttrEntry { attr, ids: vec![7] }])?;
-//! writer.write_record(&[68, 0, 0, 0, 0, 0, 8, 0])?; // PERF_RECORD_FINISHED_ROUND
+//! let mut round = Vec::new();
+//! let type_ = shardrec_format::header::RecordType::FINISHED_ROUND;
+//! shardrec_format::header::RecordHeader { type_, misc: 0, size: 8 }.write_to(&mut round);
+//! writer.write_record(&round)?;
 //! let mut hostname = FeatureBuf::new();
 //! hostname.string("myhost");
 //! let file = writer.finish(&[(Feature::Hostname, hostname.into_bytes())])?.into_inner();

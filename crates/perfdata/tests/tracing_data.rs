@@ -10,6 +10,7 @@ use std::io::{Cursor, Read};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use shardrec_format::header::{RecordHeader, RecordType};
 use shardrec_perfdata::feature::Feature;
 use shardrec_perfdata::features::{self, EventDesc};
 use shardrec_perfdata::tracing_data::{self, TracingFiles};
@@ -28,9 +29,6 @@ const SAMPLE_RAW: u64 = 1 << 10;
 const SAMPLE_IDENTIFIER: u64 = 1 << 16;
 const SAMPLE_ID_ALL: u64 = 1 << 18;
 
-const RECORD_COMM: u32 = 3;
-const RECORD_SAMPLE: u32 = 9;
-const RECORD_FINISHED_ROUND: u32 = 68;
 const MISC_KERNEL: u16 = 1;
 
 const ID: u64 = 42;
@@ -162,10 +160,14 @@ fn sched_switch_raw(fields: &[Field], id: u16) -> Vec<u8> {
     raw
 }
 
-fn header(out: &mut Vec<u8>, kind: u32, misc: u16) {
-    out.extend_from_slice(&kind.to_ne_bytes());
-    out.extend_from_slice(&misc.to_ne_bytes());
-    out.extend_from_slice(&0u16.to_ne_bytes()); // size, set by `finish_record`
+fn header(out: &mut Vec<u8>, type_: RecordType, misc: u16) {
+    // The size is set by `finish_record`.
+    RecordHeader {
+        type_,
+        misc,
+        size: 0,
+    }
+    .write_to(out);
 }
 
 fn finish_record(mut record: Vec<u8>) -> Vec<u8> {
@@ -187,7 +189,7 @@ fn sample_id(out: &mut Vec<u8>, pid: u32, time: u64) {
 
 fn comm(pid: u32, name: &str, time: u64) -> Vec<u8> {
     let mut out = Vec::new();
-    header(&mut out, RECORD_COMM, 0);
+    header(&mut out, RecordType::COMM, 0);
     out.extend_from_slice(&pid.to_ne_bytes());
     out.extend_from_slice(&pid.to_ne_bytes());
     out.extend_from_slice(name.as_bytes());
@@ -200,7 +202,7 @@ fn comm(pid: u32, name: &str, time: u64) -> Vec<u8> {
 /// part padded as the kernel does (u32 size + data a multiple of 8).
 fn sample(raw: &[u8], time: u64) -> Vec<u8> {
     let mut out = Vec::new();
-    header(&mut out, RECORD_SAMPLE, MISC_KERNEL);
+    header(&mut out, RecordType::SAMPLE, MISC_KERNEL);
     out.extend_from_slice(&ID.to_ne_bytes());
     out.extend_from_slice(&0xffff_ffff_8100_0000u64.to_ne_bytes());
     out.extend_from_slice(&PREV_PID.to_ne_bytes());
@@ -322,7 +324,7 @@ fn perf_script_prints_tracepoint_fields() {
 
 fn round() -> Vec<u8> {
     let mut out = Vec::new();
-    header(&mut out, RECORD_FINISHED_ROUND, 0);
+    header(&mut out, RecordType::FINISHED_ROUND, 0);
     out
 }
 

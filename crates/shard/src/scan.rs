@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::path::Path;
 
-use shardrec_format::header::{LOST, LOST_SAMPLES, SAMPLE};
+use shardrec_format::header::RecordType;
 use shardrec_format::sample_id::identifier;
 use shardrec_format::walk::{End, RecordWalker};
 use shardrec_format::{u64_at, SampleIdLayout};
@@ -101,9 +101,9 @@ pub fn scan(shard: &ShardBytes, layouts: &HashMap<u64, SampleIdLayout>) -> (CpuS
         let type_ = record.header.type_;
         stats.records += 1;
         match type_ {
-            SAMPLE => stats.samples += 1,
-            LOST => stats.lost += u64_at(record.bytes, 16).unwrap_or(0),
-            LOST_SAMPLES => stats.lost_samples += u64_at(record.bytes, 8).unwrap_or(0),
+            RecordType::SAMPLE => stats.samples += 1,
+            RecordType::LOST => stats.lost += u64_at(record.bytes, 16).unwrap_or(0),
+            RecordType::LOST_SAMPLES => stats.lost_samples += u64_at(record.bytes, 8).unwrap_or(0),
             _ => {}
         }
         let time = identifier(record.bytes, type_)

@@ -1,7 +1,7 @@
 //! Tests against the real `/proc` and `/proc/kallsyms`.
 
 use crate::{SynthStats, Synthesizer, Tasks};
-use shardrec_format::header::{COMM, FORK, MISC_KERNEL, MISC_USER, MMAP, MMAP2};
+use shardrec_format::header::{RecordType, MISC_KERNEL, MISC_USER};
 use shardrec_format::sample_id::{CPU, ID, IDENTIFIER, TID, TIME};
 use shardrec_format::walk::{End, Record, RecordWalker};
 use shardrec_format::{u32_at, u64_at, SampleIdLayout};
@@ -54,18 +54,18 @@ fn describes_our_own_process() {
     let field = |r: &Record, i: usize| u32_at(r.bytes, 8 + 4 * i).unwrap();
     let fork = records
         .iter()
-        .find(|r| r.header.type_ == FORK && field(r, 2) == pid)
+        .find(|r| r.header.type_ == RecordType::FORK && field(r, 2) == pid)
         .expect("a FORK for our main thread");
     assert_eq!(field(fork, 0), pid);
     let comm = std::fs::read(format!("/proc/{pid}/comm")).unwrap();
-    assert!(records.iter().any(|r| r.header.type_ == COMM
+    assert!(records.iter().any(|r| r.header.type_ == RecordType::COMM
         && field(r, 1) == pid
         && string_at(r.bytes, 16) == comm.trim_ascii_end()));
     let exe = std::env::current_exe().unwrap();
     let exe = exe.as_os_str().as_encoded_bytes();
     let exe_map = records
         .iter()
-        .find(|r| r.header.type_ == MMAP2 && string_at(r.bytes, 72) == exe)
+        .find(|r| r.header.type_ == RecordType::MMAP2 && string_at(r.bytes, 72) == exe)
         .expect("an MMAP2 of our executable");
     assert_eq!(exe_map.header.misc, MISC_USER);
     // Other tests' threads may exit mid-walk and be skipped, nothing else.
@@ -89,7 +89,7 @@ fn other_threads_descend_from_the_main_thread() {
     let pid = own_pid();
     let forks: Vec<[u32; 4]> = records(&bytes, &stats)
         .iter()
-        .filter(|r| r.header.type_ == FORK)
+        .filter(|r| r.header.type_ == RecordType::FORK)
         .map(|r| std::array::from_fn(|i| u32_at(r.bytes, 8 + 4 * i).unwrap()))
         .collect();
     assert!(forks.contains(&[pid, pid, tid, pid]), "{forks:?}");
@@ -104,7 +104,10 @@ fn kernel_map_spans_the_kernel_text() {
     let records = records(&bytes, &stats);
     let kernel: Vec<_> = records
         .iter()
-        .filter(|r| r.header.type_ == MMAP && string_at(r.bytes, 40) == b"[kernel.kallsyms]_text")
+        .filter(|r| {
+            r.header.type_ == RecordType::MMAP
+                && string_at(r.bytes, 40) == b"[kernel.kallsyms]_text"
+        })
         .collect();
     assert_eq!(kernel.len(), 1);
     let map = kernel[0];
@@ -121,7 +124,7 @@ fn kernel_map_spans_the_kernel_text() {
     assert_eq!(u64_at(map.bytes, 24), Some(etext - start));
     assert_eq!(u64_at(map.bytes, 32), Some(start));
     let id = SampleIdLayout::new(SAMPLE_TYPE)
-        .parse(map.bytes, MMAP)
+        .parse(map.bytes, RecordType::MMAP)
         .unwrap();
     assert_eq!((id.pid, id.tid, id.id), (u32::MAX, 0, EVENT_ID));
 }
@@ -138,7 +141,7 @@ fn a_held_workload_is_only_a_perf_exec_comm() {
             .filter(|r| layout.parse(r.bytes, r.header.type_).unwrap().pid == pid)
             .collect();
         assert_eq!(ours.len(), 1, "{tasks:?}");
-        assert_eq!(ours[0].header.type_, COMM);
+        assert_eq!(ours[0].header.type_, RecordType::COMM);
         assert_eq!(
             string_at(ours[0].bytes, 16),
             crate::HELD_WORKLOAD_COMM.to_bytes()

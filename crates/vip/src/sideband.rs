@@ -5,7 +5,7 @@ use std::fs::File;
 use std::io::{self, Write};
 
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
-use shardrec_format::header::{BPF_EVENT, KSYMBOL};
+use shardrec_format::header::RecordType;
 use shardrec_format::records::{parse_bpf_event, BPF_EVENT_PROG_LOAD, BPF_EVENT_PROG_UNLOAD};
 use shardrec_format::walk::RecordWalker;
 use shardrec_sys::bpf::HeldProg;
@@ -160,10 +160,10 @@ impl<'a> Vip<'a> {
     }
 
     /// Counts a record; for a PROG_LOAD, holds the program.
-    fn observe(&mut self, type_: u32, record: &[u8]) -> io::Result<Option<HeldProg>> {
+    fn observe(&mut self, type_: RecordType, record: &[u8]) -> io::Result<Option<HeldProg>> {
         match type_ {
-            KSYMBOL => self.stats.ksymbols += 1,
-            BPF_EVENT => match parse_bpf_event(record) {
+            RecordType::KSYMBOL => self.stats.ksymbols += 1,
+            RecordType::BPF_EVENT => match parse_bpf_event(record) {
                 Some((BPF_EVENT_PROG_LOAD, id, _)) => {
                     self.stats.loaded += 1;
                     return self.capturer.hold(id);

@@ -4,7 +4,7 @@ use std::io::Write;
 use std::os::fd::OwnedFd;
 use std::time::{Duration, Instant};
 
-use shardrec_format::header::{LOST, SAMPLE};
+use shardrec_format::header::RecordType;
 use shardrec_format::walk::{End, RecordWalker};
 use shardrec_sys::abi;
 use shardrec_sys::{Attr, PerfEvent, RingBuffer, Target};
@@ -62,8 +62,8 @@ fn count(bytes: &[u8]) -> (u64, u64) {
     let (mut samples, mut lost) = (0, 0);
     for record in walker.by_ref() {
         match record.header.type_ {
-            SAMPLE => samples += 1,
-            LOST => lost += shardrec_format::u64_at(record.bytes, 16).unwrap(),
+            RecordType::SAMPLE => samples += 1,
+            RecordType::LOST => lost += shardrec_format::u64_at(record.bytes, 16).unwrap(),
             _ => {}
         }
     }
