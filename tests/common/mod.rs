@@ -169,7 +169,12 @@ impl Recording {
             "per-event counts ({read}) below the LOST records ({})",
             self.lost_records()
         );
-        read.max(self.lost_records())
+        let lost_samples = self
+            .records()
+            .filter(|r| r.type_ == RecordType::LOST_SAMPLES)
+            .map(|r| shardrec_format::u64_at(&r.bytes, 8).unwrap())
+            .sum();
+        shardrec_shard::dropped(self.lost_records(), read, lost_samples)
     }
 }
 

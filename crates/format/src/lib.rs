@@ -5,6 +5,8 @@
 //!   header validated and a torn tail reported instead of trusted;
 //! - [`sample_id`]: where a record's pid, tid, time, id and CPU are, given its
 //!   attr's `sample_type`, computed once per attr;
+//! - [`layouts`]: finding any record's time and ids in a recording of
+//!   several events, by the layout of each kernel id;
 //! - [`records`]: encoders for the records shardrec synthesizes;
 //! - [`user_records`]: encoders for the records perf itself puts at the
 //!   start of a perf.data (id index, thread map, CPU map).
@@ -19,6 +21,7 @@
 //! ```
 
 pub mod header;
+pub mod layouts;
 pub mod records;
 pub mod sample_id;
 pub mod user_records;

@@ -66,8 +66,11 @@ pub fn merge(dir: &Path, output: &Path, progress: bool) -> Result<MergeReport, M
         shards.push(Shard::open(&recording.vip_path(), &layouts)?);
     }
     let bpf = bpf::read(&recording.bpf_path())?;
-    let input_bytes =
-        synth.valid_len as u64 + shards.iter().map(|s| s.valid_len as u64).sum::<u64>();
+    let input_bytes = synth.summary.valid_len as u64
+        + shards
+            .iter()
+            .map(|s| s.summary.valid_len as u64)
+            .sum::<u64>();
     let bar = progress::Progress::new(input_bytes, progress);
     let fail = |source| MergeError::Output {
         path: output.to_path_buf(),
@@ -101,10 +104,10 @@ pub fn merge(dir: &Path, output: &Path, progress: bool) -> Result<MergeReport, M
 fn sample_times(shards: &[Shard]) -> (u64, u64) {
     let first = shards
         .iter()
-        .map(|s| s.counts.first_sample)
+        .map(|s| s.summary.first_sample)
         .filter(|&t| t > 0)
         .min();
-    let last = shards.iter().map(|s| s.counts.last_sample).max();
+    let last = shards.iter().map(|s| s.summary.last_sample).max();
     (first.unwrap_or(0), last.unwrap_or(0))
 }
 
@@ -119,9 +122,9 @@ fn report(
     written: output::Written,
     started: Instant,
 ) -> MergeReport {
-    let mut by_type = synth.counts.by_type.clone();
+    let mut by_type = synth.summary.by_type.clone();
     for shard in shards {
-        for (&t, &n) in &shard.counts.by_type {
+        for (&t, &n) in &shard.summary.by_type {
             *by_type.entry(t).or_default() += n;
         }
     }
@@ -134,19 +137,19 @@ fn report(
         .zip(shards)
         .map(|(&cpu, shard)| CpuSummary {
             cpu,
-            samples: shard.counts.samples(),
+            samples: shard.summary.samples(),
             lost: lost_on(meta, cpu, shard),
         })
         .collect();
     let first = shards
         .iter()
-        .map(|s| s.counts.first_time)
+        .map(|s| s.summary.first_time)
         .filter(|&t| t > 0)
         .min();
-    let last = shards.iter().map(|s| s.counts.last_time).max();
+    let last = shards.iter().map(|s| s.summary.last_time).max();
     let damage = std::iter::once(synth)
         .chain(shards)
-        .filter_map(|s| Some((s.name.clone(), s.damage.clone()?)))
+        .filter_map(|s| Some((s.name.clone(), s.summary.damage.clone()?)))
         .collect();
     MergeReport {
         output: output.to_path_buf(),
@@ -163,8 +166,8 @@ fn report(
     }
 }
 
-/// Records lost on a CPU: the kernel's per-event counts where it keeps
-/// them, else what the LOST records in its shard say.
+/// Records lost on a CPU, from its shard's LOST records and the kernel's
+/// per-event counts ([`shardrec_shard::dropped`]).
 fn lost_on(meta: &shardrec_shard::Meta, cpu: u32, shard: &Shard) -> u64 {
     let counted: u64 = meta
         .stats
@@ -173,5 +176,5 @@ fn lost_on(meta: &shardrec_shard::Meta, cpu: u32, shard: &Shard) -> u64 {
         .filter(|&&(c, _, _)| c == cpu)
         .map(|&(_, _, lost)| lost)
         .sum();
-    counted.max(shard.counts.lost) + shard.counts.lost_samples
+    shardrec_shard::dropped(shard.summary.lost, counted, shard.summary.lost_samples)
 }

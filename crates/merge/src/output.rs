@@ -15,7 +15,9 @@ use shardrec_shard::{EventMeta, Meta};
 use crate::dso::DsoHits;
 use crate::order::{release_step, Merged, SortedShard};
 use crate::progress::Progress;
-use crate::source::{Layouts, Shard, TimeReader};
+use shardrec_format::layouts::{FieldReader, Layouts};
+
+use crate::source::Shard;
 
 /// A round every this many bytes of records. The data is already in time
 /// order, so a round costs 8 bytes and nothing else, while a reader holds
@@ -50,7 +52,7 @@ pub fn write_data(
 ) -> io::Result<(PerfDataWriter<BufWriter<File>>, Written)> {
     let mut writer = PerfDataWriter::create(BufWriter::with_capacity(1 << 20, out), &attrs(meta))?;
     let mut written = Written::default();
-    let mut times = TimeReader::new(layouts);
+    let mut times = FieldReader::new(layouts);
     // Marks the binaries samples fall in, and writes the record, without
     // any padding the kernel left after its trailer.
     let mut put = |writer: &mut PerfDataWriter<_>, written: &mut Written, record: &[u8]| {
@@ -74,7 +76,7 @@ pub fn write_data(
         put(&mut writer, &mut written, record)?;
     }
     writer.write_record(&marker(RecordType::FINISHED_INIT))?;
-    progress.advance(synth.valid_len as u64);
+    progress.advance(synth.summary.valid_len as u64);
     let step = release_step(shards.len());
     let streams = shards
         .iter()
@@ -161,7 +163,11 @@ fn write_lost_samples(
     let Some(stats) = &meta.stats else {
         return Ok(0);
     };
-    let last_time = shards.iter().map(|s| s.counts.last_time).max().unwrap_or(0);
+    let last_time = shards
+        .iter()
+        .map(|s| s.summary.last_time)
+        .max()
+        .unwrap_or(0);
     let mut added = 0;
     for &(cpu, id, lost) in &stats.lost_by_event {
         let Some(event) = meta

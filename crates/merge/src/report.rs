@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use shardrec_format::header::RecordType;
 
-use crate::source::Damage;
+use shardrec_shard::scan::Damage;
 
 /// One CPU's part of the merge.
 #[derive(Clone, Debug, Default)]

@@ -1,13 +1,13 @@
 //! Waiting for a reason to stop, stopping, and accounting for what was
 //! recorded.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Instant;
 
 use nix::sys::signal::{kill, Signal};
-use shardrec_format::sample_id::SampleIdLayout;
-use shardrec_shard::{scan, BpfStats, CpuStats, Stats};
+use shardrec_format::layouts::Layouts;
+use shardrec_shard::scan::{self, ShardSummary};
+use shardrec_shard::{BpfStats, CpuStats, Stats};
 use shardrec_writer::Command;
 
 use crate::coordinator::Recording;
@@ -153,13 +153,13 @@ impl Recording<'_> {
             .collect();
         let scanned = scan_shards(&paths, &layouts)?;
         let mut cpus = Vec::new();
-        for ((writer, cpu), mut stats) in self.writers.iter().zip(&self.cpus).zip(scanned) {
-            stats.cpu = writer.cpu;
-            stats.lost_read = lost_by_event
+        for ((writer, cpu), (bytes, summary)) in self.writers.iter().zip(&self.cpus).zip(scanned) {
+            let lost_read = lost_by_event
                 .iter()
                 .filter(|(cpu, _, _)| *cpu == writer.cpu)
                 .map(|(_, _, lost)| lost)
                 .sum();
+            let stats = CpuStats::new(writer.cpu, bytes, &summary, lost_read);
             cpus.push(CpuReport {
                 stats,
                 writer: writer.stats.unwrap_or_default(),
@@ -209,14 +209,14 @@ impl Recording<'_> {
 /// and each scan waits on its own file's pages.
 fn scan_shards(
     paths: &[PathBuf],
-    layouts: &HashMap<u64, SampleIdLayout>,
-) -> Result<Vec<CpuStats>, RecordError> {
+    layouts: &Layouts,
+) -> Result<Vec<(u64, ShardSummary)>, RecordError> {
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .clamp(1, MAX_SCAN_THREADS);
-    let scan_one = |path: &PathBuf| -> Result<CpuStats, RecordError> {
+    let scan_one = |path: &PathBuf| -> Result<(u64, ShardSummary), RecordError> {
         let bytes = scan::ShardBytes::open(path)?;
-        Ok(scan::scan(&bytes, layouts).0)
+        Ok((bytes.bytes().len() as u64, scan::summarize(&bytes, layouts)))
     };
     // Each thread scans a run of consecutive shards, so the results come
     // back in order by joining the threads in order.

@@ -23,7 +23,7 @@ pub mod scan;
 
 pub use dir::RecordingDir;
 pub use meta::{
-    BpfStats, ClockRef, CpuStats, EventMeta, Host, Meta, Stats, Topology, META_VERSION,
+    dropped, BpfStats, ClockRef, CpuStats, EventMeta, Host, Meta, Stats, Topology, META_VERSION,
 };
 
 /// What can go wrong with a recording directory.

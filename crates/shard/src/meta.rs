@@ -3,7 +3,10 @@
 use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
+use shardrec_format::layouts::Layouts;
 use shardrec_format::SampleIdLayout;
+
+use crate::scan::ShardSummary;
 use shardrec_perfdata::host::{CacheLevel, MemoryTopology, NumaNode, Pmu};
 
 /// The `meta` format version this build writes and reads.
@@ -207,18 +210,43 @@ pub struct CpuStats {
 }
 
 impl CpuStats {
-    /// Records dropped by the kernel on this CPU: the per-event counts when
-    /// the kernel keeps them, else what the LOST records report. (Events
-    /// inherited by a workload's children report only through LOST records,
-    /// so the larger of the two is the better count.)
-    pub fn dropped(&self) -> u64 {
-        self.lost.max(self.lost_read) + self.lost_samples
+    /// CPU `cpu`'s stats from the walk of its shard of `bytes` bytes and
+    /// the kernel's per-event count of its dropped samples (`lost_read`).
+    pub fn new(cpu: u32, bytes: u64, summary: &ShardSummary, lost_read: u64) -> CpuStats {
+        CpuStats {
+            cpu,
+            bytes,
+            records: summary.records(),
+            samples: summary.samples(),
+            lost: summary.lost,
+            lost_samples: summary.lost_samples,
+            lost_read,
+            first_time: summary.first_time,
+            last_time: summary.last_time,
+            torn_bytes: summary.damage.as_ref().map_or(0, |d| d.dropped as u64),
+        }
     }
+
+    /// Records dropped by the kernel on this CPU ([`dropped`]).
+    pub fn dropped(&self) -> u64 {
+        dropped(self.lost, self.lost_read, self.lost_samples)
+    }
+}
+
+/// What the kernel dropped, from what it reports: `lost_in_ring`, the sum
+/// of the LOST records in a ring; `lost_counted`, its events'
+/// `PERF_FORMAT_LOST` counts read at stop (0 before kernel 6.0), which
+/// also count drops after the last record that fit (never reported in the
+/// ring) but miss those of events inherited by a workload's children; and
+/// `lost_samples`, the samples dropped before reaching the ring (the
+/// LOST_SAMPLES records). The larger of the first two, plus the third.
+pub fn dropped(lost_in_ring: u64, lost_counted: u64, lost_samples: u64) -> u64 {
+    lost_in_ring.max(lost_counted) + lost_samples
 }
 
 impl Meta {
     /// The sample-id layout of each kernel id, to find any record's fields.
-    pub fn layouts(&self) -> HashMap<u64, SampleIdLayout> {
+    pub fn layouts(&self) -> Layouts {
         let mut layouts = HashMap::new();
         for event in &self.events {
             let layout = SampleIdLayout::new(event.sample_type());

@@ -1,15 +1,15 @@
 //! Walking a shard to learn what it holds, without trusting it.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::Path;
 
 use shardrec_format::header::RecordType;
-use shardrec_format::sample_id::identifier;
+use shardrec_format::layouts::{FieldReader, Layouts};
+use shardrec_format::u64_at;
 use shardrec_format::walk::{End, RecordWalker};
-use shardrec_format::{u64_at, SampleIdLayout};
 
-use crate::{CpuStats, Error};
+use crate::Error;
 
 /// A read-only view of a shard file (empty files have no mapping).
 pub struct ShardBytes {
@@ -84,43 +84,133 @@ impl ShardBytes {
 /// How far a sequential reader gets before it releases the pages behind it.
 pub const RELEASE_STEP: usize = 32 << 20;
 
-/// Counts the records, samples and losses of a shard and its time range.
-/// Records whose id is unknown count, but give no time. Pages behind the
-/// walk are released, so a shard of any size is scanned in bounded memory.
-pub fn scan(shard: &ShardBytes, layouts: &HashMap<u64, SampleIdLayout>) -> (CpuStats, End) {
+/// Where a shard stops being whole records of its recording.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Damage {
+    /// Byte offset of the first bad record.
+    pub offset: usize,
+    /// Bytes dropped from there to the end.
+    pub dropped: usize,
+    /// What is wrong there.
+    pub reason: String,
+}
+
+/// What one walk over a shard finds: every count the recorder's stop, the
+/// merge and its report need, so they all agree.
+#[derive(Clone, Debug, Default)]
+pub struct ShardSummary {
+    /// Whole records, by type.
+    pub by_type: BTreeMap<RecordType, u64>,
+    /// Records the kernel dropped, from `PERF_RECORD_LOST`.
+    pub lost: u64,
+    /// Samples the kernel dropped, from `PERF_RECORD_LOST_SAMPLES`.
+    pub lost_samples: u64,
+    /// Earliest and latest record time (perf clock, ns), 0 when none.
+    pub first_time: u64,
+    /// See `first_time`.
+    pub last_time: u64,
+    /// Earliest and latest sample time, for HEADER_SAMPLE_TIME.
+    pub first_sample: u64,
+    /// See `first_sample`.
+    pub last_sample: u64,
+    /// The most a record's time falls behind a time read before it.
+    pub lateness: u64,
+    /// Bytes of whole, valid records from the start.
+    pub valid_len: usize,
+    /// What is wrong after `valid_len`, if anything.
+    pub damage: Option<Damage>,
+}
+
+impl ShardSummary {
+    /// Whole records.
+    pub fn records(&self) -> u64 {
+        self.by_type.values().sum()
+    }
+
+    /// Samples.
+    pub fn samples(&self) -> u64 {
+        self.by_type.get(&RecordType::SAMPLE).copied().unwrap_or(0)
+    }
+
+    /// A shard that could not be read at all: empty, damaged from byte 0.
+    pub fn unreadable(dropped: usize, reason: String) -> ShardSummary {
+        ShardSummary {
+            damage: Some(Damage {
+                offset: 0,
+                dropped,
+                reason,
+            }),
+            ..ShardSummary::default()
+        }
+    }
+
+    fn add(&mut self, type_: RecordType, record: &[u8], time: u64) {
+        *self.by_type.entry(type_).or_default() += 1;
+        match type_ {
+            RecordType::SAMPLE => {
+                self.first_sample = min_nonzero(self.first_sample, time);
+                self.last_sample = self.last_sample.max(time);
+            }
+            RecordType::LOST => self.lost += u64_at(record, 16).unwrap_or(0),
+            RecordType::LOST_SAMPLES => self.lost_samples += u64_at(record, 8).unwrap_or(0),
+            _ => {}
+        }
+        if time < self.last_time {
+            self.lateness = self.lateness.max(self.last_time - time);
+        }
+        self.first_time = min_nonzero(self.first_time, time);
+        self.last_time = self.last_time.max(time);
+    }
+}
+
+/// Walks a shard once, validating every header and finding every record's
+/// time: a torn tail, or a record of no event of this recording, ends the
+/// shard there as damage. Pages behind the walk are released, so a shard
+/// of any size is read in bounded memory.
+pub fn summarize(shard: &ShardBytes, layouts: &Layouts) -> ShardSummary {
     let bytes = shard.bytes();
     shard.advise_sequential();
-    let mut stats = CpuStats::default();
+    let mut summary = ShardSummary::default();
     let mut walker = RecordWalker::new(bytes);
+    let mut fields = FieldReader::new(layouts);
     let mut released = 0;
     for record in walker.by_ref() {
+        let type_ = record.header.type_;
+        let Some(time) = fields.time(record.bytes, type_) else {
+            summary.damage = Some(Damage {
+                offset: record.offset,
+                dropped: bytes.len() - record.offset,
+                reason: "a record of no event of this recording".into(),
+            });
+            break;
+        };
+        summary.valid_len = record.offset + record.bytes.len();
+        summary.add(type_, record.bytes, time);
         if record.offset >= released + RELEASE_STEP {
             shard.release_before(record.offset);
             released = record.offset;
         }
-        let type_ = record.header.type_;
-        stats.records += 1;
-        match type_ {
-            RecordType::SAMPLE => stats.samples += 1,
-            RecordType::LOST => stats.lost += u64_at(record.bytes, 16).unwrap_or(0),
-            RecordType::LOST_SAMPLES => stats.lost_samples += u64_at(record.bytes, 8).unwrap_or(0),
-            _ => {}
-        }
-        let time = identifier(record.bytes, type_)
-            .and_then(|id| layouts.get(&id))
-            .and_then(|layout| layout.time(record.bytes, type_))
-            .unwrap_or(0);
-        if time != 0 {
-            if stats.first_time == 0 || time < stats.first_time {
-                stats.first_time = time;
-            }
-            stats.last_time = stats.last_time.max(time);
-        }
     }
     shard.release_before(bytes.len());
-    stats.bytes = bytes.len() as u64;
-    if let End::Torn { dropped, .. } = walker.end() {
-        stats.torn_bytes = dropped as u64;
+    if let End::Torn {
+        offset,
+        dropped,
+        reason,
+    } = walker.end()
+    {
+        summary.damage = Some(Damage {
+            offset,
+            dropped,
+            reason: reason.to_string(),
+        });
     }
-    (stats, walker.end())
+    summary
+}
+
+fn min_nonzero(current: u64, time: u64) -> u64 {
+    if current == 0 || (time != 0 && time < current) {
+        time
+    } else {
+        current
+    }
 }

@@ -1,0 +1,88 @@
+//! Finding a record's fields in a recording of several events: each kernel
+//! id has the `sample_id` layout of its event's `sample_type`.
+
+use std::collections::HashMap;
+
+use crate::header::RecordType;
+use crate::sample_id::{body_end, identifier, padded_identifier};
+use crate::SampleIdLayout;
+
+/// The layout of each kernel id of a recording.
+pub type Layouts = HashMap<u64, SampleIdLayout>;
+
+/// Reads records' `sample_id` fields (time, pid, ...) with the layout of
+/// their event, remembering the last id's layout (consecutive records
+/// nearly always share it).
+pub struct FieldReader<'a> {
+    layouts: &'a Layouts,
+    last: Option<(u64, SampleIdLayout)>,
+    /// The distinct trailer sizes of the recording's attrs.
+    trailer_sizes: Vec<usize>,
+}
+
+impl<'a> FieldReader<'a> {
+    /// A reader over the recording's layouts.
+    pub fn new(layouts: &'a Layouts) -> Self {
+        let mut trailer_sizes: Vec<usize> = layouts.values().map(|l| l.trailer_size()).collect();
+        trailer_sizes.sort_unstable();
+        trailer_sizes.dedup();
+        FieldReader {
+            layouts,
+            last: None,
+            trailer_sizes,
+        }
+    }
+
+    /// The record's time, or `None` when its id is not the recording's or
+    /// it is too short for its layout.
+    pub fn time(&mut self, record: &[u8], type_: RecordType) -> Option<u64> {
+        self.layout(record, type_)?.time(record, type_)
+    }
+
+    /// The record's event id: for KSYMBOL and BPF_EVENT, whichever of the
+    /// recording's trailer sizes, read after the body, gives a known id
+    /// (the kernel may have padded them).
+    fn identifier(&self, record: &[u8], type_: RecordType) -> Option<u64> {
+        if body_end(record, type_).is_none() {
+            return identifier(record, type_);
+        }
+        self.trailer_sizes
+            .iter()
+            .filter_map(|&size| padded_identifier(record, type_, size))
+            .find(|id| self.layouts.contains_key(id))
+    }
+
+    /// The record's length without kernel padding after its trailer (only
+    /// KSYMBOL and BPF_EVENT records can have any: the rest cost nothing).
+    pub fn true_len(&mut self, record: &[u8], type_: RecordType) -> usize {
+        if type_ != RecordType::KSYMBOL && type_ != RecordType::BPF_EVENT {
+            return record.len();
+        }
+        match self
+            .identifier(record, type_)
+            .and_then(|id| self.layouts.get(&id))
+        {
+            Some(layout) => layout.true_len(record, type_),
+            None => record.len(),
+        }
+    }
+
+    /// The record's identifying fields.
+    pub fn sample_id(&mut self, record: &[u8], type_: RecordType) -> Option<crate::SampleId> {
+        self.layout(record, type_)?.parse(record, type_)
+    }
+
+    /// The layout of the record's event (the last one found is kept: runs
+    /// of records of one event are the rule).
+    fn layout(&mut self, record: &[u8], type_: RecordType) -> Option<SampleIdLayout> {
+        let id = self.identifier(record, type_)?;
+        match self.last {
+            Some((last, layout)) if last == id => Some(layout),
+            _ => {
+                let layout = *self.layouts.get(&id)?;
+                self.last = Some((id, layout));
+                Some(layout)
+            }
+        }
+    }
+}
