@@ -12,7 +12,9 @@ use std::collections::{BinaryHeap, VecDeque};
 
 use shardrec_format::header::RecordHeader;
 
-use crate::source::{Layouts, Shard, TimeReader};
+use shardrec_format::layouts::{FieldReader, Layouts};
+
+use crate::source::Shard;
 
 /// Resident shard bytes the merge allows itself, split between the
 /// streams: each releases the pages behind it once it is this far past.
@@ -36,7 +38,7 @@ pub struct SortedShard<'a> {
     shard: &'a Shard,
     bytes: &'a [u8],
     pos: usize,
-    times: TimeReader<'a>,
+    times: FieldReader<'a>,
     heap: BinaryHeap<Reverse<Pending>>,
     /// Offsets of records read, in file order, and whether each has gone
     /// out: the first not gone bounds what may be released.
@@ -56,7 +58,7 @@ impl<'a> SortedShard<'a> {
             shard,
             bytes: shard.valid(),
             pos: 0,
-            times: TimeReader::new(layouts),
+            times: FieldReader::new(layouts),
             heap: BinaryHeap::new(),
             in_flight: VecDeque::new(),
             first_seq: 0,
@@ -114,7 +116,9 @@ impl<'a> Iterator for SortedShard<'a> {
     fn next(&mut self) -> Option<(u64, &'a [u8])> {
         loop {
             let ready = match self.heap.peek() {
-                Some(Reverse(top)) => top.time.saturating_add(self.shard.lateness) <= self.max_read,
+                Some(Reverse(top)) => {
+                    top.time.saturating_add(self.shard.summary.lateness) <= self.max_read
+                }
                 None => false,
             };
             if ready || !self.read_one() {
@@ -166,3 +170,6 @@ impl<'a> Iterator for Merged<'a> {
         Some((time, record))
     }
 }
+
+#[cfg(test)]
+mod tests;
