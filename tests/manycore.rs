@@ -127,7 +127,7 @@ fn every_cpu_has_a_clean_shard_with_its_own_samples() {
     );
     assert_eq!(meta.host.cpus_online, guest.n);
     let stats = meta.stats.as_ref().expect("meta rewritten at stop");
-    assert_eq!(stats.stopped_by, "workload exited");
+    assert_eq!(stats.stopped_by, shardrec_shard::StopReason::WorkloadExited);
     let mut idle = Vec::new();
     for (cpu, records) in &recording.shards {
         let samples: Vec<_> = records

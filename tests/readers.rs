@@ -387,13 +387,16 @@ fn samply_profile(file: &Path) -> (String, Vec<(String, usize)>) {
     (name, threads)
 }
 
-/// samply, as `.ci/setup` installs it (or on the PATH).
+/// samply: `$SAMPLY`, else where `.ci/setup` builds it, else on the PATH.
 fn samply() -> PathBuf {
-    let installed = PathBuf::from(std::env::var("SAMPLY").unwrap_or_default());
-    if installed.is_file() {
-        return installed;
-    }
-    PathBuf::from("samply")
+    let env = |name: &str| std::env::var_os(name).map(PathBuf::from);
+    let cache = env("XDG_CACHE_HOME").or_else(|| Some(env("HOME")?.join(".cache")));
+    let built = cache.map(|c| c.join("shardrec-tools/samply-0.13.1/bin/samply"));
+    [env("SAMPLY"), built]
+        .into_iter()
+        .flatten()
+        .find(|path| path.is_file())
+        .unwrap_or_else(|| PathBuf::from("samply"))
 }
 
 #[test]

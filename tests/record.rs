@@ -5,6 +5,7 @@ mod common;
 
 use common::*;
 use shardrec_format::header::RecordType;
+use shardrec_shard::StopReason;
 
 #[test]
 fn every_cpu_gets_its_own_shard() {
@@ -34,7 +35,7 @@ fn every_cpu_gets_its_own_shard() {
         );
     }
     let stats = recording.meta.stats.expect("meta rewritten at stop");
-    assert_eq!(stats.stopped_by, "workload exited");
+    assert_eq!(stats.stopped_by, StopReason::WorkloadExited);
     for (cpu_stats, (cpu, records)) in stats.cpus.iter().zip(&recording.shards) {
         assert_eq!(cpu_stats.cpu, *cpu);
         assert_eq!(cpu_stats.records, records.len() as u64);
@@ -174,7 +175,7 @@ fn interrupt(scratch: &Scratch, signals: usize) -> std::process::ExitStatus {
 fn assert_stopped_cleanly(scratch: &Scratch) {
     let recording = Recording::read(&scratch.shards());
     let stats = recording.meta.stats.as_ref().expect("a final meta");
-    assert_eq!(stats.stopped_by, "SIGINT");
+    assert_eq!(stats.stopped_by, StopReason::Signal("SIGINT".into()));
     assert!(recording.samples().count() > 1000);
     for pid in &recording.meta.recorder_pids {
         let alive = nix::sys::signal::kill(nix::unistd::Pid::from_raw(*pid), None).is_ok();
@@ -216,7 +217,7 @@ fn pid_targets_are_recorded_until_they_exit() {
     let recording = Recording::read(&scratch.shards());
     assert_eq!(
         recording.meta.stats.as_ref().unwrap().stopped_by,
-        "target processes exited"
+        StopReason::TargetsExited
     );
     let ours = recording
         .samples()

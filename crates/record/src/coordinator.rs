@@ -3,9 +3,9 @@
 use std::io::{BufWriter, Write};
 use std::time::Instant;
 
+use shardrec_control::Command;
 use shardrec_shard::{EventMeta, Meta, RecordingDir};
 use shardrec_synth::{Synthesizer, Tasks as SynthTasks};
-use shardrec_writer::Command;
 
 use crate::helper::HelperProcess;
 use crate::meta::initial_meta;
@@ -250,7 +250,7 @@ impl<'a> Recording<'a> {
             writer.helper.send(Command::Start);
         }
         for writer in &mut self.writers {
-            writer.helper.wait_for("started")?;
+            writer.helper.wait_started()?;
         }
         match self.workload.as_mut() {
             Some(workload) => workload.start(),

@@ -1,16 +1,16 @@
 //! Helper processes (the writers, the VIP): forked by the coordinator,
-//! driven over a control pipe, reporting one line at a time on a result
-//! pipe ("ready ...", then "done ..." or "error ...").
+//! driven over a control pipe with [`Command`]s, reporting on a report
+//! pipe with [`Report`]s (`Ready`, `Started`, then `Done` or `Failed`).
 
 use std::fs::File;
-use std::io::{self, BufRead, BufReader, Read, Write};
+use std::io::{self, BufReader, Write};
 use std::os::fd::OwnedFd;
 
 use nix::fcntl::OFlag;
 use nix::sys::resource::{getrlimit, Resource};
 use nix::unistd::Pid;
+use shardrec_control::{Command, Outcome, Report};
 use shardrec_sys::process;
-use shardrec_writer::Command;
 
 use crate::RecordError;
 
@@ -48,34 +48,28 @@ impl HelperProcess {
         })
     }
 
-    /// Waits for "ready [REST]" and returns REST.
-    pub fn wait_ready(&mut self) -> Result<String, RecordError> {
-        self.wait_for("ready")
-    }
-
-    /// Waits for the line "WORD [REST]" and returns REST; any other line
-    /// is the helper's failure.
-    pub fn wait_for(&mut self, word: &str) -> Result<String, RecordError> {
-        match self.read_line()? {
-            Some(line) if line == word => Ok(String::new()),
-            Some(line) => match line.strip_prefix(word).and_then(|r| r.strip_prefix(' ')) {
-                Some(rest) => Ok(rest.to_string()),
-                None => Err(self.failure(&line)),
-            },
-            None => Err(self.failure(&format!("exited before it was {word}"))),
+    /// Waits for `Ready` and returns the records it carries.
+    pub fn wait_ready(&mut self) -> Result<Vec<u8>, RecordError> {
+        match self.next_report("ready")? {
+            Report::Ready { records } => Ok(records),
+            other => Err(self.unexpected(&other, "ready")),
         }
     }
 
-    /// Reads `len` raw bytes the helper sent after a line.
-    pub fn read_bytes(&mut self, len: usize) -> Result<Vec<u8>, RecordError> {
-        let mut bytes = vec![0; len];
-        self.report
-            .read_exact(&mut bytes)
-            .map_err(RecordError::system(format!(
-                "reading from the {}",
-                self.name
-            )))?;
-        Ok(bytes)
+    /// Waits for `Started`.
+    pub fn wait_started(&mut self) -> Result<(), RecordError> {
+        match self.next_report("started")? {
+            Report::Started => Ok(()),
+            other => Err(self.unexpected(&other, "started")),
+        }
+    }
+
+    /// Reads the final report: what the helper accomplished.
+    pub fn read_outcome(&mut self) -> Result<Outcome, RecordError> {
+        match self.next_report("done")? {
+            Report::Done(outcome) => Ok(outcome),
+            other => Err(self.unexpected(&other, "done")),
+        }
     }
 
     /// Sends a command; a helper already gone is not an error.
@@ -85,37 +79,29 @@ impl HelperProcess {
         }
     }
 
-    /// Reads the final "done REST" line and returns REST.
-    pub fn read_done(&mut self) -> Result<String, RecordError> {
-        match self.read_line()? {
-            Some(line) => match line.strip_prefix("done ") {
-                Some(rest) => Ok(rest.to_string()),
-                None => Err(self.failure(&line)),
-            },
-            None => Err(self.failure("exited without a report")),
+    /// The next report, expected to be `awaited`; a helper that failed or
+    /// went away says so as the error.
+    fn next_report(&mut self, awaited: &str) -> Result<Report, RecordError> {
+        let report = Report::read_from(&mut self.report).map_err(RecordError::system(format!(
+            "reading from the {}",
+            self.name
+        )))?;
+        match report {
+            Some(Report::Failed(message)) => Err(self.failure(&message)),
+            Some(report) => Ok(report),
+            None => Err(self.failure(&format!("exited before it was {awaited}"))),
         }
     }
 
-    fn read_line(&mut self) -> Result<Option<String>, RecordError> {
-        let mut line = String::new();
-        let read = self
-            .report
-            .read_line(&mut line)
-            .map_err(RecordError::system(format!(
-                "reading from the {}",
-                self.name
-            )))?;
-        Ok((read > 0).then(|| line.trim_end().to_string()))
+    fn unexpected(&self, report: &Report, awaited: &str) -> RecordError {
+        self.failure(&format!("said {report:?} when it should be {awaited}"))
     }
 
     /// The error for what the helper said (or that it said nothing).
     pub fn failure(&self, message: &str) -> RecordError {
         RecordError::Helper {
             name: self.name.clone(),
-            message: message
-                .strip_prefix("error ")
-                .unwrap_or(message)
-                .to_string(),
+            message: message.to_string(),
         }
     }
 }
@@ -137,12 +123,14 @@ fn spawn_error(name: &str, error: io::Error) -> RecordError {
     }
 }
 
-/// In a helper: writes the final line for `outcome` and returns the exit code.
-pub fn finish(report: &mut File, outcome: io::Result<String>) -> i32 {
-    let line = match &outcome {
-        Ok(done) => format!("done {done}"),
-        Err(e) => format!("error {e}"),
+/// In a helper: sends the final report for `outcome` and returns the exit
+/// code.
+pub fn finish(report: &mut File, outcome: io::Result<Outcome>) -> i32 {
+    let failed = outcome.is_err();
+    let last = match outcome {
+        Ok(outcome) => Report::Done(outcome),
+        Err(e) => Report::Failed(e.to_string()),
     };
-    let _ = writeln!(report, "{line}");
-    i32::from(outcome.is_err())
+    let _ = last.write_to(report);
+    i32::from(failed)
 }

@@ -5,10 +5,10 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use nix::sys::signal::{kill, Signal};
+use shardrec_control::Command;
 use shardrec_format::layouts::Layouts;
 use shardrec_shard::scan::{self, ShardSummary};
-use shardrec_shard::{BpfStats, CpuStats, Stats};
-use shardrec_writer::Command;
+use shardrec_shard::{BpfStats, CpuStats, Stats, StopReason};
 
 use crate::coordinator::Recording;
 use crate::meta::unix_ns;
@@ -23,10 +23,12 @@ impl Recording<'_> {
     pub(crate) fn wait(
         &mut self,
         signals: &mut Signals,
-    ) -> Result<(String, Option<RecordError>), RecordError> {
+    ) -> Result<(StopReason, Option<RecordError>), RecordError> {
         loop {
             match signals.wait(250)? {
-                Wake::Stop(signal) => return Ok((signal.as_str().to_string(), None)),
+                Wake::Stop(signal) => {
+                    return Ok((StopReason::Signal(signal.as_str().to_string()), None))
+                }
                 Wake::Child => {
                     if let Some(outcome) = self.reap_children() {
                         return Ok(outcome);
@@ -34,19 +36,19 @@ impl Recording<'_> {
                 }
                 Wake::Timeout => {
                     if self.targets_gone() {
-                        return Ok(("target processes exited".into(), None));
+                        return Ok((StopReason::TargetsExited, None));
                     }
                 }
             }
         }
     }
 
-    fn reap_children(&mut self) -> Option<(String, Option<RecordError>)> {
+    fn reap_children(&mut self) -> Option<(StopReason, Option<RecordError>)> {
         let mut outcome = None;
         for ended in signals::reap() {
             if self.workload.as_ref().is_some_and(|w| w.pid == ended.pid) {
                 self.workload_code = Some(ended.code);
-                outcome.get_or_insert(("workload exited".to_string(), None));
+                outcome.get_or_insert((StopReason::WorkloadExited, None));
             } else if let Some((name, report)) = self.helper_ended(ended.pid) {
                 // While recording, a helper never ends on its own: even a
                 // clean report is a failure here.
@@ -54,7 +56,7 @@ impl Recording<'_> {
                     name: name.clone(),
                     message: format!("exited early with status {}", ended.code),
                 });
-                outcome = Some((format!("{name} failed"), Some(error)));
+                outcome = Some((StopReason::HelperFailed(name), Some(error)));
             }
         }
         outcome
@@ -140,7 +142,7 @@ impl Recording<'_> {
     /// Counts what each shard holds, rewrites meta with it, and reports.
     pub(crate) fn finish(
         mut self,
-        stopped_by: String,
+        stopped_by: StopReason,
         started: Instant,
     ) -> Result<RecordReport, RecordError> {
         let elapsed = started.elapsed();
@@ -250,7 +252,7 @@ fn running(pid: i32) -> bool {
     !matches!(state, None | Some('Z') | Some('X'))
 }
 
-fn bpf_stats(vip: shardrec_vip::VipStats) -> BpfStats {
+fn bpf_stats(vip: shardrec_control::VipStats) -> BpfStats {
     BpfStats {
         loaded: vip.loaded,
         unloaded: vip.unloaded,

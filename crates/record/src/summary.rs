@@ -4,8 +4,8 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use shardrec_control::WriterStats;
 use shardrec_shard::{BpfStats, CpuStats};
-use shardrec_writer::WriterStats;
 
 /// One CPU's outcome: what its shard holds and what its writer did.
 #[derive(Clone, Debug)]
@@ -29,7 +29,7 @@ pub struct RecordReport {
     /// From enabling to the stop.
     pub elapsed: Duration,
     /// Why it stopped.
-    pub stopped_by: String,
+    pub stopped_by: shardrec_shard::StopReason,
     /// The workload's exit code (0 without a workload).
     pub exit_code: i32,
     /// What the VIP saw of BPF programs, when it ran.

@@ -2,14 +2,15 @@
 //! `bpf(2)` is called (see the shardrec-vip crate).
 
 use std::fs::File;
-use std::io::{self, Write};
+use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 
+use shardrec_control::{Outcome, Report, VipStats};
 use shardrec_format::SampleIdLayout;
 use shardrec_shard::RecordingDir;
 use shardrec_sys::{process, PerfEvent, RingBuffer};
 use shardrec_vip::capture::Capturer;
-use shardrec_vip::{existing, SideBand, Vip, VipStats};
+use shardrec_vip::{existing, SideBand, Vip};
 
 use crate::helper::{self, HelperProcess};
 use crate::open::SideBandEvents;
@@ -50,19 +51,10 @@ pub fn spawn(
         // leaves through `exit_now`, never dropping what it inherited.
         let outcome = unsafe { process::close_fds_except(&keep) }
             .and_then(|()| run(&fds, shard, bpf, control, &mut report, &layout, first_id))
-            .map(|s| {
-                format!(
-                    "{} {} {} {} {} {}",
-                    s.loaded, s.unloaded, s.ksymbols, s.captured, s.missed, s.bytes
-                )
-            });
+            .map(Outcome::Vip);
         helper::finish(&mut report, outcome)
     })?;
-    let len: usize = helper
-        .wait_ready()?
-        .parse()
-        .map_err(|_| helper.failure("sent a malformed ready line"))?;
-    let records = helper.read_bytes(len)?;
+    let records = helper.wait_ready()?;
     Ok((
         VipProcess {
             helper,
@@ -75,22 +67,13 @@ pub fn spawn(
 impl VipProcess {
     /// Reads the VIP's final report once it has exited.
     pub fn collect(&mut self) -> Result<VipStats, RecordError> {
-        let done = self.helper.read_done()?;
-        let mut fields = done.split(' ').map(|f| f.parse::<u64>().ok());
-        let mut next = || fields.next().flatten();
-        let stats = (|| {
-            Some(VipStats {
-                loaded: next()?,
-                unloaded: next()?,
-                ksymbols: next()?,
-                captured: next()?,
-                missed: next()?,
-                bytes: next()?,
-            })
-        })()
-        .ok_or_else(|| self.helper.failure(&done))?;
-        self.stats = Some(stats);
-        Ok(stats)
+        match self.helper.read_outcome()? {
+            Outcome::Vip(stats) => {
+                self.stats = Some(stats);
+                Ok(stats)
+            }
+            other => Err(self.helper.failure(&format!("reported {other:?}"))),
+        }
     }
 }
 
@@ -123,7 +106,6 @@ fn run(
     }
     let mut capturer = Capturer::new(bpf);
     let (records, _) = existing::describe(&mut capturer, layout, event_id)?;
-    writeln!(report, "ready {}", records.len())?;
-    report.write_all(&records)?;
+    Report::Ready { records }.write_to(report)?;
     Vip::new(rings, shard, capturer, File::from(control))?.run()
 }

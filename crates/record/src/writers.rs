@@ -1,11 +1,12 @@
 //! Writer processes: one per CPU, pinned, each streaming its ring.
 
 use std::fs::File;
-use std::io::{self, Write};
+use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 
+use shardrec_control::{Command, Outcome, Report, WriterStats};
 use shardrec_sys::{cpu, process, PerfEvent, RingBuffer};
-use shardrec_writer::{Command, ShardWriter, WriterConfig, WriterStats};
+use shardrec_writer::{ShardWriter, WriterConfig};
 
 use crate::helper::{self, HelperProcess};
 use crate::open::CpuEvents;
@@ -62,12 +63,7 @@ pub fn spawn(setup: WriterSetup<'_>, shard: File) -> Result<WriterProcess, Recor
             // leaves through `exit_now`, never dropping what it inherited.
             let outcome = unsafe { process::close_fds_except(&keep) }
                 .and_then(|()| run(&setup, shard, control, &mut report))
-                .map(|s| {
-                    format!(
-                        "{} {} {} {} {} {}",
-                        s.bytes, s.writes, s.short_writes, s.wakeups, s.ticks, s.peak_fill
-                    )
-                });
+                .map(Outcome::Writer);
             helper::finish(&mut report, outcome)
         },
     )?;
@@ -81,10 +77,13 @@ pub fn spawn(setup: WriterSetup<'_>, shard: File) -> Result<WriterProcess, Recor
 impl WriterProcess {
     /// Reads the writer's final report once it has exited.
     pub fn collect(&mut self) -> Result<WriterStats, RecordError> {
-        let done = self.helper.read_done()?;
-        let stats = parse_stats(&done).ok_or_else(|| self.helper.failure(&done))?;
-        self.stats = Some(stats);
-        Ok(stats)
+        match self.helper.read_outcome()? {
+            Outcome::Writer(stats) => {
+                self.stats = Some(stats);
+                Ok(stats)
+            }
+            other => Err(self.helper.failure(&format!("reported {other:?}"))),
+        }
     }
 }
 
@@ -101,7 +100,10 @@ fn run(
     process::prefer_wakeups();
     let owner = setup.cpu.ring_owner();
     let ring = RingBuffer::map(owner, setup.ring_pages)?;
-    writeln!(report, "ready")?;
+    Report::Ready {
+        records: Vec::new(),
+    }
+    .write_to(report)?;
     // Anything but Start means the recording was abandoned before it began.
     let mut control = File::from(control);
     if Command::read_from(&mut control)? != Command::Start {
@@ -112,7 +114,7 @@ fn run(
         // the programs already loaded.
         setup.cpu.events.iter().try_for_each(|e| e.event.enable())?;
     }
-    writeln!(report, "started")?;
+    Report::Started.write_to(report)?;
     let config = WriterConfig {
         batch_bytes: crate::attrs::wakeup_watermark(ring.data_size()) as u64,
         sync_at_end: setup.sync,
@@ -121,17 +123,4 @@ fn run(
     ShardWriter::new(&ring, owner, shard, control.into(), config)?
         .disabling_at_stop(setup.events())
         .run()
-}
-
-fn parse_stats(line: &str) -> Option<WriterStats> {
-    let mut fields = line.split(' ').map(|f| f.parse::<u64>().ok());
-    let mut next = || fields.next().flatten();
-    Some(WriterStats {
-        bytes: next()?,
-        writes: next()?,
-        short_writes: next()?,
-        wakeups: next()?,
-        ticks: next()?,
-        peak_fill: next()?,
-    })
 }

@@ -23,7 +23,8 @@ pub mod scan;
 
 pub use dir::RecordingDir;
 pub use meta::{
-    dropped, BpfStats, ClockRef, CpuStats, EventMeta, Host, Meta, Stats, Topology, META_VERSION,
+    dropped, BpfStats, ClockRef, CpuStats, EventMeta, Host, Meta, Stats, StopReason, Topology,
+    META_VERSION,
 };
 
 /// What can go wrong with a recording directory.

@@ -150,7 +150,7 @@ pub struct ClockRef {
 }
 
 /// The outcome of a recording, written at stop.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Stats {
     /// One entry per recorded CPU.
     pub cpus: Vec<CpuStats>,
@@ -162,10 +162,60 @@ pub struct Stats {
     pub lost_by_event: Vec<(u32, u64, u64)>,
     /// What the VIP saw of BPF programs, when it ran.
     pub bpf: Option<BpfStats>,
-    /// Why recording stopped ("workload exited", "SIGINT", ...).
-    pub stopped_by: String,
+    /// Why recording stopped.
+    pub stopped_by: StopReason,
     /// Wall-clock stop (ns since the Unix epoch).
     pub stop_unix_ns: u64,
+}
+
+/// Why a recording stopped. In `meta` it is the text that [`Display`]
+/// prints ("workload exited", "SIGINT"), as it always was.
+///
+/// [`Display`]: std::fmt::Display
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(into = "String", try_from = "String")]
+pub enum StopReason {
+    /// The workload (`-- CMD`) exited.
+    WorkloadExited,
+    /// Every process followed with `-p` exited.
+    TargetsExited,
+    /// A signal asked for it: its name (`SIGINT`, `SIGTERM`, ...).
+    Signal(String),
+    /// A helper process failed: its name ("writer of CPU 3", "VIP").
+    HelperFailed(String),
+}
+
+impl std::fmt::Display for StopReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StopReason::WorkloadExited => f.write_str("workload exited"),
+            StopReason::TargetsExited => f.write_str("target processes exited"),
+            StopReason::Signal(name) => f.write_str(name),
+            StopReason::HelperFailed(name) => write!(f, "{name} failed"),
+        }
+    }
+}
+
+impl From<StopReason> for String {
+    fn from(reason: StopReason) -> String {
+        reason.to_string()
+    }
+}
+
+impl TryFrom<String> for StopReason {
+    type Error = String;
+
+    fn try_from(text: String) -> Result<StopReason, String> {
+        Ok(match text.as_str() {
+            "workload exited" => StopReason::WorkloadExited,
+            "target processes exited" => StopReason::TargetsExited,
+            signal if signal.starts_with("SIG") => StopReason::Signal(text),
+            _ => match text.strip_suffix(" failed") {
+                Some(name) => StopReason::HelperFailed(name.to_string()),
+                None => return Err(format!("unknown stop reason {text:?}")),
+            },
+        })
+    }
 }
 
 /// BPF programs seen during a recording.
@@ -255,5 +305,29 @@ impl Meta {
             }
         }
         layouts
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stop_reasons_keep_their_words_in_meta() {
+        for (reason, text) in [
+            (StopReason::WorkloadExited, "workload exited"),
+            (StopReason::TargetsExited, "target processes exited"),
+            (StopReason::Signal("SIGINT".into()), "SIGINT"),
+            (
+                StopReason::HelperFailed("writer of CPU 3".into()),
+                "writer of CPU 3 failed",
+            ),
+        ] {
+            assert_eq!(String::from(reason.clone()), text);
+            assert_eq!(StopReason::try_from(text.to_string()), Ok(reason.clone()));
+            let bytes = rmp_serde::to_vec_named(&reason).unwrap();
+            assert_eq!(rmp_serde::from_slice::<String>(&bytes).unwrap(), text);
+        }
+        assert!(StopReason::try_from("tea time".to_string()).is_err());
     }
 }

@@ -13,4 +13,4 @@ pub mod capture;
 pub mod existing;
 mod sideband;
 
-pub use sideband::{SideBand, Vip, VipStats};
+pub use sideband::{SideBand, Vip};

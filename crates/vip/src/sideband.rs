@@ -5,12 +5,12 @@ use std::fs::File;
 use std::io::{self, Write};
 
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
+use shardrec_control::{Command, VipStats};
 use shardrec_format::header::RecordType;
 use shardrec_format::records::{parse_bpf_event, BPF_EVENT_PROG_LOAD, BPF_EVENT_PROG_UNLOAD};
 use shardrec_format::walk::RecordWalker;
 use shardrec_sys::bpf::HeldProg;
 use shardrec_sys::{PerfEvent, RingBuffer};
-use shardrec_writer::Command;
 
 use crate::capture::Capturer;
 
@@ -20,23 +20,6 @@ pub struct SideBand<'a> {
     pub event: &'a PerfEvent,
     /// Its ring, mapped by the VIP.
     pub ring: RingBuffer,
-}
-
-/// What the VIP saw and did.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct VipStats {
-    /// PROG_LOAD events read.
-    pub loaded: u64,
-    /// PROG_UNLOAD events read.
-    pub unloaded: u64,
-    /// KSYMBOL records read.
-    pub ksymbols: u64,
-    /// Programs captured (loaded ones and those that existed before).
-    pub captured: u64,
-    /// Programs gone before they could be captured.
-    pub missed: u64,
-    /// Bytes written to `vip.shard`.
-    pub bytes: u64,
 }
 
 /// The VIP's state while it runs.

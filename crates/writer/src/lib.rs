@@ -17,10 +17,8 @@
 //! # Ok(()) }
 //! ```
 
-mod control;
 mod shard_writer;
 mod support;
 
-pub use control::Command;
-pub use shard_writer::{ShardWriter, WriterConfig, WriterStats};
+pub use shard_writer::{ShardWriter, WriterConfig};
 pub use support::check as check_kernel;

@@ -8,7 +8,7 @@ use std::time::Duration;
 use io_uring::{cqueue, opcode, types, IoUring};
 use shardrec_sys::{PerfEvent, RingBuffer};
 
-use crate::Command;
+use shardrec_control::{Command, WriterStats};
 
 // user_data of each kind of request.
 const POLL: u64 = 1;
@@ -47,23 +47,6 @@ impl Default for WriterConfig {
             sync_at_end: true,
         }
     }
-}
-
-/// What a writer did.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct WriterStats {
-    /// Bytes written to the shard.
-    pub bytes: u64,
-    /// Completed write requests.
-    pub writes: u64,
-    /// Of which short (the rest was resubmitted).
-    pub short_writes: u64,
-    /// Ring wakeups (watermark reached).
-    pub wakeups: u64,
-    /// Timed flushes.
-    pub ticks: u64,
-    /// The most bytes seen waiting in the ring at once.
-    pub peak_fill: u64,
 }
 
 /// The ring range being written: `[from, to)`, of which `done` bytes are on disk.

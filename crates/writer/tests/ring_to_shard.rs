@@ -4,11 +4,12 @@ use std::io::Write;
 use std::os::fd::OwnedFd;
 use std::time::{Duration, Instant};
 
+use shardrec_control::Command;
 use shardrec_format::header::RecordType;
 use shardrec_format::walk::{End, RecordWalker};
 use shardrec_sys::abi;
 use shardrec_sys::{Attr, PerfEvent, RingBuffer, Target};
-use shardrec_writer::{Command, ShardWriter, WriterConfig};
+use shardrec_writer::{ShardWriter, WriterConfig};
 
 /// Samples this thread's cpu-clock every 10 µs into a ring of `pages`,
 /// streams it with a writer thread while busy for `busy`, and returns the

@@ -1,8 +1,8 @@
-//! The one-byte words the coordinator sends a writer over its control pipe.
+//! The one-byte words the coordinator sends a helper over its control pipe.
 
 use std::io::{self, Read};
 
-/// What the coordinator asks of a writer.
+/// What the coordinator asks of a helper (a writer, or the VIP).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Command {
     /// Recording begins: enable this CPU's events (from this CPU, so the

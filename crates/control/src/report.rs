@@ -1,0 +1,153 @@
+//! What a helper tells the coordinator, in order: `Ready`, `Started` (a
+//! writer, once its events are enabled), then `Done` or `Failed`.
+
+use std::io::{self, Read, Write};
+
+use serde::{Deserialize, Serialize};
+
+/// One message from a helper.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Report {
+    /// Set up and waiting for Start. The VIP hands over the records that
+    /// describe the BPF programs loaded before recording (the coordinator
+    /// writes them into `synth.shard`); a writer sends none.
+    Ready {
+        /// `perf_event_header`-framed records.
+        records: Vec<u8>,
+    },
+    /// A writer's events are enabled.
+    Started,
+    /// The helper ended cleanly.
+    Done(Outcome),
+    /// The helper failed; the error as it would print it.
+    Failed(String),
+}
+
+/// What a helper accomplished.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Outcome {
+    /// A writer's.
+    Writer(WriterStats),
+    /// The VIP's.
+    Vip(VipStats),
+}
+
+/// What a writer did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WriterStats {
+    /// Bytes written to the shard.
+    pub bytes: u64,
+    /// Completed write requests.
+    pub writes: u64,
+    /// Of which short (the rest was resubmitted).
+    pub short_writes: u64,
+    /// Ring wakeups (watermark reached).
+    pub wakeups: u64,
+    /// Timed flushes.
+    pub ticks: u64,
+    /// The most bytes seen waiting in the ring at once.
+    pub peak_fill: u64,
+}
+
+/// What the VIP saw and captured.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VipStats {
+    /// PROG_LOAD events read.
+    pub loaded: u64,
+    /// PROG_UNLOAD events read.
+    pub unloaded: u64,
+    /// KSYMBOL records read.
+    pub ksymbols: u64,
+    /// Programs captured (loaded ones and those that existed before).
+    pub captured: u64,
+    /// Programs gone before they could be captured.
+    pub missed: u64,
+    /// Bytes written to `vip.shard`.
+    pub bytes: u64,
+}
+
+/// A report longer than this is not one (the VIP's `Ready` carries the
+/// records of every loaded program: kilobytes each).
+const MAX_LEN: u32 = 1 << 30;
+
+impl Report {
+    /// Writes the report: its length (u32, little-endian), then its
+    /// MessagePack encoding, in one write.
+    pub fn write_to(&self, out: &mut impl Write) -> io::Result<()> {
+        // Byte vectors as MessagePack bin, not arrays of numbers.
+        let mut body = Vec::new();
+        let mut serializer = rmp_serde::Serializer::new(&mut body)
+            .with_bytes(rmp_serde::config::BytesMode::ForceIterables);
+        self.serialize(&mut serializer).map_err(io::Error::other)?;
+        let len = u32::try_from(body.len()).map_err(io::Error::other)?;
+        let mut framed = Vec::with_capacity(4 + body.len());
+        framed.extend_from_slice(&len.to_le_bytes());
+        framed.extend_from_slice(&body);
+        out.write_all(&framed)
+    }
+
+    /// Reads the next report; `None` when the helper closed its end
+    /// before starting one (it exited).
+    pub fn read_from(input: &mut impl Read) -> io::Result<Option<Report>> {
+        let mut len = [0u8; 4];
+        match input.read_exact(&mut len) {
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
+            other => other?,
+        }
+        let len = u32::from_le_bytes(len);
+        if len > MAX_LEN {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("a report of {len} bytes"),
+            ));
+        }
+        let mut body = vec![0; len as usize];
+        input.read_exact(&mut body)?;
+        rmp_serde::from_slice(&body)
+            .map(Some)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_report_round_trips() {
+        let reports = [
+            Report::Ready {
+                records: (0..=255).collect(),
+            },
+            Report::Started,
+            Report::Done(Outcome::Vip(VipStats {
+                captured: 7,
+                ..VipStats::default()
+            })),
+            Report::Failed("mmap: Operation not permitted".into()),
+        ];
+        let mut pipe = Vec::new();
+        for report in &reports {
+            report.write_to(&mut pipe).unwrap();
+        }
+        // 256 bytes of records take 256 bytes (and a few), not up to twice that.
+        assert!(pipe.len() < 256 + 100, "{}", pipe.len());
+        let mut read = &pipe[..];
+        for report in reports {
+            assert_eq!(Report::read_from(&mut read).unwrap(), Some(report));
+        }
+        assert_eq!(Report::read_from(&mut read).unwrap(), None);
+    }
+
+    #[test]
+    fn a_cut_or_garbled_report_is_an_error() {
+        let mut pipe = Vec::new();
+        Report::Started.write_to(&mut pipe).unwrap();
+        pipe.pop();
+        assert!(Report::read_from(&mut &pipe[..]).is_err());
+        let garbled = [2u8, 0, 0, 0, 0xc1, 0xc1];
+        assert!(Report::read_from(&mut &garbled[..]).is_err());
+        let huge = u32::MAX.to_le_bytes();
+        assert!(Report::read_from(&mut &huge[..]).is_err());
+    }
+}
