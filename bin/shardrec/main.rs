@@ -8,8 +8,22 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use flags::{Cli, Command, MergeArgs};
-use shardrec_merge::MergeReport;
-use shardrec_record::RecordConfig;
+use shardrec_merge::{MergeError, MergeReport};
+use shardrec_record::{RecordConfig, RecordError};
+
+/// Whatever ends a command before its work is done.
+#[derive(Debug, thiserror::Error)]
+enum Error {
+    #[error(transparent)]
+    Record(#[from] RecordError),
+    #[error(transparent)]
+    Merge(#[from] MergeError),
+    #[error("cannot remove {}", .path.display())]
+    RemoveShards {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+}
 
 fn main() -> ExitCode {
     let command_line: Vec<String> = std::env::args().collect();
@@ -18,23 +32,35 @@ fn main() -> ExitCode {
         Command::Record(args) => {
             let keep_shards = args.keep_shards;
             args.into_config(command_line)
-                .map_err(|usage| shardrec_record::RecordError::Usage(usage).to_string())
+                .map_err(|usage| Error::from(RecordError::Usage(usage)))
                 .and_then(|config| record(&config, keep_shards))
         }
         Command::Merge(args) => merge(&args),
     };
     match result {
         Ok(code) => code,
-        Err(message) => {
-            eprintln!("shardrec: {message}");
+        Err(error) => {
+            eprintln!("shardrec: {}", chain(&error));
             ExitCode::from(255)
         }
     }
 }
 
+/// An error and its causes on one line, each after a colon.
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(error) = cause {
+        text.push_str(": ");
+        text.push_str(&error.to_string());
+        cause = error.source();
+    }
+    text
+}
+
 /// Records, then merges unless told not to; exits with the workload's status.
-fn record(config: &RecordConfig, keep_shards: bool) -> Result<ExitCode, String> {
-    let report = shardrec_record::record(config).map_err(|e| e.to_string())?;
+fn record(config: &RecordConfig, keep_shards: bool) -> Result<ExitCode, Error> {
+    let report = shardrec_record::record(config)?;
     if !config.quiet {
         eprint!("{report}");
     }
@@ -51,13 +77,15 @@ fn record(config: &RecordConfig, keep_shards: bool) -> Result<ExitCode, String> 
         ExitCode::from(1)
     };
     if merged && !keep_shards {
-        std::fs::remove_dir_all(&report.dir)
-            .map_err(|e| format!("cannot remove {}: {e}", report.dir.display()))?;
+        std::fs::remove_dir_all(&report.dir).map_err(|source| Error::RemoveShards {
+            path: report.dir.clone(),
+            source,
+        })?;
     }
     Ok(code)
 }
 
-fn merge(args: &MergeArgs) -> Result<ExitCode, String> {
+fn merge(args: &MergeArgs) -> Result<ExitCode, Error> {
     let clean = merge_and_report(&args.dir, &args.output, args.quiet)?;
     Ok(if clean {
         ExitCode::SUCCESS
@@ -68,8 +96,8 @@ fn merge(args: &MergeArgs) -> Result<ExitCode, String> {
 
 /// Merges and prints the summary and any damage. Returns false when a
 /// shard held no readable record at all (the output still has the rest).
-fn merge_and_report(dir: &Path, output: &Path, quiet: bool) -> Result<bool, String> {
-    let report = shardrec_merge::merge(dir, output, !quiet).map_err(|e| e.to_string())?;
+fn merge_and_report(dir: &Path, output: &Path, quiet: bool) -> Result<bool, Error> {
+    let report = shardrec_merge::merge(dir, output, !quiet)?;
     print_damage(&report);
     if !quiet {
         eprint!("{report}");

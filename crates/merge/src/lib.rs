@@ -39,7 +39,7 @@ pub enum MergeError {
     #[error(transparent)]
     Recording(#[from] shardrec_shard::Error),
     /// The output could not be written.
-    #[error("cannot write {}: {source}", .path.display())]
+    #[error("cannot write {}", .path.display())]
     Output {
         /// The path.
         path: PathBuf,

@@ -1,4 +1,6 @@
 //! Everything that stops a recording, worded for the person who started it.
+//! A variant's message leaves its cause to `source()`: the binary prints
+//! the chain, each cause after a colon.
 
 use std::io;
 use std::path::PathBuf;
@@ -81,7 +83,7 @@ pub enum RecordError {
         limit: String,
     },
     /// perf_event_open or a ring failed for another reason.
-    #[error("cannot open event '{name}' on CPU {cpu}: {source}")]
+    #[error("cannot open event '{name}' on CPU {cpu}")]
     Open {
         /// The event.
         name: String,
@@ -91,7 +93,7 @@ pub enum RecordError {
         source: io::Error,
     },
     /// The output could not be created.
-    #[error("cannot write the recording to {}: {source}", .path.display())]
+    #[error("cannot write the recording to {}", .path.display())]
     Output {
         /// The path.
         path: PathBuf,
@@ -99,13 +101,16 @@ pub enum RecordError {
         source: io::Error,
     },
     /// The workload could not be started.
-    #[error("cannot run '{command}': {source}")]
+    #[error("cannot run '{command}'")]
     Workload {
         /// The program.
         command: String,
         /// Why.
         source: io::Error,
     },
+    /// The recording directory failed otherwise than by a file's I/O.
+    #[error("cannot write the recording")]
+    Recording(#[source] shardrec_shard::Error),
     /// A writer or the VIP failed.
     #[error("{name} failed: {message}")]
     Helper {
@@ -115,7 +120,7 @@ pub enum RecordError {
         message: String,
     },
     /// Any other system call failed.
-    #[error("{what}: {source}")]
+    #[error("{what}")]
     System {
         /// What was being done.
         what: String,
@@ -133,13 +138,12 @@ impl RecordError {
 }
 
 impl From<shardrec_shard::Error> for RecordError {
+    /// A file of the recording directory that could not be written is the
+    /// output that could not be; anything else keeps its own words.
     fn from(error: shardrec_shard::Error) -> Self {
         match error {
             shardrec_shard::Error::Io { path, source } => RecordError::Output { path, source },
-            other => RecordError::Output {
-                path: PathBuf::new(),
-                source: io::Error::other(other.to_string()),
-            },
+            other => RecordError::Recording(other),
         }
     }
 }

@@ -27,11 +27,12 @@ pub use meta::{
     META_VERSION,
 };
 
-/// What can go wrong with a recording directory.
+/// What can go wrong with a recording directory. Each variant's message
+/// leaves its cause to `source()`, which the binary prints after it.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// A file could not be created, read or written.
-    #[error("{path}: {source}")]
+    #[error("{path}")]
     Io {
         /// The file.
         path: std::path::PathBuf,
