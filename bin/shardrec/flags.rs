@@ -15,11 +15,11 @@ use shardrec_record::RecordConfig;
 #[command(name = "shardrec", version, about)]
 pub struct Cli {
     #[command(subcommand)]
-    pub command: Command,
+    pub action: Action,
 }
 
 #[derive(Subcommand)]
-pub enum Command {
+pub enum Action {
     /// Run a command and record its profile, or record the whole system.
     Record(RecordArgs),
     /// Merge a recording's shards (DIR, e.g. perf.data.shards) into one perf.data.

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use clap::Parser;
-use flags::{Cli, Command, MergeArgs};
+use flags::{Action, Cli, MergeArgs};
 use shardrec_merge::{MergeError, MergeReport};
 use shardrec_record::{RecordConfig, RecordError};
 
@@ -28,14 +28,14 @@ enum Error {
 fn main() -> ExitCode {
     let command_line: Vec<String> = std::env::args().collect();
     let cli = Cli::parse();
-    let result = match cli.command {
-        Command::Record(args) => {
+    let result = match cli.action {
+        Action::Record(args) => {
             let keep_shards = args.keep_shards;
             args.into_config(command_line)
                 .map_err(|usage| Error::from(RecordError::Usage(usage)))
                 .and_then(|config| record(&config, keep_shards))
         }
-        Command::Merge(args) => merge(&args),
+        Action::Merge(args) => merge(&args),
     };
     match result {
         Ok(code) => code,

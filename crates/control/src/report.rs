@@ -49,8 +49,10 @@ pub struct WriterStats {
     pub peak_fill: u64,
 }
 
-/// What the VIP saw and captured.
+/// What the VIP saw and captured (also kept in a recording's `meta`, where
+/// older recordings lack the fields added since: they read as 0).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct VipStats {
     /// PROG_LOAD events read.
     pub loaded: u64,

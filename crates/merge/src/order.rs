@@ -42,7 +42,7 @@ pub struct SortedShard<'a> {
     heap: BinaryHeap<Reverse<Pending>>,
     /// Offsets of records read, in file order, and whether each has gone
     /// out: the first not gone bounds what may be released.
-    in_flight: VecDeque<(usize, bool)>,
+    outstanding: VecDeque<(usize, bool)>,
     first_seq: u64,
     max_read: u64,
     released: usize,
@@ -60,7 +60,7 @@ impl<'a> SortedShard<'a> {
             pos: 0,
             times: FieldReader::new(layouts),
             heap: BinaryHeap::new(),
-            in_flight: VecDeque::new(),
+            outstanding: VecDeque::new(),
             first_seq: 0,
             max_read: 0,
             released: 0,
@@ -81,26 +81,26 @@ impl<'a> SortedShard<'a> {
             .time(record, header.type_)
             .unwrap_or(self.max_read);
         self.max_read = self.max_read.max(time);
-        let seq = self.first_seq + self.in_flight.len() as u64;
+        let seq = self.first_seq + self.outstanding.len() as u64;
         self.heap.push(Reverse(Pending {
             time,
             seq,
             offset: self.pos,
             len,
         }));
-        self.in_flight.push_back((self.pos, false));
+        self.outstanding.push_back((self.pos, false));
         self.pos += len;
         true
     }
 
     fn gone(&mut self, seq: u64) {
-        self.in_flight[(seq - self.first_seq) as usize].1 = true;
-        while self.in_flight.front().is_some_and(|&(_, gone)| gone) {
-            self.in_flight.pop_front();
+        self.outstanding[(seq - self.first_seq) as usize].1 = true;
+        while self.outstanding.front().is_some_and(|&(_, gone)| gone) {
+            self.outstanding.pop_front();
             self.first_seq += 1;
         }
         let keep = self
-            .in_flight
+            .outstanding
             .front()
             .map_or(self.pos, |&(offset, _)| offset);
         if keep >= self.released + self.release_step {

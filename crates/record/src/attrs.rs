@@ -4,7 +4,7 @@ use shardrec_sys::{abi, process::user_regs_mask, Attr};
 
 use crate::config::{CallGraph, Sampling};
 use crate::events::EventSpec;
-use crate::plan::{Plan, Tasks, FORMAT_ID, FORMAT_LOST};
+use crate::plan::{Plan, Scope, FORMAT_ID, FORMAT_LOST};
 
 /// perf record's default frequency.
 const DEFAULT_HZ: u64 = 4000;
@@ -74,10 +74,10 @@ fn build_one(plan: &Plan, spec: &EventSpec, first: bool, ring_bytes: usize) -> A
             attr.set_mmap_data();
         }
     }
-    if plan.tasks != Tasks::SystemWide {
+    if plan.scope != Scope::SystemWide {
         attr.set_inherit();
     }
-    if plan.tasks == Tasks::Workload {
+    if plan.scope == Scope::Workload {
         attr.set_enable_on_exec();
     }
     attr.set_wakeup_watermark(wakeup_watermark(ring_bytes));

@@ -5,13 +5,13 @@ use std::time::Instant;
 
 use shardrec_control::Command;
 use shardrec_shard::{EventMeta, Meta, RecordingDir};
-use shardrec_synth::{Synthesizer, Tasks as SynthTasks};
+use shardrec_synth::{Synthesizer, Tasks};
 
 use crate::helper::HelperProcess;
 use crate::meta::initial_meta;
 use crate::open::SideBandEvents;
 use crate::open::{self, CpuEvents};
-use crate::plan::{Plan, Tasks};
+use crate::plan::{Plan, Scope};
 use crate::signals::Signals;
 use crate::summary::RecordReport;
 use crate::vip::{self, VipProcess};
@@ -57,7 +57,7 @@ pub(crate) struct Recording<'a> {
     /// merge that follows reads them from the page cache and deletes them,
     /// so most of their pages never need writing; perf does not sync
     /// perf.data either.
-    pub(crate) durable: bool,
+    pub(crate) sync_shards: bool,
 }
 
 impl<'a> Recording<'a> {
@@ -69,7 +69,7 @@ impl<'a> Recording<'a> {
         plan.reserve_file_descriptors()?;
         let attrs = attrs::build(plan);
         let workload_pid = workload.as_ref().map(|w| w.pid.as_raw());
-        let target_pid = workload_pid.filter(|_| plan.tasks == Tasks::Workload);
+        let target_pid = workload_pid.filter(|_| plan.scope == Scope::Workload);
         let cpus = open::open_all(plan, &attrs, target_pid)?;
         let side_band = open::open_side_band(plan)
             .map_err(|why| eprintln!("shardrec: warning: BPF programs will not be captured: {why}"))
@@ -98,7 +98,7 @@ impl<'a> Recording<'a> {
             workload,
             workload_code: None,
             meta,
-            durable: config.no_merge,
+            sync_shards: config.no_merge,
         })
     }
 
@@ -165,7 +165,7 @@ impl<'a> Recording<'a> {
         if tracepoints.is_empty() {
             return Ok(());
         }
-        let files = crate::tracing::read_files(&tracepoints)
+        let files = crate::tracing_files::read_files(&tracepoints)
             .map_err(|e| RecordError::Tracefs(format!("reading tracepoint formats: {e}")))?;
         self.meta.tracing_data = shardrec_perfdata::tracing_data::encode(&files);
         Ok(())
@@ -185,11 +185,11 @@ impl<'a> Recording<'a> {
         }
         let path = self.dir.synth_path();
         let mut out = BufWriter::new(self.dir.create_file(&path)?);
-        let tasks = match &self.plan.tasks {
-            Tasks::SystemWide => SynthTasks::All,
-            Tasks::Threads(_) => SynthTasks::Processes(self.plan.pids.clone()),
+        let tasks = match &self.plan.scope {
+            Scope::SystemWide => Tasks::All,
+            Scope::Threads(_) => Tasks::Processes(self.plan.pids.clone()),
             // Only the held workload, described by `with_held_workload`.
-            Tasks::Workload => SynthTasks::Processes(Vec::new()),
+            Scope::Workload => Tasks::Processes(Vec::new()),
         };
         let output_error = |e| RecordError::Output {
             path: path.clone(),
@@ -207,7 +207,7 @@ impl<'a> Recording<'a> {
         })
         .map_err(output_error)?;
         let file = out.into_inner().map_err(|e| output_error(e.into_error()))?;
-        match self.durable {
+        match self.sync_shards {
             true => file.sync_data().map_err(output_error),
             false => Ok(()),
         }
@@ -263,9 +263,9 @@ impl<'a> Recording<'a> {
         WriterSetup {
             cpu: &self.cpus[i],
             side_band: self.side_band.as_ref().map(|s| &s.events[i].1),
-            enable: self.plan.tasks != Tasks::Workload,
+            enable: self.plan.scope != Scope::Workload,
             ring_pages: self.plan.ring_pages,
-            sync: self.durable,
+            sync_shard: self.sync_shards,
         }
     }
 

@@ -32,7 +32,7 @@ pub mod plan;
 mod signals;
 mod stop;
 mod summary;
-mod tracing;
+mod tracing_files;
 mod vip;
 mod workload;
 mod writers;

@@ -6,7 +6,7 @@ use shardrec_shard::{ClockRef, EventMeta, Meta, META_VERSION};
 use shardrec_sys::Attr;
 
 use crate::open::CpuEvents;
-use crate::plan::{Plan, Tasks};
+use crate::plan::{Plan, Scope};
 use crate::{host, RecordConfig};
 
 pub(crate) fn initial_meta(
@@ -16,9 +16,9 @@ pub(crate) fn initial_meta(
     cpus: &[CpuEvents],
     workload_pid: Option<i32>,
 ) -> Meta {
-    let threads = match (&plan.tasks, workload_pid) {
-        (Tasks::Threads(tids), _) => tids.clone(),
-        (Tasks::Workload, Some(pid)) => vec![pid],
+    let threads = match (&plan.scope, workload_pid) {
+        (Scope::Threads(tids), _) => tids.clone(),
+        (Scope::Workload, Some(pid)) => vec![pid],
         _ => vec![-1],
     };
     let events = plan

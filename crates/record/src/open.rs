@@ -4,7 +4,7 @@ use std::io;
 
 use shardrec_sys::{abi, cpu, Attr, PerfEvent, RingBuffer, Target};
 
-use crate::plan::{read_sysctl, Plan, Tasks};
+use crate::plan::{read_sysctl, Plan, Scope};
 use crate::RecordError;
 
 /// One open event.
@@ -97,10 +97,10 @@ pub fn open_all(
     attrs: &[Attr],
     workload: Option<i32>,
 ) -> Result<Vec<CpuEvents>, RecordError> {
-    let pids = match &plan.tasks {
-        Tasks::SystemWide => vec![-1],
-        Tasks::Threads(tids) => tids.clone(),
-        Tasks::Workload => vec![workload.expect("a workload pid")],
+    let pids = match &plan.scope {
+        Scope::SystemWide => vec![-1],
+        Scope::Threads(tids) => tids.clone(),
+        Scope::Workload => vec![workload.expect("a workload pid")],
     };
     cpu::on_each(
         &plan.cpus,

@@ -10,7 +10,7 @@ use crate::RecordError;
 
 /// Whose activity is recorded.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Tasks {
+pub enum Scope {
     /// Everything on the recorded CPUs (`-a`, `-C`, or the default).
     SystemWide,
     /// These threads and their future children (`-p`, expanded to threads).
@@ -27,7 +27,7 @@ pub struct Plan {
     /// One ring and one writer per CPU.
     pub cpus: Vec<u32>,
     /// Whose activity.
-    pub tasks: Tasks,
+    pub scope: Scope,
     /// The processes named by `-p`.
     pub pids: Vec<i32>,
     /// Data pages per ring.
@@ -52,8 +52,8 @@ impl Plan {
     /// Perf events the coordinator opens: every event on every CPU for every
     /// followed thread, plus a side-band event per CPU.
     pub fn event_count(&self) -> u64 {
-        let tasks = match &self.tasks {
-            Tasks::Threads(tids) => tids.len(),
+        let tasks = match &self.scope {
+            Scope::Threads(tids) => tids.len(),
             _ => 1,
         };
         (self.cpus.len() * (self.events.len() * tasks + 1)) as u64
@@ -88,14 +88,14 @@ impl Plan {
         shardrec_writer::check_kernel().map_err(RecordError::Kernel)?;
         let mut warnings = Vec::new();
         let events = resolve_events(&config.events)?;
-        let (tasks, pids) = resolve_tasks(config)?;
-        let cpus = resolve_cpus(config, &tasks)?;
+        let (scope, pids) = resolve_scope(config)?;
+        let cpus = resolve_cpus(config, &scope)?;
         let sampling = resolve_sampling(config.sampling, &mut warnings)?;
         let ring_pages = config.ring_pages.unwrap_or_else(default_ring_pages);
         Ok(Plan {
             events,
             cpus,
-            tasks,
+            scope,
             pids,
             ring_pages,
             sampling,
@@ -150,7 +150,7 @@ fn kernel_counts_lost() -> bool {
     PerfEvent::open(&attr, Target { pid: 0, cpu: -1 }).is_ok()
 }
 
-fn resolve_tasks(config: &RecordConfig) -> Result<(Tasks, Vec<i32>), RecordError> {
+fn resolve_scope(config: &RecordConfig) -> Result<(Scope, Vec<i32>), RecordError> {
     if let Some(list) = &config.pids {
         if config.all_cpus || config.cpu_list.is_some() {
             return Err(RecordError::Usage(
@@ -167,13 +167,13 @@ fn resolve_tasks(config: &RecordConfig) -> Result<(Tasks, Vec<i32>), RecordError
         for &pid in &pids {
             threads.extend(threads_of(pid)?);
         }
-        return Ok((Tasks::Threads(threads), pids));
+        return Ok((Scope::Threads(threads), pids));
     }
     let system_wide = config.all_cpus || config.cpu_list.is_some() || config.command.is_empty();
     let tasks = if system_wide {
-        Tasks::SystemWide
+        Scope::SystemWide
     } else {
-        Tasks::Workload
+        Scope::Workload
     };
     Ok((tasks, Vec::new()))
 }
@@ -202,12 +202,12 @@ fn threads_of(pid: i32) -> Result<Vec<i32>, RecordError> {
     Ok(tids)
 }
 
-fn resolve_cpus(config: &RecordConfig, tasks: &Tasks) -> Result<Vec<u32>, RecordError> {
+fn resolve_cpus(config: &RecordConfig, scope: &Scope) -> Result<Vec<u32>, RecordError> {
     let online = cpu::online().map_err(RecordError::system("reading the online CPUs"))?;
     let Some(list) = &config.cpu_list else {
         return Ok(online);
     };
-    debug_assert_eq!(*tasks, Tasks::SystemWide);
+    debug_assert_eq!(*scope, Scope::SystemWide);
     let cpus = cpu::parse_list(list).map_err(|e| RecordError::Usage(format!("-C {list}: {e}")))?;
     if cpus.is_empty() {
         return Err(RecordError::Usage(format!("-C '{list}' names no CPU")));

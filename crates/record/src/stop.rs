@@ -8,11 +8,11 @@ use nix::sys::signal::{kill, Signal};
 use shardrec_control::Command;
 use shardrec_format::layouts::Layouts;
 use shardrec_shard::scan::{self, ShardSummary};
-use shardrec_shard::{BpfStats, CpuStats, Stats, StopReason};
+use shardrec_shard::{CpuStats, Stats, StopReason};
 
 use crate::coordinator::Recording;
 use crate::meta::unix_ns;
-use crate::plan::Tasks;
+use crate::plan::Scope;
 use crate::signals::{self, Signals, Wake};
 use crate::summary::{CpuReport, RecordReport};
 use crate::RecordError;
@@ -74,7 +74,7 @@ impl Recording<'_> {
     }
 
     fn targets_gone(&self) -> bool {
-        matches!(self.plan.tasks, Tasks::Threads(_))
+        matches!(self.plan.scope, Scope::Threads(_))
             && self.plan.pids.iter().all(|&pid| !running(pid))
     }
 
@@ -173,7 +173,7 @@ impl Recording<'_> {
             cpus: cpus.iter().map(|c| c.stats.clone()).collect(),
             synth_bytes,
             lost_by_event,
-            bpf: self.vip.as_ref().and_then(|v| v.stats).map(bpf_stats),
+            bpf: self.vip.as_ref().and_then(|v| v.stats),
             stopped_by: stopped_by.clone(),
             stop_unix_ns: unix_ns(),
         });
@@ -250,13 +250,4 @@ fn running(pid: i32) -> bool {
         .rsplit_once(") ")
         .and_then(|(_, rest)| rest.chars().next());
     !matches!(state, None | Some('Z') | Some('X'))
-}
-
-fn bpf_stats(vip: shardrec_control::VipStats) -> BpfStats {
-    BpfStats {
-        loaded: vip.loaded,
-        unloaded: vip.unloaded,
-        captured: vip.captured,
-        missed: vip.missed,
-    }
 }

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use shardrec_control::WriterStats;
-use shardrec_shard::{BpfStats, CpuStats};
+use shardrec_shard::CpuStats;
 
 /// One CPU's outcome: what its shard holds and what its writer did.
 #[derive(Clone, Debug)]
@@ -33,7 +33,7 @@ pub struct RecordReport {
     /// The workload's exit code (0 without a workload).
     pub exit_code: i32,
     /// What the VIP saw of BPF programs, when it ran.
-    pub bpf: Option<BpfStats>,
+    pub bpf: Option<shardrec_control::VipStats>,
 }
 
 impl RecordReport {

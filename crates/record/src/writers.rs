@@ -34,7 +34,7 @@ pub struct WriterSetup<'a> {
     /// Ring size in pages.
     pub ring_pages: usize,
     /// Sync the shard at the end (when no merge follows).
-    pub sync: bool,
+    pub sync_shard: bool,
 }
 
 impl<'a> WriterSetup<'a> {
@@ -117,7 +117,7 @@ fn run(
     Report::Started.write_to(report)?;
     let config = WriterConfig {
         batch_bytes: crate::attrs::wakeup_watermark(ring.data_size()) as u64,
-        sync_at_end: setup.sync,
+        sync_shard: setup.sync_shard,
         ..WriterConfig::default()
     };
     ShardWriter::new(&ring, owner, shard, control.into(), config)?

@@ -23,8 +23,7 @@ pub mod scan;
 
 pub use dir::RecordingDir;
 pub use meta::{
-    dropped, BpfStats, ClockRef, CpuStats, EventMeta, Host, Meta, Stats, StopReason, Topology,
-    META_VERSION,
+    dropped, ClockRef, CpuStats, EventMeta, Host, Meta, Stats, StopReason, Topology, META_VERSION,
 };
 
 /// What can go wrong with a recording directory. Each variant's message

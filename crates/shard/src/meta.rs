@@ -6,6 +6,8 @@ use serde::{Deserialize, Serialize};
 use shardrec_format::layouts::Layouts;
 use shardrec_format::SampleIdLayout;
 
+use shardrec_control::VipStats;
+
 use crate::scan::ShardSummary;
 use shardrec_perfdata::host::{CacheLevel, MemoryTopology, NumaNode, Pmu};
 
@@ -161,7 +163,7 @@ pub struct Stats {
     /// as perf record does at its end.
     pub lost_by_event: Vec<(u32, u64, u64)>,
     /// What the VIP saw of BPF programs, when it ran.
-    pub bpf: Option<BpfStats>,
+    pub bpf: Option<VipStats>,
     /// Why recording stopped.
     pub stopped_by: StopReason,
     /// Wall-clock stop (ns since the Unix epoch).
@@ -216,19 +218,6 @@ impl TryFrom<String> for StopReason {
             },
         })
     }
-}
-
-/// BPF programs seen during a recording.
-#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize)]
-pub struct BpfStats {
-    /// PROG_LOAD events.
-    pub loaded: u64,
-    /// PROG_UNLOAD events.
-    pub unloaded: u64,
-    /// Programs whose info was captured (loaded ones and those loaded before).
-    pub captured: u64,
-    /// Programs gone before their info could be captured.
-    pub missed: u64,
 }
 
 /// What one CPU's shard holds.

@@ -34,8 +34,9 @@ pub struct WriterConfig {
     pub batch_bytes: u64,
     /// `fdatasync` the shard before exiting. Only worth it when the shards
     /// are what the recording leaves: shards merged and deleted right away
-    /// then never need to reach the disk at all.
-    pub sync_at_end: bool,
+    /// then never need to reach the disk at all. Off by default, as in
+    /// `shardrec record` without `--no-merge`.
+    pub sync_shard: bool,
 }
 
 impl Default for WriterConfig {
@@ -44,7 +45,7 @@ impl Default for WriterConfig {
             flush_interval: Duration::from_millis(100),
             multishot_poll: true,
             batch_bytes: 0,
-            sync_at_end: true,
+            sync_shard: false,
         }
     }
 }
@@ -77,7 +78,7 @@ pub struct ShardWriter<'a> {
     /// Multishot polls need 5.13; older kernels reject them (EINVAL) and
     /// get a one-shot poll re-armed after each wakeup.
     multishot: bool,
-    sync_at_end: bool,
+    sync_shard: bool,
     /// Disabled when a stop comes, before the last drain.
     stop_events: Vec<&'a PerfEvent>,
     stats: WriterStats,
@@ -109,7 +110,7 @@ impl<'a> ShardWriter<'a> {
             stop: None,
             control_open: true,
             multishot: config.multishot_poll,
-            sync_at_end: config.sync_at_end,
+            sync_shard: config.sync_shard,
             stop_events: Vec::new(),
             stats: WriterStats::default(),
         })
@@ -150,7 +151,7 @@ impl<'a> ShardWriter<'a> {
             }
         }
         self.cancel_poll()?;
-        if self.sync_at_end {
+        if self.sync_shard {
             self.shard.sync_data()?;
         }
         Ok(self.stats)
