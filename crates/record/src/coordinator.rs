@@ -7,16 +7,18 @@ use shardrec_control::Command;
 use shardrec_shard::{EventMeta, Meta, RecordingDir};
 use shardrec_synth::{Synthesizer, Tasks};
 
+mod stop;
+
 use crate::helper::HelperProcess;
 use crate::meta::initial_meta;
+use crate::open;
 use crate::open::SideBandEvents;
-use crate::open::{self, CpuEvents};
 use crate::plan::{Plan, Scope};
 use crate::signals::Signals;
 use crate::summary::RecordReport;
 use crate::vip::{self, VipProcess};
 use crate::workload::Workload;
-use crate::writers::{self, WriterProcess, WriterSetup};
+use crate::writers::{Writer, WriterOptions};
 use crate::{attrs, RecordConfig, RecordError};
 
 /// Records as `config` asks until the workload exits or a stop is asked
@@ -42,22 +44,22 @@ pub fn record(config: &RecordConfig) -> Result<RecordReport, RecordError> {
 }
 
 /// A recording from the moment its directory exists.
-pub(crate) struct Recording<'a> {
-    pub(crate) plan: &'a Plan,
-    pub(crate) cpus: Vec<CpuEvents>,
-    pub(crate) dir: RecordingDir,
-    pub(crate) writers: Vec<WriterProcess>,
+struct Recording<'a> {
+    plan: &'a Plan,
+    dir: RecordingDir,
+    /// One per recorded CPU, in CPU order, each with its CPU's events.
+    writers: Vec<Writer>,
     /// The side-band events, when the kernel and privileges allow them.
-    pub(crate) side_band: Option<SideBandEvents>,
-    pub(crate) vip: Option<VipProcess>,
-    pub(crate) workload: Option<&'a mut Workload>,
-    pub(crate) workload_code: Option<i32>,
-    pub(crate) meta: Meta,
+    side_band: Option<SideBandEvents>,
+    vip: Option<VipProcess>,
+    workload: Option<&'a mut Workload>,
+    workload_code: Option<i32>,
+    meta: Meta,
     /// The shards are the product (`--no-merge`): sync them at the end. A
     /// merge that follows reads them from the page cache and deletes them,
     /// so most of their pages never need writing; perf does not sync
     /// perf.data either.
-    pub(crate) sync_shards: bool,
+    sync_shards: bool,
 }
 
 impl<'a> Recording<'a> {
@@ -76,6 +78,7 @@ impl<'a> Recording<'a> {
             .ok();
         let dir = RecordingDir::create(RecordingDir::for_output(&config.output))?;
         let mut meta = initial_meta(config, plan, &attrs, &cpus, workload_pid);
+        let writers = cpus.into_iter().map(Writer::new).collect();
         if let Some(side_band) = &side_band {
             meta.events.push(EventMeta {
                 name: "dummy".into(),
@@ -90,9 +93,8 @@ impl<'a> Recording<'a> {
         }
         Ok(Recording {
             plan,
-            cpus,
             dir,
-            writers: Vec::new(),
+            writers,
             side_band,
             vip: None,
             workload,
@@ -128,10 +130,15 @@ impl<'a> Recording<'a> {
     /// while the VIP starts and synthesis runs.
     fn prepare(&mut self) -> Result<(), RecordError> {
         self.read_tracing_data()?;
-        for (i, cpu) in self.cpus.iter().enumerate() {
-            let shard = self.dir.create_file(&self.dir.shard_path(cpu.cpu))?;
-            self.writers
-                .push(writers::spawn(self.writer_setup(i), shard)?);
+        let options = WriterOptions {
+            enable: self.plan.scope != Scope::Workload,
+            ring_pages: self.plan.ring_pages,
+            sync_shard: self.sync_shards,
+        };
+        for (i, writer) in self.writers.iter_mut().enumerate() {
+            let shard = self.dir.create_file(&self.dir.shard_path(writer.cpu()))?;
+            let side_band = self.side_band.as_ref().map(|s| &s.events[i].1);
+            writer.spawn(side_band, options, shard)?;
         }
         let existing_bpf = match &self.side_band {
             Some(side_band) => {
@@ -142,8 +149,8 @@ impl<'a> Recording<'a> {
             None => Vec::new(),
         };
         self.synthesize(&existing_bpf)?;
-        for writer in &mut self.writers {
-            writer.helper.wait_ready()?;
+        for writer in self.writers.iter_mut().filter_map(Writer::process_mut) {
+            writer.wait_ready()?;
         }
         self.meta.recorder_pids = std::iter::once(std::process::id() as i32)
             .chain(self.helpers().map(|h| h.pid.as_raw()))
@@ -176,7 +183,7 @@ impl<'a> Recording<'a> {
     /// maps (a read of most of kallsyms, for the end of its text) are made
     /// while the tasks are walked, and written after them.
     fn synthesize(&mut self, existing_bpf: &[u8]) -> Result<(), RecordError> {
-        let first = &self.cpus[0].events[0];
+        let first = &self.writers[0].events.events[0];
         let sample_type = self.meta.events[first.spec].sample_type();
         let dwarf = matches!(self.plan.call_graph, crate::config::CallGraph::Dwarf(_));
         let mut synth = Synthesizer::new(sample_type, first.id).with_data_maps(dwarf);
@@ -223,7 +230,7 @@ impl<'a> Recording<'a> {
             .map(|pid| format!("common_pid != {pid}"))
             .collect::<Vec<_>>()
             .join(" && ");
-        for cpu in &self.cpus {
+        for cpu in self.writers.iter().map(|w| &w.events) {
             for event in cpu
                 .events
                 .iter()
@@ -246,11 +253,11 @@ impl<'a> Recording<'a> {
     /// followed workload's events the kernel enables at its exec
     /// (enable_on_exec); the writers are running by then.
     fn enable(&mut self) -> Result<(), RecordError> {
-        for writer in &mut self.writers {
-            writer.helper.send(Command::Start);
+        for writer in self.writers.iter_mut().filter_map(Writer::process_mut) {
+            writer.send(Command::Start);
         }
-        for writer in &mut self.writers {
-            writer.helper.wait_started()?;
+        for writer in self.writers.iter_mut().filter_map(Writer::process_mut) {
+            writer.wait_started()?;
         }
         match self.workload.as_mut() {
             Some(workload) => workload.start(),
@@ -258,34 +265,26 @@ impl<'a> Recording<'a> {
         }
     }
 
-    /// What the writer of `self.cpus[i]` is given.
-    pub(crate) fn writer_setup(&self, i: usize) -> WriterSetup<'_> {
-        WriterSetup {
-            cpu: &self.cpus[i],
-            side_band: self.side_band.as_ref().map(|s| &s.events[i].1),
-            enable: self.plan.scope != Scope::Workload,
-            ring_pages: self.plan.ring_pages,
-            sync_shard: self.sync_shards,
-        }
-    }
-
-    /// The writers and the VIP.
-    pub(crate) fn helpers(&self) -> impl Iterator<Item = &HelperProcess> {
+    /// The writers' and the VIP's processes.
+    fn helpers(&self) -> impl Iterator<Item = &HelperProcess> {
         let vip = self.vip.iter().map(|v| &v.helper);
-        self.writers.iter().map(|w| &w.helper).chain(vip)
+        self.writers.iter().filter_map(Writer::process).chain(vip)
     }
 
-    /// The writers and the VIP, to command or reap.
-    pub(crate) fn helpers_mut(&mut self) -> impl Iterator<Item = &mut HelperProcess> {
+    /// The writers' and the VIP's processes, to command.
+    fn helpers_mut(&mut self) -> impl Iterator<Item = &mut HelperProcess> {
         let vip = self.vip.iter_mut().map(|v| &mut v.helper);
-        self.writers.iter_mut().map(|w| &mut w.helper).chain(vip)
+        self.writers
+            .iter_mut()
+            .filter_map(Writer::process_mut)
+            .chain(vip)
     }
 
     /// After a failure before recording began: stop the helpers and leave
     /// nothing behind.
     fn abandon(&mut self) {
         self.send_all(Command::Quit);
-        for helper in self.helpers().filter(|h| !h.exited) {
+        for helper in self.helpers().filter(|h| !h.has_exited()) {
             let _ = nix::sys::wait::waitpid(helper.pid, None);
         }
         let _ = std::fs::remove_dir_all(self.dir.path());

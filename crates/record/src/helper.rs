@@ -22,8 +22,7 @@ pub struct HelperProcess {
     pub pid: Pid,
     control: Option<File>,
     report: BufReader<File>,
-    /// Set once the process has been reaped.
-    pub exited: bool,
+    exited: bool,
 }
 
 impl HelperProcess {
@@ -46,6 +45,16 @@ impl HelperProcess {
             report: BufReader::new(File::from(report_read)),
             exited: false,
         })
+    }
+
+    /// Notes that the process has been reaped: it is not waited for again.
+    pub fn mark_exited(&mut self) {
+        self.exited = true;
+    }
+
+    /// Whether the process has been reaped.
+    pub fn has_exited(&self) -> bool {
+        self.exited
     }
 
     /// Waits for `Ready` and returns the records it carries.

@@ -30,7 +30,6 @@ mod meta;
 mod open;
 pub mod plan;
 mod signals;
-mod stop;
 mod summary;
 mod tracing_files;
 mod vip;

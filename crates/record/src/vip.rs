@@ -65,8 +65,9 @@ pub fn spawn(
 }
 
 impl VipProcess {
-    /// Reads the VIP's final report once it has exited.
-    pub fn collect(&mut self) -> Result<VipStats, RecordError> {
+    /// Its process has exited: reads its final report.
+    pub fn ended(&mut self) -> Result<VipStats, RecordError> {
+        self.helper.mark_exited();
         match self.helper.read_outcome()? {
             Outcome::Vip(stats) => {
                 self.stats = Some(stats);

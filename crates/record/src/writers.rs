@@ -12,22 +12,19 @@ use crate::helper::{self, HelperProcess};
 use crate::open::CpuEvents;
 use crate::RecordError;
 
-/// A writer process and what it reported.
-pub struct WriterProcess {
-    /// The CPU it writes.
-    pub cpu: u32,
-    /// The process.
-    pub helper: HelperProcess,
-    /// What it reported at exit.
-    pub stats: Option<WriterStats>,
+/// One CPU's writer, owned by the coordinator: the CPU's events and ring,
+/// the process that streams them into the shard, and what it reported.
+/// Starting, stopping and accounting for a writer are methods here.
+pub struct Writer {
+    /// The CPU's events; the first owns the ring.
+    pub events: CpuEvents,
+    process: Option<HelperProcess>,
+    stats: Option<WriterStats>,
 }
 
-/// What a writer is given: its CPU's events, and how to start them.
-pub struct WriterSetup<'a> {
-    /// The CPU's events; the first owns the ring.
-    pub cpu: &'a CpuEvents,
-    /// The CPU's side-band event, disabled at stop with the others.
-    pub side_band: Option<&'a PerfEvent>,
+/// How every writer runs.
+#[derive(Clone, Copy, Debug)]
+pub struct WriterOptions {
     /// Enable the events at Start (not for a workload, whose events the
     /// kernel enables at its exec).
     pub enable: bool,
@@ -37,58 +34,127 @@ pub struct WriterSetup<'a> {
     pub sync_shard: bool,
 }
 
-impl<'a> WriterSetup<'a> {
+/// What a writer process is given.
+struct WriterSetup<'a> {
+    cpu: &'a CpuEvents,
+    side_band: Option<&'a PerfEvent>,
+    options: WriterOptions,
+}
+
+impl WriterSetup<'_> {
     /// Every event the writer disables at stop.
-    pub fn events(&self) -> Vec<&'a PerfEvent> {
+    fn events(&self) -> Vec<&PerfEvent> {
         let own = self.cpu.events.iter().map(|e| &e.event);
         own.chain(self.side_band).collect()
     }
 }
 
-/// Forks the writer of `setup.cpu`'s ring into `shard`. It pins itself,
-/// maps the ring and says "ready"; on Start it enables the events and
-/// says "started"; on Drain it disables them and writes the rest.
-pub fn spawn(setup: WriterSetup<'_>, shard: File) -> Result<WriterProcess, RecordError> {
-    let cpu_no = setup.cpu.cpu;
-    let helper = HelperProcess::spawn(
-        format!("writer of CPU {cpu_no}"),
-        move |control, mut report| {
-            let mut keep: Vec<RawFd> = setup
-                .events()
-                .iter()
-                .map(|e| e.as_fd().as_raw_fd())
-                .collect();
-            keep.extend([shard.as_raw_fd(), control.as_raw_fd(), report.as_raw_fd()]);
-            // SAFETY: this forked child uses only the kept descriptors and
-            // leaves through `exit_now`, never dropping what it inherited.
-            let outcome = unsafe { process::close_fds_except(&keep) }
-                .and_then(|()| run(&setup, shard, control, &mut report))
-                .map(Outcome::Writer);
-            helper::finish(&mut report, outcome)
-        },
-    )?;
-    Ok(WriterProcess {
-        cpu: cpu_no,
-        helper,
-        stats: None,
-    })
-}
+impl Writer {
+    /// The writer of these events; its process starts with [`spawn`](Self::spawn).
+    pub fn new(events: CpuEvents) -> Writer {
+        Writer {
+            events,
+            process: None,
+            stats: None,
+        }
+    }
 
-impl WriterProcess {
-    /// Reads the writer's final report once it has exited.
-    pub fn collect(&mut self) -> Result<WriterStats, RecordError> {
-        match self.helper.read_outcome()? {
+    /// Its CPU.
+    pub fn cpu(&self) -> u32 {
+        self.events.cpu
+    }
+
+    /// Forks the process that streams the ring into `shard`. It pins
+    /// itself, maps the ring and reports Ready; on Start it enables the
+    /// events (with `side_band`, the CPU's side-band event, disabled at stop
+    /// with them) and reports Started; on Drain it disables them and writes
+    /// the rest.
+    pub fn spawn(
+        &mut self,
+        side_band: Option<&PerfEvent>,
+        options: WriterOptions,
+        shard: File,
+    ) -> Result<(), RecordError> {
+        let setup = WriterSetup {
+            cpu: &self.events,
+            side_band,
+            options,
+        };
+        let process = HelperProcess::spawn(
+            format!("writer of CPU {}", self.events.cpu),
+            move |control, mut report| {
+                let mut keep: Vec<RawFd> = setup
+                    .events()
+                    .iter()
+                    .map(|e| e.as_fd().as_raw_fd())
+                    .collect();
+                keep.extend([shard.as_raw_fd(), control.as_raw_fd(), report.as_raw_fd()]);
+                // SAFETY: this forked child uses only the kept descriptors and
+                // leaves through `exit_now`, never dropping what it inherited.
+                let outcome = unsafe { process::close_fds_except(&keep) }
+                    .and_then(|()| run(&setup, shard, control, &mut report))
+                    .map(Outcome::Writer);
+                helper::finish(&mut report, outcome)
+            },
+        )?;
+        self.process = Some(process);
+        Ok(())
+    }
+
+    /// Its process, once spawned.
+    pub fn process(&self) -> Option<&HelperProcess> {
+        self.process.as_ref()
+    }
+
+    /// Its process, once spawned, to command.
+    pub fn process_mut(&mut self) -> Option<&mut HelperProcess> {
+        self.process.as_mut()
+    }
+
+    /// Whether its process runs.
+    pub fn is_running(&self) -> bool {
+        self.process.as_ref().is_some_and(|p| !p.has_exited())
+    }
+
+    /// Recording ends: the writer disables its events from its CPU and
+    /// drains its ring. A writer already gone cannot, so the coordinator
+    /// disables them (with `side_band`, the CPU's side-band event).
+    pub fn drain(&mut self, side_band: Option<&PerfEvent>) {
+        match self.process.as_mut().filter(|p| !p.has_exited()) {
+            Some(process) => process.send(Command::Drain),
+            None => {
+                let own = self.events.events.iter().map(|e| &e.event);
+                own.chain(side_band).for_each(|e| drop(e.disable()));
+            }
+        }
+    }
+
+    /// Its process has exited: reads its final report.
+    pub fn ended(&mut self) -> Result<WriterStats, RecordError> {
+        let process = self.process.as_mut().expect("a spawned writer");
+        process.mark_exited();
+        match process.read_outcome()? {
             Outcome::Writer(stats) => {
                 self.stats = Some(stats);
                 Ok(stats)
             }
-            other => Err(self.helper.failure(&format!("reported {other:?}"))),
+            other => Err(process.failure(&format!("reported {other:?}"))),
         }
+    }
+
+    /// What it reported at exit (zeros if it reported nothing).
+    pub fn stats(&self) -> WriterStats {
+        self.stats.unwrap_or_default()
+    }
+
+    /// Bytes still in its ring: none after a drain, some after a Quit.
+    pub fn unwritten(&self) -> u64 {
+        self.events.ring.head() - self.events.ring.tail()
     }
 }
 
 fn run(
-    setup: &WriterSetup<'_>,
+    setup: &WriterSetup,
     shard: File,
     control: OwnedFd,
     report: &mut File,
@@ -99,7 +165,7 @@ fn run(
     // normal priority and none at SCHED_FIFO 1.
     process::prefer_wakeups();
     let owner = setup.cpu.ring_owner();
-    let ring = RingBuffer::map(owner, setup.ring_pages)?;
+    let ring = RingBuffer::map(owner, setup.options.ring_pages)?;
     Report::Ready {
         records: Vec::new(),
     }
@@ -109,7 +175,7 @@ fn run(
     if Command::read_from(&mut control)? != Command::Start {
         return Ok(WriterStats::default());
     }
-    if setup.enable {
+    if setup.options.enable {
         // The side-band event is the VIP's to enable, before it lists
         // the programs already loaded.
         setup.cpu.events.iter().try_for_each(|e| e.event.enable())?;
@@ -117,7 +183,7 @@ fn run(
     Report::Started.write_to(report)?;
     let config = WriterConfig {
         batch_bytes: crate::attrs::wakeup_watermark(ring.data_size()) as u64,
-        sync_shard: setup.sync_shard,
+        sync_shard: setup.options.sync_shard,
         ..WriterConfig::default()
     };
     ShardWriter::new(&ring, owner, shard, control.into(), config)?

@@ -10,17 +10,19 @@ use shardrec_format::layouts::Layouts;
 use shardrec_shard::scan::{self, ShardSummary};
 use shardrec_shard::{CpuStats, Stats, StopReason};
 
-use crate::coordinator::Recording;
+use super::Recording;
+use crate::helper::HelperProcess;
 use crate::meta::unix_ns;
 use crate::plan::Scope;
 use crate::signals::{self, Signals, Wake};
 use crate::summary::{CpuReport, RecordReport};
+use crate::writers::Writer;
 use crate::RecordError;
 
 impl Recording<'_> {
     /// Waits for a reason to stop. A writer that dies is a failure, but the
     /// others are still stopped cleanly so their shards are complete.
-    pub(crate) fn wait(
+    pub(super) fn wait(
         &mut self,
         signals: &mut Signals,
     ) -> Result<(StopReason, Option<RecordError>), RecordError> {
@@ -62,15 +64,15 @@ impl Recording<'_> {
         outcome
     }
 
-    /// Marks the helper `pid` as exited and reads its final report.
+    /// The helper `pid` has exited: its name and final report.
     fn helper_ended(&mut self, pid: nix::unistd::Pid) -> Option<(String, Result<(), RecordError>)> {
-        if let Some(writer) = self.writers.iter_mut().find(|w| w.helper.pid == pid) {
-            writer.helper.exited = true;
-            return Some((writer.helper.name.clone(), writer.collect().map(drop)));
+        let is_it = |p: Option<&HelperProcess>| p.is_some_and(|p| p.pid == pid);
+        if let Some(writer) = self.writers.iter_mut().find(|w| is_it(w.process())) {
+            let name = writer.process().map(|p| p.name.clone()).unwrap_or_default();
+            return Some((name, writer.ended().map(drop)));
         }
         let vip = self.vip.as_mut().filter(|v| v.helper.pid == pid)?;
-        vip.helper.exited = true;
-        Some((vip.helper.name.clone(), vip.collect().map(drop)))
+        Some((vip.helper.name.clone(), vip.ended().map(drop)))
     }
 
     fn targets_gone(&self) -> bool {
@@ -83,20 +85,13 @@ impl Recording<'_> {
     /// and drains its ring; for a writer already gone the coordinator
     /// disables them. The VIP drains once no side-band record can come. A
     /// second stop signal makes everyone quit at once.
-    pub(crate) fn stop(&mut self, signals: &mut Signals) -> Result<(), RecordError> {
-        for i in 0..self.writers.len() {
-            if self.writers[i].helper.exited {
-                self.writer_setup(i)
-                    .events()
-                    .iter()
-                    .for_each(|e| drop(e.disable()));
-            } else {
-                self.writers[i].helper.send(Command::Drain);
-            }
+    pub(super) fn stop(&mut self, signals: &mut Signals) -> Result<(), RecordError> {
+        for (i, writer) in self.writers.iter_mut().enumerate() {
+            writer.drain(self.side_band.as_ref().map(|s| &s.events[i].1));
         }
         let mut vip_told = false;
-        while self.helpers().any(|h| !h.exited) {
-            if !vip_told && self.writers.iter().all(|w| w.helper.exited) {
+        while self.helpers().any(|h| !h.has_exited()) {
+            if !vip_told && !self.writers.iter().any(Writer::is_running) {
                 self.vip
                     .iter_mut()
                     .for_each(|v| v.helper.send(Command::Drain));
@@ -115,8 +110,8 @@ impl Recording<'_> {
         Ok(())
     }
 
-    pub(crate) fn send_all(&mut self, command: Command) {
-        for helper in self.helpers_mut().filter(|h| !h.exited) {
+    pub(super) fn send_all(&mut self, command: Command) {
+        for helper in self.helpers_mut().filter(|h| !h.has_exited()) {
             helper.send(command);
         }
     }
@@ -140,7 +135,7 @@ impl Recording<'_> {
     }
 
     /// Counts what each shard holds, rewrites meta with it, and reports.
-    pub(crate) fn finish(
+    pub(super) fn finish(
         mut self,
         stopped_by: StopReason,
         started: Instant,
@@ -151,21 +146,21 @@ impl Recording<'_> {
         let paths: Vec<PathBuf> = self
             .writers
             .iter()
-            .map(|w| self.dir.shard_path(w.cpu))
+            .map(|w| self.dir.shard_path(w.cpu()))
             .collect();
         let scanned = scan_shards(&paths, &layouts)?;
         let mut cpus = Vec::new();
-        for ((writer, cpu), (bytes, summary)) in self.writers.iter().zip(&self.cpus).zip(scanned) {
+        for (writer, (bytes, summary)) in self.writers.iter().zip(scanned) {
             let lost_read = lost_by_event
                 .iter()
-                .filter(|(cpu, _, _)| *cpu == writer.cpu)
+                .filter(|(cpu, _, _)| *cpu == writer.cpu())
                 .map(|(_, _, lost)| lost)
                 .sum();
-            let stats = CpuStats::new(writer.cpu, bytes, &summary, lost_read);
+            let stats = CpuStats::new(writer.cpu(), bytes, &summary, lost_read);
             cpus.push(CpuReport {
                 stats,
-                writer: writer.stats.unwrap_or_default(),
-                unwritten: cpu.ring.head() - cpu.ring.tail(),
+                writer: writer.stats(),
+                unwritten: writer.unwritten(),
             });
         }
         let synth_bytes = std::fs::metadata(self.dir.synth_path()).map_or(0, |m| m.len());
@@ -195,7 +190,7 @@ impl Recording<'_> {
             return Vec::new();
         }
         // The events are disabled: reading them needs no IPI.
-        let counts = self.cpus.iter().flat_map(|cpu| {
+        let counts = self.writers.iter().map(|w| &w.events).flat_map(|cpu| {
             cpu.events.iter().filter_map(|event| {
                 // read() gives value, id, lost (read_format ID | LOST).
                 let values = event.event.read_values().ok()?;
