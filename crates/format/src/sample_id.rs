@@ -27,6 +27,12 @@ pub const STREAM_ID: u64 = 1 << 9;
 /// `PERF_SAMPLE_IDENTIFIER`
 pub const IDENTIFIER: u64 = 1 << 16;
 
+/// The fields a sample starts with, in the kernel's order (the rest of a
+/// sample is not needed here).
+const SAMPLE_ORDER: [u64; 8] = [IDENTIFIER, IP, TID, TIME, ADDR, ID, STREAM_ID, CPU];
+/// The fields of a `sample_id_all` trailer, in the kernel's order.
+const TRAILER_ORDER: [u64; 6] = [TID, TIME, ID, STREAM_ID, CPU, IDENTIFIER];
+
 /// The identifying fields of one record; absent fields read as 0.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SampleId {
@@ -120,33 +126,7 @@ impl SampleIdLayout {
     }
 
     fn parse_sample(&self, record: &[u8]) -> Option<SampleId> {
-        let mut fields = Fields::new(record, HEADER_SIZE);
-        let mut id = SampleId::default();
-        if self.has(IDENTIFIER) {
-            id.id = fields.next()?;
-        }
-        if self.has(IP) {
-            id.ip = fields.next()?;
-        }
-        if self.has(TID) {
-            (id.pid, id.tid) = split(fields.next()?);
-        }
-        if self.has(TIME) {
-            id.time = fields.next()?;
-        }
-        if self.has(ADDR) {
-            fields.next()?;
-        }
-        if self.has(ID) {
-            id.id = fields.next()?;
-        }
-        if self.has(STREAM_ID) {
-            id.stream_id = fields.next()?;
-        }
-        if self.has(CPU) {
-            id.cpu = split(fields.next()?).0;
-        }
-        Some(id)
+        self.read_fields(Fields::new(record, HEADER_SIZE), &SAMPLE_ORDER)
     }
 
     /// Where a non-sample record's trailer starts.
@@ -160,25 +140,23 @@ impl SampleIdLayout {
 
     fn parse_trailer(&self, record: &[u8], type_: RecordType) -> Option<SampleId> {
         let start = self.trailer_start(record, type_)?;
-        let mut fields = Fields::new(record, start);
+        self.read_fields(Fields::new(record, start), &TRAILER_ORDER)
+    }
+
+    /// Reads, in `order`, each field this layout has.
+    fn read_fields(&self, mut fields: Fields, order: &[u64]) -> Option<SampleId> {
         let mut id = SampleId::default();
-        if self.has(TID) {
-            (id.pid, id.tid) = split(fields.next()?);
-        }
-        if self.has(TIME) {
-            id.time = fields.next()?;
-        }
-        if self.has(ID) {
-            id.id = fields.next()?;
-        }
-        if self.has(STREAM_ID) {
-            id.stream_id = fields.next()?;
-        }
-        if self.has(CPU) {
-            id.cpu = split(fields.next()?).0;
-        }
-        if self.has(IDENTIFIER) {
-            id.id = fields.next()?;
+        for &bit in order.iter().filter(|&&bit| self.has(bit)) {
+            let value = fields.next()?;
+            match bit {
+                IDENTIFIER | ID => id.id = value,
+                IP => id.ip = value,
+                TID => (id.pid, id.tid) = split(value),
+                TIME => id.time = value,
+                STREAM_ID => id.stream_id = value,
+                CPU => id.cpu = split(value).0,
+                _ => {} // ADDR: passed over
+            }
         }
         Some(id)
     }

@@ -30,6 +30,7 @@ use shardrec_format::header::RecordType;
 use shardrec_shard::RecordingDir;
 
 pub use report::{CpuSummary, MergeReport};
+use shardrec_shard::scan::ShardSummary;
 use source::Shard;
 
 /// Why a merge could not produce its output.
@@ -101,13 +102,17 @@ pub fn merge(dir: &Path, output: &Path, progress: bool) -> Result<MergeReport, M
     Ok(report)
 }
 
+/// The first and last sample time over all shards.
 fn sample_times(shards: &[Shard]) -> (u64, u64) {
-    let first = shards
-        .iter()
-        .map(|s| s.summary.first_sample)
-        .filter(|&t| t > 0)
-        .min();
-    let last = shards.iter().map(|s| s.summary.last_sample).max();
+    span(shards, |s| (s.first_sample, s.last_sample))
+}
+
+/// The earliest non-zero first and the latest last of `times` over all
+/// shards (0 where there is none).
+fn span(shards: &[Shard], times: impl Fn(&ShardSummary) -> (u64, u64)) -> (u64, u64) {
+    let all = || shards.iter().map(|s| times(&s.summary));
+    let first = all().map(|(first, _)| first).filter(|&t| t > 0).min();
+    let last = all().map(|(_, last)| last).max();
     (first.unwrap_or(0), last.unwrap_or(0))
 }
 
@@ -141,12 +146,7 @@ fn report(
             lost: lost_on(meta, cpu, shard),
         })
         .collect();
-    let first = shards
-        .iter()
-        .map(|s| s.summary.first_time)
-        .filter(|&t| t > 0)
-        .min();
-    let last = shards.iter().map(|s| s.summary.last_time).max();
+    let time_span = span(shards, |s| (s.first_time, s.last_time));
     let damage = std::iter::once(synth)
         .chain(shards)
         .filter_map(|s| Some((s.name.clone(), s.summary.damage.clone()?)))
@@ -156,7 +156,7 @@ fn report(
         by_type,
         cpus,
         lost_samples_added: written.lost_samples_added,
-        time_span: (first.unwrap_or(0), last.unwrap_or(0)),
+        time_span,
         input_bytes,
         output_bytes: std::fs::metadata(output).map_or(0, |m| m.len()),
         damage,
