@@ -1,14 +1,12 @@
 //! The command line, with perf record's option names and help in its words.
-//! Parsing is two steps: clap checks the words, `into_config` builds the
-//! checked configuration.
+//! Parsing is two steps: clap checks the words, `into_config` turns every
+//! value into a typed one (`shardrec_record::options`), so the recorder is
+//! given only typed configuration.
 
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
-use shardrec_record::config::{
-    parse_call_graph, parse_clockid, parse_ring_pages, CallGraph, Sampling,
-};
-use shardrec_record::RecordConfig;
+use shardrec_record::{options, CallGraph, RecordConfig, Sampling};
 
 /// A perf record for many-CPU hosts.
 #[derive(Parser)]
@@ -96,7 +94,7 @@ pub struct RecordArgs {
     pub keep_shards: bool,
     /// Don't print any message.
     #[arg(short = 'q', long = "quiet")]
-    quiet: bool,
+    pub quiet: bool,
     /// Clock to use for sample times: monotonic, monotonic_raw, realtime, boottime, tai, or a number.
     #[arg(short = 'k', long = "clockid", value_name = "CLOCK")]
     clockid: Option<String>,
@@ -111,48 +109,48 @@ pub struct RecordArgs {
 
 impl RecordArgs {
     /// The checked configuration, or a message naming the bad option.
-    pub fn into_config(self, command_line: Vec<String>) -> Result<RecordConfig, String> {
+    pub fn into_config(self) -> Result<RecordConfig, String> {
         let sampling = match (self.freq.as_deref(), self.count) {
-            (Some("max"), _) => Sampling::MaxFrequency,
-            (Some(hz), _) => Sampling::Frequency(
-                hz.parse()
-                    .map_err(|_| format!("-F: '{hz}' is not a frequency in Hz or 'max'"))?,
-            ),
+            (Some(freq), _) => options::parse_frequency(freq)?,
             (None, Some(period)) => Sampling::Period(period),
             (None, None) => Sampling::Default,
         };
         let call_graph = match (&self.call_graph, self.g) {
-            (Some(mode), _) => parse_call_graph(mode).map_err(|e| format!("--call-graph: {e}"))?,
+            (Some(mode), _) => options::parse_call_graph(mode)?,
             (None, true) => CallGraph::FramePointer,
             (None, false) => CallGraph::None,
         };
         let page = shardrec_sys_page_size();
-        let ring_pages = self
-            .mmap_pages
-            .as_deref()
-            .map(|m| parse_ring_pages(m, page))
-            .transpose()?;
         Ok(RecordConfig {
-            events: self.events,
+            events: self
+                .events
+                .iter()
+                .flat_map(|e| options::parse_events(e))
+                .collect(),
             all_cpus: self.all_cpus,
-            cpu_list: self.cpu,
-            pids: self.pid,
+            cpus: parsed(&self.cpu, options::parse_cpus)?,
+            pids: parsed(&self.pid, options::parse_pids)?,
             sampling,
             call_graph,
-            ring_pages,
+            ring_pages: self
+                .mmap_pages
+                .as_deref()
+                .map(|m| options::parse_ring_pages(m, page))
+                .transpose()?,
             output: self.output,
             no_merge: self.no_merge,
             command: self.command,
-            command_line,
-            quiet: self.quiet,
-            clockid: self
-                .clockid
-                .as_deref()
-                .map(parse_clockid)
-                .transpose()
-                .map_err(|e| format!("-k: {e}"))?,
+            clockid: parsed(&self.clockid, options::parse_clockid)?,
         })
     }
+}
+
+/// An option's value parsed, if the option was given.
+fn parsed<T>(
+    text: &Option<String>,
+    parse: fn(&str) -> Result<T, String>,
+) -> Result<Option<T>, String> {
+    text.as_deref().map(parse).transpose()
 }
 
 fn shardrec_sys_page_size() -> usize {

@@ -7,9 +7,9 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use clap::Parser;
-use flags::{Action, Cli, MergeArgs};
+use flags::{Action, Cli, MergeArgs, RecordArgs};
 use shardrec_merge::{MergeError, MergeReport};
-use shardrec_record::{RecordConfig, RecordError};
+use shardrec_record::RecordError;
 
 /// Whatever ends a command before its work is done.
 #[derive(Debug, thiserror::Error)]
@@ -29,12 +29,7 @@ fn main() -> ExitCode {
     let command_line: Vec<String> = std::env::args().collect();
     let cli = Cli::parse();
     let result = match cli.action {
-        Action::Record(args) => {
-            let keep_shards = args.keep_shards;
-            args.into_config(command_line)
-                .map_err(|usage| Error::from(RecordError::Usage(usage)))
-                .and_then(|config| record(&config, keep_shards))
-        }
+        Action::Record(args) => record(args, &command_line),
         Action::Merge(args) => merge(&args),
     };
     match result {
@@ -59,16 +54,18 @@ fn chain(error: &dyn std::error::Error) -> String {
 }
 
 /// Records, then merges unless told not to; exits with the workload's status.
-fn record(config: &RecordConfig, keep_shards: bool) -> Result<ExitCode, Error> {
-    let report = shardrec_record::record(config)?;
-    if !config.quiet {
+fn record(args: RecordArgs, command_line: &[String]) -> Result<ExitCode, Error> {
+    let (quiet, keep_shards) = (args.quiet, args.keep_shards);
+    let config = args.into_config().map_err(RecordError::Usage)?;
+    let report = shardrec_record::record(&config, command_line)?;
+    if !quiet {
         eprint!("{report}");
     }
     let code = ExitCode::from(report.exit_code.clamp(0, 255) as u8);
     if config.no_merge {
         return Ok(code);
     }
-    let merged = merge_and_report(&report.dir, &config.output, config.quiet)?;
+    let merged = merge_and_report(&report.dir, &config.output, quiet)?;
     // A shard the merge could not read at all is a failure, even when the
     // workload succeeded (its status wins when it failed).
     let code = if merged || report.exit_code != 0 {

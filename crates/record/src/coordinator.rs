@@ -23,7 +23,8 @@ use crate::{attrs, RecordConfig, RecordError};
 
 /// Records as `config` asks until the workload exits or a stop is asked
 /// for, and leaves the shards and a final `meta` in `OUTPUT.shards/`.
-pub fn record(config: &RecordConfig) -> Result<RecordReport, RecordError> {
+/// `command_line` is the recorder's own, for the header's `cmdline`.
+pub fn record(config: &RecordConfig, command_line: &[String]) -> Result<RecordReport, RecordError> {
     let plan = Plan::resolve(config)?;
     for warning in &plan.warnings {
         eprintln!("shardrec: warning: {warning}");
@@ -33,7 +34,7 @@ pub fn record(config: &RecordConfig) -> Result<RecordReport, RecordError> {
         true => None,
         false => Some(Workload::prepare(&config.command)?),
     };
-    let result = Recording::open(config, &plan, workload.as_mut())
+    let result = Recording::open(config, command_line, &plan, workload.as_mut())
         .and_then(|recording| recording.run(&mut signals));
     if result.is_err() {
         if let Some(workload) = workload.as_mut() {
@@ -65,6 +66,7 @@ struct Recording<'a> {
 impl<'a> Recording<'a> {
     fn open(
         config: &RecordConfig,
+        command_line: &[String],
         plan: &'a Plan,
         workload: Option<&'a mut Workload>,
     ) -> Result<Recording<'a>, RecordError> {
@@ -77,7 +79,7 @@ impl<'a> Recording<'a> {
             .map_err(|why| eprintln!("shardrec: warning: BPF programs will not be captured: {why}"))
             .ok();
         let dir = RecordingDir::create(RecordingDir::for_output(&config.output))?;
-        let mut meta = initial_meta(config, plan, &attrs, &cpus, workload_pid);
+        let mut meta = initial_meta(config, command_line, plan, &attrs, &cpus, workload_pid);
         let writers = cpus.into_iter().map(Writer::new).collect();
         if let Some(side_band) = &side_band {
             meta.events.push(EventMeta {

@@ -1,9 +1,40 @@
-//! Event names as perf spells them, resolved to attr types and configs.
+//! Event names as perf spells them: parsed into [`EventSelector`]s (the
+//! words), then resolved to attr types and configs on this machine.
 
 use shardrec_sys::abi;
 use shardrec_sys::tracefs;
 
 use crate::RecordError;
+
+/// One `-e` name as written: the event and its modifiers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EventSelector {
+    /// As the user wrote it (`cs:u`, `syscalls:sys_enter_*`).
+    pub text: String,
+    /// Without the modifiers (`cs`).
+    pub base: String,
+    /// `:k` — kernel only.
+    pub exclude_user: bool,
+    /// `:u` — user only.
+    pub exclude_kernel: bool,
+}
+
+/// Splits a `-e` argument (`a,b:u,sys:tp`) into its selectors.
+pub fn parse_selectors(list: &str) -> Vec<EventSelector> {
+    list.split(',')
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        .map(|text| {
+            let (base, exclude_user, exclude_kernel) = split_modifiers(text);
+            EventSelector {
+                text: text.to_string(),
+                base: base.to_string(),
+                exclude_user,
+                exclude_kernel,
+            }
+        })
+        .collect()
+}
 
 /// One event to record, resolved.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -77,24 +108,24 @@ const HARDWARE: &[(&str, u32)] = &[
     ("ref-cycles", abi::PERF_COUNT_HW_REF_CPU_CYCLES),
 ];
 
-/// Resolves a `-e` argument (`a,b:u,sys:tp`) into events. Tracepoint globs
+/// Resolves selectors into events. Tracepoint globs
 /// (`syscalls:sys_enter_*`) expand to every match.
-pub fn parse(list: &str) -> Result<Vec<EventSpec>, RecordError> {
+pub fn resolve(selectors: &[EventSelector]) -> Result<Vec<EventSpec>, RecordError> {
     let mut specs = Vec::new();
-    for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
-        specs.extend(parse_one(name)?);
+    for selector in selectors {
+        specs.extend(resolve_one(selector)?);
     }
     Ok(specs)
 }
 
-fn parse_one(full: &str) -> Result<Vec<EventSpec>, RecordError> {
-    let (base, exclude_user, exclude_kernel) = split_modifiers(full);
+fn resolve_one(selector: &EventSelector) -> Result<Vec<EventSpec>, RecordError> {
+    let (full, base) = (selector.text.as_str(), selector.base.as_str());
     let spec = |name: String, type_, config: u64| EventSpec {
         name,
         type_,
         config,
-        exclude_user,
-        exclude_kernel,
+        exclude_user: selector.exclude_user,
+        exclude_kernel: selector.exclude_kernel,
     };
     if let Some(&(_, config)) = SOFTWARE.iter().find(|(n, _)| *n == base) {
         return Ok(vec![spec(
@@ -186,7 +217,7 @@ mod tests {
 
     #[test]
     fn software_names_and_modifiers() {
-        let specs = parse("cpu-clock,cs:u,faults:k").unwrap();
+        let specs = resolve(&parse_selectors("cpu-clock,cs:u,faults:k")).unwrap();
         assert_eq!(specs.len(), 3);
         assert_eq!(specs[0].config, abi::PERF_COUNT_SW_CPU_CLOCK as u64);
         assert!(specs[1].exclude_kernel && !specs[1].exclude_user);
@@ -196,7 +227,7 @@ mod tests {
 
     #[test]
     fn misspelt_names_get_a_suggestion() {
-        match parse("cyles") {
+        match resolve(&parse_selectors("cyles")) {
             Err(RecordError::UnknownEvent { suggestion, .. }) => {
                 assert_eq!(suggestion.as_deref(), Some("cycles"))
             }

@@ -10,11 +10,11 @@
 //! holds.
 //!
 //! ```no_run
-//! use shardrec_record::{record, RecordConfig};
+//! use shardrec_record::{options, record, RecordConfig};
 //! let mut config = RecordConfig::new();
-//! config.events = vec!["cpu-clock".into()];
+//! config.events = options::parse_events("cpu-clock");
 //! config.command = vec!["sleep".into(), "1".into()];
-//! let report = record(&config)?;
+//! let report = record(&config, &["shardrec".into(), "record".into()])?;
 //! eprint!("{report}");
 //! # Ok::<(), shardrec_record::RecordError>(())
 //! ```
@@ -28,6 +28,7 @@ mod helper;
 mod host;
 mod meta;
 mod open;
+pub mod options;
 pub mod plan;
 mod signals;
 mod summary;

@@ -11,6 +11,7 @@ use crate::{host, RecordConfig};
 
 pub(crate) fn initial_meta(
     config: &RecordConfig,
+    command_line: &[String],
     plan: &Plan,
     attrs: &[Attr],
     cpus: &[CpuEvents],
@@ -46,7 +47,7 @@ pub(crate) fn initial_meta(
         events,
         cpus: plan.cpus.clone(),
         ring_pages: plan.ring_pages,
-        command_line: config.command_line.clone(),
+        command_line: command_line.to_vec(),
         host: host::facts(),
         start_unix_ns: unix_ns(),
         recorder_pids: vec![std::process::id() as i32],

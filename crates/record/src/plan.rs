@@ -5,7 +5,7 @@ use shardrec_sys::cpu::{self, CpuList};
 use shardrec_sys::{abi, Attr, PerfEvent, Target};
 
 use crate::config::{CallGraph, RecordConfig, Sampling};
-use crate::events::{self, EventSpec};
+use crate::events::{self, EventSelector, EventSpec};
 use crate::RecordError;
 
 /// Whose activity is recorded.
@@ -112,11 +112,8 @@ impl Plan {
     }
 }
 
-fn resolve_events(lists: &[String]) -> Result<Vec<EventSpec>, RecordError> {
-    let mut specs = Vec::new();
-    for list in lists {
-        specs.extend(events::parse(list)?);
-    }
+fn resolve_events(selectors: &[EventSelector]) -> Result<Vec<EventSpec>, RecordError> {
+    let mut specs = events::resolve(selectors)?;
     if specs.is_empty() {
         // perf's default is cycles, and it falls back to cpu-clock without a PMU.
         let default = if cycles_available() {
@@ -124,7 +121,7 @@ fn resolve_events(lists: &[String]) -> Result<Vec<EventSpec>, RecordError> {
         } else {
             "cpu-clock"
         };
-        specs = events::parse(default)?;
+        specs = events::resolve(&events::parse_selectors(default))?;
     }
     Ok(specs)
 }
@@ -151,8 +148,8 @@ fn kernel_counts_lost() -> bool {
 }
 
 fn resolve_scope(config: &RecordConfig) -> Result<(Scope, Vec<i32>), RecordError> {
-    if let Some(list) = &config.pids {
-        if config.all_cpus || config.cpu_list.is_some() {
+    if let Some(pids) = &config.pids {
+        if config.all_cpus || config.cpus.is_some() {
             return Err(RecordError::Usage(
                 "-p records the given processes; it cannot be combined with -a or -C".into(),
             ));
@@ -162,33 +159,19 @@ fn resolve_scope(config: &RecordConfig) -> Result<(Scope, Vec<i32>), RecordError
                 "-p and a command to run cannot be combined".into(),
             ));
         }
-        let pids = parse_pids(list)?;
         let mut threads = Vec::new();
-        for &pid in &pids {
+        for &pid in pids {
             threads.extend(threads_of(pid)?);
         }
-        return Ok((Scope::Threads(threads), pids));
+        return Ok((Scope::Threads(threads), pids.clone()));
     }
-    let system_wide = config.all_cpus || config.cpu_list.is_some() || config.command.is_empty();
+    let system_wide = config.all_cpus || config.cpus.is_some() || config.command.is_empty();
     let tasks = if system_wide {
         Scope::SystemWide
     } else {
         Scope::Workload
     };
     Ok((tasks, Vec::new()))
-}
-
-fn parse_pids(list: &str) -> Result<Vec<i32>, RecordError> {
-    list.split(',')
-        .filter(|p| !p.trim().is_empty())
-        .map(|p| {
-            p.trim()
-                .parse::<i32>()
-                .ok()
-                .filter(|&pid| pid > 0)
-                .ok_or_else(|| RecordError::Usage(format!("-p: '{p}' is not a process id")))
-        })
-        .collect()
 }
 
 /// The threads of process `pid`, from `/proc/PID/task`.
@@ -204,21 +187,17 @@ fn threads_of(pid: i32) -> Result<Vec<i32>, RecordError> {
 
 fn resolve_cpus(config: &RecordConfig, scope: &Scope) -> Result<Vec<u32>, RecordError> {
     let online = cpu::online().map_err(RecordError::system("reading the online CPUs"))?;
-    let Some(list) = &config.cpu_list else {
+    let Some(cpus) = &config.cpus else {
         return Ok(online);
     };
     debug_assert_eq!(*scope, Scope::SystemWide);
-    let cpus = cpu::parse_list(list).map_err(|e| RecordError::Usage(format!("-C {list}: {e}")))?;
-    if cpus.is_empty() {
-        return Err(RecordError::Usage(format!("-C '{list}' names no CPU")));
-    }
     if let Some(&cpu) = cpus.iter().find(|c| !online.contains(c)) {
         return Err(RecordError::CpuNotOnline {
             cpu,
             online: CpuList(&online).to_string(),
         });
     }
-    Ok(cpus)
+    Ok(cpus.clone())
 }
 
 fn resolve_sampling(

@@ -1,0 +1,177 @@
+//! Every `shardrec record` option value, from the word the user typed to
+//! a typed value, in one place. The command line calls these before the
+//! recorder runs; each error names its option, in perf's spelling.
+
+use crate::config::{CallGraph, Sampling};
+use crate::events::{self, EventSelector};
+
+/// Parses `-C`: CPUs and ranges, `0,2-3`.
+pub fn parse_cpus(text: &str) -> Result<Vec<u32>, String> {
+    let cpus = shardrec_sys::cpu::parse_list(text).map_err(|e| format!("-C {text}: {e}"))?;
+    if cpus.is_empty() {
+        return Err(format!("-C '{text}' names no CPU"));
+    }
+    Ok(cpus)
+}
+
+/// Parses `-p`: process ids, comma separated.
+pub fn parse_pids(text: &str) -> Result<Vec<i32>, String> {
+    text.split(',')
+        .filter(|p| !p.trim().is_empty())
+        .map(|p| {
+            p.trim()
+                .parse::<i32>()
+                .ok()
+                .filter(|&pid| pid > 0)
+                .ok_or_else(|| format!("-p: '{p}' is not a process id"))
+        })
+        .collect()
+}
+
+/// Parses one `-e`: event names, comma separated, each with its modifiers.
+/// Whether each names an event on this machine the plan finds out.
+pub fn parse_events(text: &str) -> Vec<EventSelector> {
+    events::parse_selectors(text)
+}
+
+/// Parses `-F`: a frequency in Hz, or `max`.
+pub fn parse_frequency(text: &str) -> Result<Sampling, String> {
+    match text {
+        "max" => Ok(Sampling::MaxFrequency),
+        hz => hz
+            .parse()
+            .map(Sampling::Frequency)
+            .map_err(|_| format!("-F: '{hz}' is not a frequency in Hz or 'max'")),
+    }
+}
+
+/// The default `--call-graph dwarf` stack copy, as perf's.
+pub const DEFAULT_DWARF_STACK: u32 = 8192;
+
+/// Parses `--call-graph`'s value: `fp`, `dwarf` or `dwarf,SIZE`.
+pub fn parse_call_graph(text: &str) -> Result<CallGraph, String> {
+    call_graph(text).map_err(|e| format!("--call-graph: {e}"))
+}
+
+fn call_graph(text: &str) -> Result<CallGraph, String> {
+    let (mode, size) = match text.split_once(',') {
+        Some((mode, size)) => (mode, Some(size)),
+        None => (text, None),
+    };
+    match (mode, size) {
+        ("fp", None) => Ok(CallGraph::FramePointer),
+        ("dwarf", None) => Ok(CallGraph::Dwarf(DEFAULT_DWARF_STACK)),
+        ("dwarf", Some(size)) => {
+            let size: u32 = size
+                .parse()
+                .map_err(|_| format!("'{size}' is not a stack dump size in bytes"))?;
+            // The kernel wants a multiple of 8 below 64 KiB, as perf checks.
+            if size == 0 || size % 8 != 0 || size > 65528 {
+                return Err(format!(
+                    "dwarf stack size {size} must be a multiple of 8 between 8 and 65528"
+                ));
+            }
+            Ok(CallGraph::Dwarf(size))
+        }
+        _ => Err(format!(
+            "'{text}' is not a call-graph mode (fp, dwarf or dwarf,SIZE)"
+        )),
+    }
+}
+
+/// Parses `-k`: a clock name as perf knows them, or a number.
+pub fn parse_clockid(text: &str) -> Result<i32, String> {
+    clockid(text).map_err(|e| format!("-k: {e}"))
+}
+
+fn clockid(text: &str) -> Result<i32, String> {
+    const CLOCKS: &[(&str, i32)] = &[
+        ("monotonic", libc::CLOCK_MONOTONIC),
+        ("mono", libc::CLOCK_MONOTONIC),
+        ("monotonic_raw", libc::CLOCK_MONOTONIC_RAW),
+        ("raw", libc::CLOCK_MONOTONIC_RAW),
+        ("realtime", libc::CLOCK_REALTIME),
+        ("real", libc::CLOCK_REALTIME),
+        ("boottime", libc::CLOCK_BOOTTIME),
+        ("boot", libc::CLOCK_BOOTTIME),
+        ("tai", libc::CLOCK_TAI),
+    ];
+    let name = text.to_ascii_lowercase();
+    let name = name.strip_prefix("clock_").unwrap_or(&name);
+    CLOCKS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|&(_, id)| id)
+        .or_else(|| text.parse().ok())
+        .ok_or_else(|| {
+            format!("'{text}' is not a clock (monotonic, monotonic_raw, realtime, boottime, tai)")
+        })
+}
+
+/// Parses `-m`: a number of pages (a power of two), or a size with a
+/// B/K/M/G suffix, as perf accepts.
+pub fn parse_ring_pages(text: &str, page_size: usize) -> Result<usize, String> {
+    let text = text.trim();
+    let unit = text.chars().last().filter(|c| c.is_ascii_alphabetic());
+    let pages = match unit.map(|c| c.to_ascii_uppercase()) {
+        Some(c) => {
+            let shift = match c {
+                'B' => 0,
+                'K' => 10,
+                'M' => 20,
+                'G' => 30,
+                _ => return Err(format!("'{text}' has an unknown size unit")),
+            };
+            let number: u64 = text[..text.len() - 1]
+                .parse()
+                .map_err(|_| format!("'{text}' is not a size"))?;
+            ((number << shift) / page_size as u64) as usize
+        }
+        None => text
+            .parse()
+            .map_err(|_| format!("'{text}' is not a number of pages"))?,
+    };
+    if pages == 0 || !pages.is_power_of_two() {
+        return Err(format!(
+            "-m {text}: the ring needs a power-of-two number of data pages (got {pages})"
+        ));
+    }
+    Ok(pages)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lists_of_cpus_pids_and_events() {
+        assert_eq!(parse_cpus("0,2-3"), Ok(vec![0, 2, 3]));
+        assert!(parse_cpus("1-x").unwrap_err().starts_with("-C 1-x:"));
+        assert!(parse_cpus(",").is_err());
+        assert_eq!(parse_pids("12, 34"), Ok(vec![12, 34]));
+        assert!(parse_pids("0").is_err());
+        let events = parse_events("cs:u,sched:sched_switch");
+        assert_eq!(events.len(), 2);
+        assert!(events[0].exclude_kernel && events[1].base == "sched:sched_switch");
+        assert_eq!(parse_frequency("max"), Ok(Sampling::MaxFrequency));
+        assert_eq!(parse_frequency("99"), Ok(Sampling::Frequency(99)));
+        assert!(parse_frequency("fast").is_err());
+    }
+
+    #[test]
+    fn call_graph_modes() {
+        assert_eq!(parse_call_graph("fp"), Ok(CallGraph::FramePointer));
+        assert_eq!(parse_call_graph("dwarf"), Ok(CallGraph::Dwarf(8192)));
+        assert_eq!(parse_call_graph("dwarf,4096"), Ok(CallGraph::Dwarf(4096)));
+        assert!(parse_call_graph("dwarf,7").is_err());
+        assert!(parse_call_graph("lbr").is_err());
+    }
+
+    #[test]
+    fn ring_sizes() {
+        assert_eq!(parse_ring_pages("16", 4096), Ok(16));
+        assert_eq!(parse_ring_pages("4M", 4096), Ok(1024));
+        assert!(parse_ring_pages("3", 4096).is_err());
+        assert!(parse_ring_pages("0", 4096).is_err());
+    }
+}
