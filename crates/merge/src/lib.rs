@@ -17,11 +17,11 @@
 mod bpf;
 mod dso;
 mod features;
-pub mod order;
+mod order;
 mod output;
 mod progress;
 mod report;
-pub mod source;
+mod source;
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;

@@ -1,9 +1,8 @@
 //! `shardrec record`: the coordinator and its helpers.
 //!
-//! The coordinator resolves the events and targets ([`plan`]), opens every
-//! event disabled with one ring per CPU ([`open`]), synthesizes the state
-//! that already exists, forks one pinned writer process per CPU
-//! ([`writers`]), filters its own processes out of tracepoints, writes
+//! The coordinator resolves the events and targets (the plan), opens every
+//! event disabled with one ring per CPU, synthesizes the state that
+//! already exists, forks one pinned writer process per CPU, filters its own processes out of tracepoints, writes
 //! `meta`, then enables the events (or lets the held workload exec). On a
 //! stop signal, or when the workload exits, it disables everything, lets
 //! every writer drain its ring, and rewrites `meta` with what each shard
@@ -20,16 +19,16 @@
 //! ```
 
 mod attrs;
-pub mod config;
+mod config;
 mod coordinator;
 mod error;
-pub mod events;
+mod events;
 mod helper;
 mod host;
 mod meta;
 mod open;
 pub mod options;
-pub mod plan;
+mod plan;
 mod signals;
 mod summary;
 mod tracing_files;
@@ -40,4 +39,5 @@ mod writers;
 pub use config::{CallGraph, RecordConfig, Sampling};
 pub use coordinator::record;
 pub use error::RecordError;
+pub use events::EventSelector;
 pub use summary::{CpuReport, RecordReport};

@@ -105,11 +105,6 @@ impl Plan {
             warnings,
         })
     }
-
-    /// Whether any event is a tracepoint (and so needs tracing data).
-    pub fn has_tracepoints(&self) -> bool {
-        self.events.iter().any(EventSpec::is_tracepoint)
-    }
 }
 
 fn resolve_events(selectors: &[EventSelector]) -> Result<Vec<EventSpec>, RecordError> {
