@@ -1,9 +1,9 @@
 //! `shardrec merge`: a recording's shards into one perf.data.
 //!
-//! Reads `meta` and maps every shard ([`source`]), validating each record
+//! Reads `meta` and maps every shard (`source.rs`), validating each record
 //! header and measuring how far out of order each shard is; then writes the
 //! synthesized records, `PERF_RECORD_FINISHED_INIT`, every shard's records
-//! in global time order ([`order`]) with `PERF_RECORD_FINISHED_ROUND` at
+//! in global time order (`order.rs`) with `PERF_RECORD_FINISHED_ROUND` at
 //! regular intervals, perf's end-of-recording `LOST_SAMPLES`, and the header
 //! features perf writes. A torn or corrupt shard contributes every whole
 //! record before the damage, and the report says what was dropped.
