@@ -46,6 +46,14 @@ fn perf_record(scratch: &Scratch, args: &[&str]) -> PathBuf {
     file
 }
 
+/// Both recorders, with `options`, of `deep` running `seconds`: (perf's
+/// file, shardrec's).
+fn record_deep(scratch: &Scratch, options: &[&str], seconds: &str) -> (PathBuf, PathBuf) {
+    let program = deep_program(scratch);
+    let command = [program.to_str().unwrap(), seconds];
+    record_both(scratch, &[options, &["--"], &command].concat())
+}
+
 /// Both recorders on the same command line: (perf's file, shardrec's).
 fn record_both(scratch: &Scratch, args: &[&str]) -> (PathBuf, PathBuf) {
     let perfs = perf_record(scratch, args);
@@ -97,18 +105,7 @@ fn dwarf_chains_reach_start_as_in_perfs_own_recording() {
     let Some((_serial, scratch)) = recording_test("readers-dwarf") else {
         return;
     };
-    let program = deep_program(&scratch);
-    let program = program.to_str().unwrap();
-    let args = [
-        "--call-graph",
-        "dwarf",
-        "-e",
-        "cpu-clock",
-        "--",
-        program,
-        "1",
-    ];
-    let (perfs, ours) = record_both(&scratch, &args);
+    let (perfs, ours) = record_deep(&scratch, &["--call-graph", "dwarf", "-e", "cpu-clock"], "1");
     for (file, who) in [(&perfs, "perf record"), (&ours, "shardrec")] {
         let chains = callchains(file, "deep");
         let (user, reached) = reaching_start(&chains);
@@ -201,16 +198,7 @@ fn the_header_and_first_records_are_perfs_but_for_listed_lines() {
     let Some((_serial, scratch)) = recording_test("readers-header") else {
         return;
     };
-    let program = deep_program(&scratch);
-    let args = [
-        "-g",
-        "-e",
-        "cpu-clock",
-        "--",
-        program.to_str().unwrap(),
-        "0.3",
-    ];
-    let (perfs, ours_file) = record_both(&scratch, &args);
+    let (perfs, ours_file) = record_deep(&scratch, &["-g", "-e", "cpu-clock"], "0.3");
     let (theirs, ours) = (header_lines(&perfs), header_lines(&ours_file));
     let differs = |line: &String, other: &[String]| !other.contains(line);
     let listed = |line: &str| MAY_DIFFER.iter().any(|(start, _)| line.starts_with(start));
@@ -335,17 +323,11 @@ fn hotspots_reorder_buffer_stays_as_small_as_with_perfs_file() {
     if !shardrec_testkit::require(Path::new(PERFPARSER).exists(), "hotspot's perfparser") {
         return;
     }
-    let program = deep_program(&scratch);
-    let args = [
-        "--call-graph",
-        "dwarf",
-        "-e",
-        "cpu-clock",
-        "--",
-        program.to_str().unwrap(),
+    let (perfs, ours) = record_deep(
+        &scratch,
+        &["--call-graph", "dwarf", "-e", "cpu-clock"],
         "10",
-    ];
-    let (perfs, ours) = record_both(&scratch, &args);
+    );
     let (perf_rounds, perf_buffer) = perfparser_stats(&perfs);
     let (rounds, buffer) = perfparser_stats(&ours);
     eprintln!(
@@ -408,16 +390,7 @@ fn samply_shows_the_workloads_threads_and_name() {
     if !shardrec_testkit::require(found, "samply (.ci/setup builds it)") {
         return;
     }
-    let program = deep_program(&scratch);
-    let args = [
-        "-g",
-        "-e",
-        "cpu-clock",
-        "--",
-        program.to_str().unwrap(),
-        "0.3",
-    ];
-    let (perfs, ours) = record_both(&scratch, &args);
+    let (perfs, ours) = record_deep(&scratch, &["-g", "-e", "cpu-clock"], "0.3");
     let (their_name, their_threads) = samply_profile(&perfs);
     let (name, threads) = samply_profile(&ours);
     assert!(name.starts_with("deep on "), "{name}");
