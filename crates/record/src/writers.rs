@@ -66,9 +66,9 @@ impl Writer {
 
     /// Forks the process that streams the ring into `shard`. It pins
     /// itself, maps the ring and reports Ready; on Start it enables the
-    /// events (with `side_band`, the CPU's side-band event, disabled at stop
-    /// with them) and reports Started; on Drain it disables them and writes
-    /// the rest.
+    /// CPU's events and reports Started; on Drain it disables them and
+    /// `side_band` (the CPU's side-band event, which the VIP enabled) and
+    /// writes the rest.
     pub fn spawn(
         &mut self,
         side_band: Option<&PerfEvent>,
