@@ -297,3 +297,56 @@ fn a_low_soft_file_limit_is_raised_to_the_hard_one() {
         String::from_utf8_lossy(&output.stderr)
     );
 }
+
+/// perf record's own options are read as options, never as the command:
+/// one it does not know, or one shardrec does not support yet, is a usage
+/// error (status 2) before anything is opened or run; one shardrec makes
+/// moot is accepted with a note.
+#[test]
+fn perf_options_are_options_not_the_command() {
+    let scratch = Scratch::new("perf-opts");
+    let ran = scratch.0.join("ran");
+    let touch = ["--", "touch", ran.to_str().unwrap()];
+    for (option, message) in [
+        ("-x", "unknown option '-x'"),
+        ("--bogus", "unknown option '--bogus'"),
+        (
+            "-z",
+            "perf record's -z/--compression-level is not supported by shardrec yet",
+        ),
+        (
+            "--switch-output",
+            "perf record's --switch-output is not supported by shardrec yet",
+        ),
+    ] {
+        let output = run(&scratch, &[&[option][..], &touch].concat());
+        assert_refused(&output, &scratch, message);
+        assert_eq!(output.status.code(), Some(2), "{option}");
+        assert!(!ran.exists(), "{option}: the command ran");
+    }
+    // A value that is not a path is still the option's (-D takes one), not
+    // the command.
+    let output = run(&scratch, &[&["-D", "100"][..], &touch].concat());
+    assert_refused(
+        &output,
+        &scratch,
+        "-D/--delay is not supported by shardrec yet",
+    );
+    if !require_root() {
+        return;
+    }
+    let _serial = serial();
+    let output = run(
+        &scratch,
+        &[&["-q", "--aio", "-e", "cpu-clock"][..], &touch].concat(),
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(
+            "--aio is not needed: shardrec's writers already stream each ring with io_uring"
+        ),
+        "{stderr}"
+    );
+    assert!(ran.exists(), "the command did not run");
+}

@@ -6,8 +6,7 @@ mod flags;
 use std::path::Path;
 use std::process::ExitCode;
 
-use clap::Parser;
-use flags::{Action, Cli, MergeArgs, RecordArgs};
+use flags::{Action, MergeArgs, Parsed, RecordArgs};
 use shardrec_merge::{MergeError, MergeReport};
 use shardrec_record::RecordError;
 
@@ -25,9 +24,23 @@ enum Error {
     },
 }
 
+/// Exit status of a usage error (an unknown option, a bad value), before
+/// anything is opened or run.
+const USAGE: u8 = 2;
+
 fn main() -> ExitCode {
     let command_line: Vec<String> = std::env::args().collect();
-    let cli = Cli::parse();
+    let cli = match flags::parse(command_line.clone()) {
+        Parsed::Run(cli) => *cli,
+        Parsed::Print(message) => {
+            let _ = message.print();
+            return ExitCode::SUCCESS;
+        }
+        Parsed::Refused(message) => {
+            eprintln!("shardrec: {message}");
+            return ExitCode::from(USAGE);
+        }
+    };
     let result = match cli.action {
         Action::Record(args) => record(args, &command_line),
         Action::Merge(args) => merge(&args),
@@ -36,7 +49,10 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(error) => {
             eprintln!("shardrec: {}", chain(&error));
-            ExitCode::from(255)
+            match error {
+                Error::Record(RecordError::Usage(_)) => ExitCode::from(USAGE),
+                _ => ExitCode::from(255),
+            }
         }
     }
 }

@@ -3,9 +3,12 @@
 //! value into a typed one (`shardrec_record::options`), so the recorder is
 //! given only typed configuration.
 
+mod perf_only;
+
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
+use clap::error::{ContextKind, ErrorKind};
+use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use shardrec_record::{options, CallGraph, RecordConfig, Sampling};
 
 /// A perf record for many-CPU hosts.
@@ -98,12 +101,9 @@ pub struct RecordArgs {
     /// Clock to use for sample times: monotonic, monotonic_raw, realtime, boottime, tai, or a number.
     #[arg(short = 'k', long = "clockid", value_name = "CLOCK")]
     clockid: Option<String>,
-    /// The command to run and record (after --, or as the last words).
-    #[arg(
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "COMMAND"
-    )]
+    /// The command to run and record: the first word that is not an option
+    /// or its value, or everything after `--`.
+    #[arg(trailing_var_arg = true, value_name = "COMMAND")]
     command: Vec<String>,
 }
 
@@ -158,4 +158,78 @@ fn shardrec_sys_page_size() -> usize {
         .ok()
         .flatten()
         .map_or(4096, |p| p as usize)
+}
+
+/// What the command line asks for, or why it cannot be done.
+pub enum Parsed {
+    /// Run this.
+    Run(Box<Cli>),
+    /// Print this (help, version) and exit successfully.
+    Print(clap::Error),
+    /// A usage error: this one line.
+    Refused(String),
+}
+
+/// Reads the command line as perf would: every `perf record` option is
+/// known (those shardrec leaves to perf are refused or noted, never taken
+/// for the command); an unknown option is a usage error naming it.
+pub fn parse(args: impl IntoIterator<Item = String>) -> Parsed {
+    let record = |c: clap::Command| c.args(perf_only::OPTIONS.iter().map(|o| o.arg()));
+    let matches = match Cli::command()
+        .mut_subcommand("record", record)
+        .try_get_matches_from(args)
+    {
+        Ok(matches) => matches,
+        Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => {
+            return Parsed::Print(e)
+        }
+        Err(e) if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            return Parsed::Print(e)
+        }
+        Err(e) => return Parsed::Refused(one_line(&e)),
+    };
+    if let Some(record) = matches.subcommand_matches("record") {
+        if let Some(refused) = perf_only_options(record) {
+            return Parsed::Refused(refused);
+        }
+    }
+    match Cli::from_arg_matches(&matches) {
+        Ok(cli) => Parsed::Run(Box::new(cli)),
+        Err(e) => Parsed::Refused(one_line(&e)),
+    }
+}
+
+/// Notes the moot options given; the first one not supported yet is the
+/// answer.
+fn perf_only_options(matches: &ArgMatches) -> Option<String> {
+    let given = perf_only::OPTIONS.iter().filter(|o| o.given(matches));
+    for option in given {
+        match option.support {
+            perf_only::Support::Moot(why) => {
+                eprintln!("shardrec: note: {} is not needed: {why}", option.spelling())
+            }
+            perf_only::Support::Later => {
+                return Some(format!(
+                    "perf record's {} is not supported by shardrec yet",
+                    option.spelling()
+                ))
+            }
+        }
+    }
+    None
+}
+
+/// clap's error as one line: what is wrong, with the word it is about.
+fn one_line(error: &clap::Error) -> String {
+    let arg = error.get(ContextKind::InvalidArg).map(|a| a.to_string());
+    match (error.kind(), arg) {
+        (ErrorKind::UnknownArgument, Some(arg)) => {
+            format!("unknown option '{arg}' (shardrec record -h lists them)")
+        }
+        _ => {
+            let text = error.to_string();
+            let first = text.lines().next().unwrap_or_default();
+            first.strip_prefix("error: ").unwrap_or(first).to_string()
+        }
+    }
 }
