@@ -33,8 +33,9 @@ fn main() -> ExitCode {
     let cli = match flags::parse(command_line.clone()) {
         Parsed::Run(cli) => *cli,
         Parsed::Print(message) => {
+            // Help or version asked for: 0; help for a bare `shardrec`: 2.
             let _ = message.print();
-            return ExitCode::SUCCESS;
+            return ExitCode::from(message.exit_code() as u8);
         }
         Parsed::Refused(message) => {
             eprintln!("shardrec: {message}");

@@ -164,7 +164,7 @@ fn shardrec_sys_page_size() -> usize {
 pub enum Parsed {
     /// Run this.
     Run(Box<Cli>),
-    /// Print this (help, version) and exit successfully.
+    /// Print this (help, version) and exit with its status.
     Print(clap::Error),
     /// A usage error: this one line.
     Refused(String),
