@@ -96,6 +96,10 @@ fn missing_pid() {
     // pid_max is at most 2^22, so this pid cannot exist.
     let output = run(&scratch, &["-p", "8388607"]);
     assert_refused(&output, &scratch, "process 8388607 not found");
+    let output = run(&scratch, &["-t", "8388607"]);
+    assert_refused(&output, &scratch, "thread 8388607 not found");
+    let output = run(&scratch, &["-t", "x1"]);
+    assert_refused(&output, &scratch, "-t: 'x1' is not a thread id");
 }
 
 #[test]

@@ -232,6 +232,85 @@ fn pid_targets_are_recorded_until_they_exit() {
 }
 
 #[test]
+fn a_command_bounds_a_pid_recording_and_is_not_recorded() {
+    let Some((_serial, scratch)) = recording_test("pid-command") else {
+        return;
+    };
+    let mut target = std::process::Command::new(load())
+        .args(["spin", "5"])
+        .spawn()
+        .unwrap();
+    let pid = target.id().to_string();
+    let started = std::time::Instant::now();
+    // As `perf record -p PID -- sleep 0.5`: PID for half a second. -a is
+    // overridden by -p, as perf warns.
+    let output = record(
+        &scratch,
+        &["-e", "cpu-clock", "-a", "-p", &pid, "--", "sleep", "0.5"],
+    );
+    let elapsed = started.elapsed();
+    let still_running = target.try_wait().unwrap().is_none();
+    let _ = target.kill();
+    let _ = target.wait();
+    assert!(still_running, "the target was ended with the recording");
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("PID/TID switch overriding SYSTEM"),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(elapsed.as_secs_f64() < 4.0, "recorded for {elapsed:?}");
+    let recording = Recording::read(&scratch.shards());
+    let stats = recording.meta.stats.as_ref().unwrap();
+    assert_eq!(stats.stopped_by, StopReason::WorkloadExited);
+    let samples: Vec<_> = recording.samples().collect();
+    assert!(samples.len() > 200, "only {} samples", samples.len());
+    assert!(
+        samples.iter().all(|s| s.id.pid.to_string() == pid),
+        "samples of processes other than {pid} (sleep?)"
+    );
+}
+
+#[test]
+fn tid_targets_record_only_those_threads() {
+    let Some((_serial, scratch)) = recording_test("tid") else {
+        return;
+    };
+    // `spin` runs a busy thread per CPU beside its waiting main thread.
+    let mut target = std::process::Command::new(load())
+        .args(["spin", "3"])
+        .spawn()
+        .unwrap();
+    let pid = target.id();
+    let mut tids = Vec::new();
+    for _ in 0..100 {
+        tids = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|&tid| tid != pid)
+            .collect();
+        if tids.len() >= 2 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(tids.len() >= 2, "spin started {} threads", tids.len());
+    let chosen = tids[0].to_string();
+    record(
+        &scratch,
+        &["-e", "cpu-clock", "-t", &chosen, "--", "sleep", "0.5"],
+    );
+    let _ = target.kill();
+    let _ = target.wait();
+    let recording = Recording::read(&scratch.shards());
+    let samples: Vec<_> = recording.samples().collect();
+    assert!(samples.len() > 200, "only {} samples", samples.len());
+    assert!(
+        samples.iter().all(|s| s.id.tid.to_string() == chosen),
+        "samples of threads other than {chosen}"
+    );
+}
+
+#[test]
 fn cpu_lists_record_only_those_cpus() {
     let Some((_serial, scratch)) = recording_test("cpu-list") else {
         return;

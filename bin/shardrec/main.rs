@@ -43,7 +43,7 @@ fn main() -> ExitCode {
         }
     };
     let result = match cli.action {
-        Action::Record(args) => record(args, &command_line),
+        Action::Record(args) => record(*args, &command_line),
         Action::Merge(args) => merge(&args),
     };
     match result {

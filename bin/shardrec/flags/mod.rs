@@ -22,7 +22,7 @@ pub struct Cli {
 #[derive(Subcommand)]
 pub enum Action {
     /// Run a command and record its profile, or record the whole system.
-    Record(RecordArgs),
+    Record(Box<RecordArgs>),
     /// Merge a recording's shards (DIR, e.g. perf.data.shards) into one perf.data.
     Merge(MergeArgs),
 }
@@ -61,6 +61,9 @@ pub struct RecordArgs {
     /// Record events on existing process ids (comma separated).
     #[arg(short = 'p', long = "pid", value_name = "PID")]
     pid: Option<String>,
+    /// Record events on existing thread ids (comma separated).
+    #[arg(short = 't', long = "tid", value_name = "TID")]
+    tid: Option<String>,
     /// Profile at this frequency ("max" for the kernel's limit).
     #[arg(
         short = 'F',
@@ -130,6 +133,7 @@ impl RecordArgs {
             all_cpus: self.all_cpus,
             cpus: parsed(&self.cpu, options::parse_cpus)?,
             pids: parsed(&self.pid, options::parse_pids)?,
+            tids: parsed(&self.tid, options::parse_tids)?,
             sampling,
             call_graph,
             ring_pages: self

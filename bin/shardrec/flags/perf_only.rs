@@ -78,7 +78,6 @@ pub const OPTIONS: &[PerfOption] = &[
     opt(Some('r'), "realtime", Required("n"), "collect data with this RT SCHED_FIFO priority", Moot("shardrec's writers and VIP already run at SCHED_FIFO priority 1")),
     opt(Some('S'), "snapshot", Optional("opts"), "AUX area tracing Snapshot Mode", Later),
     opt(Some('s'), "stat", Flag, "per thread counts", Later),
-    opt(Some('t'), "tid", Required("tid"), "record events on existing thread id", Later),
     opt(Some('T'), "timestamp", Flag, "Record the sample timestamps", Later),
     opt(Some('u'), "uid", Required("user"), "user to profile", Later),
     opt(Some('v'), "verbose", Flag, "be more verbose (show counter open errors, etc)", Later),

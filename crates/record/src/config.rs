@@ -41,6 +41,8 @@ pub struct RecordConfig {
     pub cpus: Option<Vec<u32>>,
     /// `-p PID[,PID...]`: these processes.
     pub pids: Option<Vec<i32>>,
+    /// `-t TID[,TID...]`: these threads (ignored with `-p`, as in perf).
+    pub tids: Option<Vec<i32>>,
     /// `-F` / `-c`
     pub sampling: Sampling,
     /// `-g` / `--call-graph`
@@ -65,6 +67,7 @@ impl RecordConfig {
             all_cpus: false,
             cpus: None,
             pids: None,
+            tids: None,
             sampling: Sampling::Default,
             call_graph: CallGraph::None,
             ring_pages: None,

@@ -44,6 +44,9 @@ pub enum RecordError {
     /// `-p` names a process that does not exist.
     #[error("process {0} not found")]
     NoSuchProcess(i32),
+    /// `-t` names a thread that does not exist.
+    #[error("thread {0} not found")]
+    NoSuchThread(i32),
     /// The kernel refused for lack of privilege.
     #[error("no permission to record {what} (kernel.perf_event_paranoid = {paranoid}): run as root or with CAP_PERFMON, or lower /proc/sys/kernel/perf_event_paranoid")]
     NoPermission {

@@ -16,14 +16,23 @@ pub fn parse_cpus(text: &str) -> Result<Vec<u32>, String> {
 
 /// Parses `-p`: process ids, comma separated.
 pub fn parse_pids(text: &str) -> Result<Vec<i32>, String> {
+    parse_ids(text, "-p", "process")
+}
+
+/// Parses `-t`: thread ids, comma separated.
+pub fn parse_tids(text: &str) -> Result<Vec<i32>, String> {
+    parse_ids(text, "-t", "thread")
+}
+
+fn parse_ids(text: &str, option: &str, what: &str) -> Result<Vec<i32>, String> {
     text.split(',')
         .filter(|p| !p.trim().is_empty())
         .map(|p| {
             p.trim()
                 .parse::<i32>()
                 .ok()
-                .filter(|&pid| pid > 0)
-                .ok_or_else(|| format!("-p: '{p}' is not a process id"))
+                .filter(|&id| id > 0)
+                .ok_or_else(|| format!("{option}: '{p}' is not a {what} id"))
         })
         .collect()
 }

@@ -28,7 +28,7 @@ pub struct Plan {
     pub cpus: Vec<u32>,
     /// Whose activity.
     pub scope: Scope,
-    /// The processes named by `-p`.
+    /// The processes named by `-p`, or the threads by `-t`.
     pub pids: Vec<i32>,
     /// Data pages per ring.
     pub ring_pages: usize,
@@ -88,7 +88,7 @@ impl Plan {
         shardrec_writer::check_kernel().map_err(RecordError::Kernel)?;
         let mut warnings = Vec::new();
         let events = resolve_events(&config.events)?;
-        let (scope, pids) = resolve_scope(config)?;
+        let (scope, pids) = resolve_scope(config, &mut warnings)?;
         let cpus = resolve_cpus(config, &scope)?;
         let sampling = resolve_sampling(config.sampling, &mut warnings)?;
         let ring_pages = config.ring_pages.unwrap_or_else(default_ring_pages);
@@ -142,23 +142,35 @@ fn kernel_counts_lost() -> bool {
     PerfEvent::open(&attr, Target { pid: 0, cpu: -1 }).is_ok()
 }
 
-fn resolve_scope(config: &RecordConfig) -> Result<(Scope, Vec<i32>), RecordError> {
-    if let Some(pids) = &config.pids {
-        if config.all_cpus || config.cpus.is_some() {
-            return Err(RecordError::Usage(
-                "-p records the given processes; it cannot be combined with -a or -C".into(),
-            ));
-        }
-        if !config.command.is_empty() {
-            return Err(RecordError::Usage(
-                "-p and a command to run cannot be combined".into(),
-            ));
+fn resolve_scope(
+    config: &RecordConfig,
+    warnings: &mut Vec<String>,
+) -> Result<(Scope, Vec<i32>), RecordError> {
+    let threads = match (&config.pids, &config.tids) {
+        (Some(pids), _) => Some((pids, true)),
+        (None, Some(tids)) => Some((tids, false)),
+        (None, None) => None,
+    };
+    if let Some((ids, processes)) = threads {
+        // perf lets the processes (or threads) win over -a and -C, with
+        // these words. A command given too only bounds the recording: it
+        // runs, unrecorded, and the recording ends when it does (or when the
+        // processes do).
+        if config.all_cpus {
+            warnings.push("PID/TID switch overriding SYSTEM".into());
+        } else if config.cpus.is_some() {
+            warnings.push("PID/TID switch overriding CPU".into());
         }
         let mut threads = Vec::new();
-        for &pid in pids {
-            threads.extend(threads_of(pid)?);
+        for &id in ids {
+            match processes {
+                true => threads.extend(threads_of(id)?),
+                false => threads.push(existing_thread(id)?),
+            }
         }
-        return Ok((Scope::Threads(threads), pids.clone()));
+        threads.sort_unstable();
+        threads.dedup();
+        return Ok((Scope::Threads(threads), ids.clone()));
     }
     let system_wide = config.all_cpus || config.cpus.is_some() || config.command.is_empty();
     let tasks = if system_wide {
@@ -167,6 +179,14 @@ fn resolve_scope(config: &RecordConfig) -> Result<(Scope, Vec<i32>), RecordError
         Scope::Workload
     };
     Ok((tasks, Vec::new()))
+}
+
+/// `tid`, if it is a thread that exists (`/proc/TID` names threads too).
+fn existing_thread(tid: i32) -> Result<i32, RecordError> {
+    match std::path::Path::new(&format!("/proc/{tid}/stat")).exists() {
+        true => Ok(tid),
+        false => Err(RecordError::NoSuchThread(tid)),
+    }
 }
 
 /// The threads of process `pid`, from `/proc/PID/task`.
@@ -182,10 +202,10 @@ fn threads_of(pid: i32) -> Result<Vec<i32>, RecordError> {
 
 fn resolve_cpus(config: &RecordConfig, scope: &Scope) -> Result<Vec<u32>, RecordError> {
     let online = cpu::online().map_err(RecordError::system("reading the online CPUs"))?;
-    let Some(cpus) = &config.cpus else {
+    // -C limits a system-wide recording only (-p overrides it, as in perf).
+    let Some(cpus) = config.cpus.as_ref().filter(|_| *scope == Scope::SystemWide) else {
         return Ok(online);
     };
-    debug_assert_eq!(*scope, Scope::SystemWide);
     if let Some(&cpu) = cpus.iter().find(|c| !online.contains(c)) {
         return Err(RecordError::CpuNotOnline {
             cpu,
