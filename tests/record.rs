@@ -310,6 +310,74 @@ fn tid_targets_record_only_those_threads() {
     );
 }
 
+/// Samples of `args`' recording, as (pid, cpumode).
+fn samples_of(scratch: &Scratch, args: &[&str]) -> Vec<(u32, u16)> {
+    let _ = std::fs::remove_dir_all(scratch.shards());
+    record(scratch, args);
+    let recording = Recording::read(&scratch.shards());
+    let cpumode = |r: &Rec| u16::from_ne_bytes([r.bytes[4], r.bytes[5]]) & 7;
+    recording
+        .samples()
+        .map(|s| (s.id.pid, cpumode(s)))
+        .collect()
+}
+
+#[test]
+fn all_user_keeps_every_event_in_user_space() {
+    let Some((_serial, scratch)) = recording_test("all-user") else {
+        return;
+    };
+    // getppid in a loop: much of the time is in the kernel.
+    let work = ["-e", "cpu-clock", "--", load(), "syscalls", "2000000"];
+    let kernel = 1;
+    let before = samples_of(&scratch, &work);
+    assert!(
+        before.iter().any(|&(_, mode)| mode == kernel),
+        "no kernel samples to begin with"
+    );
+    let after = samples_of(&scratch, &[&["--all-user"][..], &work].concat());
+    assert!(after.len() > 50, "only {} samples", after.len());
+    assert!(
+        after.iter().all(|&(_, mode)| mode != kernel),
+        "kernel samples with --all-user"
+    );
+}
+
+#[test]
+fn no_inherit_leaves_the_children_out() {
+    let Some((_serial, scratch)) = recording_test("no-inherit") else {
+        return;
+    };
+    // The shell forks the busy child and waits for it (`; true` keeps it
+    // from exec'ing the child in its place).
+    let script = format!("{} spin 0.3; true", load());
+    let work = ["-e", "cpu-clock", "--", "sh", "-c", &script];
+    let pids = |samples: &[(u32, u16)]| {
+        let mut pids: Vec<u32> = samples.iter().map(|&(pid, _)| pid).collect();
+        pids.sort_unstable();
+        pids.dedup();
+        pids
+    };
+    let inherited = samples_of(&scratch, &work);
+    assert!(
+        inherited.len() > 100,
+        "only {} samples of the child",
+        inherited.len()
+    );
+    let meta = Recording::read(&scratch.shards()).meta;
+    assert!(pids(&inherited)
+        .iter()
+        .any(|&p| Some(p as i32) != meta.workload_pid));
+    let alone = samples_of(&scratch, &[&["-i"][..], &work].concat());
+    let meta = Recording::read(&scratch.shards()).meta;
+    let shell = meta.workload_pid.unwrap() as u32;
+    assert!(
+        pids(&alone).iter().all(|&p| p == shell),
+        "samples of {:?}, the shell is {shell}",
+        pids(&alone)
+    );
+}
+
 #[test]
 fn cpu_lists_record_only_those_cpus() {
     let Some((_serial, scratch)) = recording_test("cpu-list") else {

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 use clap::error::{ContextKind, ErrorKind};
 use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
-use shardrec_record::{options, CallGraph, RecordConfig, Sampling};
+use shardrec_record::{options, AddressSpace, CallGraph, RecordConfig, Sampling};
 
 /// A perf record for many-CPU hosts.
 #[derive(Parser)]
@@ -61,6 +61,15 @@ pub struct RecordArgs {
     /// Record events on existing process ids (comma separated).
     #[arg(short = 'p', long = "pid", value_name = "PID")]
     pid: Option<String>,
+    /// child tasks do not inherit counters
+    #[arg(short = 'i', long = "no-inherit")]
+    no_inherit: bool,
+    /// Configure all used events to run in user space.
+    #[arg(long = "all-user", conflicts_with = "all_kernel")]
+    all_user: bool,
+    /// Configure all used events to run in kernel space.
+    #[arg(long = "all-kernel")]
+    all_kernel: bool,
     /// Record events on existing thread ids (comma separated).
     #[arg(short = 't', long = "tid", value_name = "TID")]
     tid: Option<String>,
@@ -134,6 +143,12 @@ impl RecordArgs {
             cpus: parsed(&self.cpu, options::parse_cpus)?,
             pids: parsed(&self.pid, options::parse_pids)?,
             tids: parsed(&self.tid, options::parse_tids)?,
+            inherit: !self.no_inherit,
+            all_in: match (self.all_user, self.all_kernel) {
+                (true, _) => Some(AddressSpace::User),
+                (_, true) => Some(AddressSpace::Kernel),
+                _ => None,
+            },
             sampling,
             call_graph,
             ring_pages: self

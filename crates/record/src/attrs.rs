@@ -2,7 +2,7 @@
 
 use shardrec_sys::{abi, process::user_regs_mask, Attr};
 
-use crate::config::{CallGraph, Sampling};
+use crate::config::{AddressSpace, CallGraph, Sampling};
 use crate::events::EventSpec;
 use crate::plan::{Plan, Scope, FORMAT_ID, FORMAT_LOST};
 
@@ -31,7 +31,13 @@ pub fn build(plan: &Plan) -> Vec<Attr> {
 
 fn build_one(plan: &Plan, spec: &EventSpec, first: bool, ring_bytes: usize) -> Attr {
     let mut attr = Attr::new(spec.type_, spec.config);
-    attr.set_exclude(spec.exclude_user, spec.exclude_kernel);
+    let (exclude_user, exclude_kernel) = match plan.all_in {
+        // perf's --all-user and --all-kernel win over an event's modifiers.
+        Some(AddressSpace::User) => (false, true),
+        Some(AddressSpace::Kernel) => (true, false),
+        None => (spec.exclude_user, spec.exclude_kernel),
+    };
+    attr.set_exclude(exclude_user, exclude_kernel);
     attr.set_exclude_guest();
     match plan.sampling {
         // Tracepoints record every hit unless told otherwise, as in perf.
@@ -74,7 +80,7 @@ fn build_one(plan: &Plan, spec: &EventSpec, first: bool, ring_bytes: usize) -> A
             attr.set_mmap_data();
         }
     }
-    if plan.scope != Scope::SystemWide {
+    if plan.scope != Scope::SystemWide && plan.inherit {
         attr.set_inherit();
     }
     if plan.scope == Scope::Workload {

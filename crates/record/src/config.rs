@@ -30,6 +30,15 @@ pub enum CallGraph {
     Dwarf(u32),
 }
 
+/// Where `--all-user` or `--all-kernel` puts every event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AddressSpace {
+    /// `--all-user`: user space only, whatever each event's modifiers say.
+    User,
+    /// `--all-kernel`: the kernel only.
+    Kernel,
+}
+
 /// `shardrec record`'s options, with perf record's names and defaults.
 #[derive(Clone, Debug)]
 pub struct RecordConfig {
@@ -43,6 +52,10 @@ pub struct RecordConfig {
     pub pids: Option<Vec<i32>>,
     /// `-t TID[,TID...]`: these threads (ignored with `-p`, as in perf).
     pub tids: Option<Vec<i32>>,
+    /// Follow the tasks a followed task creates (`-i` turns it off).
+    pub inherit: bool,
+    /// `--all-user` / `--all-kernel`.
+    pub all_in: Option<AddressSpace>,
     /// `-F` / `-c`
     pub sampling: Sampling,
     /// `-g` / `--call-graph`
@@ -68,6 +81,8 @@ impl RecordConfig {
             cpus: None,
             pids: None,
             tids: None,
+            inherit: true,
+            all_in: None,
             sampling: Sampling::Default,
             call_graph: CallGraph::None,
             ring_pages: None,

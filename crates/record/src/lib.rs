@@ -36,7 +36,7 @@ mod vip;
 mod workload;
 mod writers;
 
-pub use config::{CallGraph, RecordConfig, Sampling};
+pub use config::{AddressSpace, CallGraph, RecordConfig, Sampling};
 pub use coordinator::record;
 pub use error::RecordError;
 pub use events::EventSelector;

@@ -4,7 +4,7 @@
 use shardrec_sys::cpu::{self, CpuList};
 use shardrec_sys::{abi, Attr, PerfEvent, Target};
 
-use crate::config::{CallGraph, RecordConfig, Sampling};
+use crate::config::{AddressSpace, CallGraph, RecordConfig, Sampling};
 use crate::events::{self, EventSelector, EventSpec};
 use crate::RecordError;
 
@@ -38,6 +38,10 @@ pub struct Plan {
     pub call_graph: CallGraph,
     /// `-k`: the clock for timestamps.
     pub clockid: Option<i32>,
+    /// Follow the tasks a followed task creates (not `-i`).
+    pub inherit: bool,
+    /// `--all-user` / `--all-kernel`.
+    pub all_in: Option<AddressSpace>,
     /// Whether the kernel counts lost samples per event (`PERF_FORMAT_LOST`, 6.0+).
     pub lost_counts: bool,
     /// Things the user should know that do not stop the recording.
@@ -101,6 +105,8 @@ impl Plan {
             sampling,
             call_graph: config.call_graph,
             clockid: config.clockid,
+            inherit: config.inherit,
+            all_in: config.all_in,
             lost_counts: kernel_counts_lost(),
             warnings,
         })
