@@ -145,6 +145,11 @@ fn bad_ring_size_and_options() {
 /// shardrec as an unprivileged user, through setpriv, under `limits`
 /// (prlimit options; both util-linux).
 fn as_nobody(limits: &[&str]) -> Command {
+    nobody_running(env!("CARGO_BIN_EXE_shardrec"), limits)
+}
+
+/// `program` as nobody, under `limits`.
+fn nobody_running(program: &str, limits: &[&str]) -> Command {
     let mut command = Command::new("prlimit");
     command
         .args(limits)
@@ -155,7 +160,7 @@ fn as_nobody(limits: &[&str]) -> Command {
             "--clear-groups",
             "--",
         ])
-        .arg(env!("CARGO_BIN_EXE_shardrec"));
+        .arg(program);
     command
 }
 
@@ -353,4 +358,69 @@ fn perf_options_are_options_not_the_command() {
         "{stderr}"
     );
     assert!(ran.exists(), "the command did not run");
+}
+
+/// As perf record does for an unprivileged user under
+/// `perf_event_paranoid` 2, a task recording falls back to user space
+/// (`exclude_kernel`, `exclude_hv`, the event named `cpu-clock:u`) and
+/// gets the user-space profile perf gets.
+#[test]
+fn unprivileged_recording_falls_back_to_user_space_as_perf_does() {
+    if !require_root() {
+        return;
+    }
+    let (_nobody, scratch) = nobody_scratch("user-fallback");
+    let paranoid = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid").unwrap();
+    assert!(
+        paranoid.trim().parse::<i32>().unwrap() >= 2,
+        "this test needs perf_event_paranoid 2 (Debian's default), not {paranoid}"
+    );
+    let work = ["-g", "-e", "cpu-clock", "--", load(), "hot", "0.5"];
+    let theirs = scratch.0.join("perf.perf.data");
+    let perf_run = nobody_running("perf", &[])
+        .args(["record", "-q", "-o"])
+        .arg(&theirs)
+        .args(work)
+        .output()
+        .unwrap();
+    assert!(perf_run.status.success(), "perf: {perf_run:?}");
+    let ours = run_as(as_nobody(&[]), &scratch, &[&["-q"][..], &work].concat());
+    assert!(
+        ours.status.success(),
+        "shardrec: {}",
+        String::from_utf8_lossy(&ours.stderr)
+    );
+    let attrs = |file: &std::path::Path| {
+        let evlist = perf(&["evlist", "-v"], file);
+        String::from_utf8_lossy(&evlist.stdout)
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .to_string()
+    };
+    for (file, who) in [(&theirs, "perf"), (&scratch.output(), "shardrec")] {
+        let first = attrs(file);
+        assert!(first.starts_with("cpu-clock:u:"), "{who}: {first}");
+        assert!(
+            first.contains("exclude_kernel: 1, exclude_hv: 1"),
+            "{who}: {first}"
+        );
+    }
+    let report = perf(
+        &[
+            "report",
+            "--stdio",
+            "--no-children",
+            "--sort",
+            "sym",
+            "-g",
+            "caller",
+        ],
+        &scratch.output(),
+    );
+    let text = String::from_utf8_lossy(&report.stdout);
+    assert!(
+        text.contains("hot_loop") && text.contains("hot_caller"),
+        "{text}"
+    );
 }

@@ -38,6 +38,9 @@ fn build_one(plan: &Plan, spec: &EventSpec, first: bool, ring_bytes: usize) -> A
         None => (spec.exclude_user, spec.exclude_kernel),
     };
     attr.set_exclude(exclude_user, exclude_kernel);
+    if spec.exclude_hv {
+        attr.set_exclude_hv();
+    }
     attr.set_exclude_guest();
     match plan.sampling {
         // Tracepoints record every hit unless told otherwise, as in perf.

@@ -49,9 +49,26 @@ pub struct EventSpec {
     pub exclude_user: bool,
     /// `:u` — user only.
     pub exclude_kernel: bool,
+    /// Not in the hypervisor either (set by the fallback to user space).
+    pub exclude_hv: bool,
 }
 
 impl EventSpec {
+    /// perf's fallback for a user whom `perf_event_paranoid` (above 1)
+    /// keeps out of the kernel: an event that counted the kernel counts
+    /// user space only, renamed as perf renames it (`cpu-clock:u`; a name
+    /// that already has a `:` or `/` just gets `u`).
+    pub fn fall_back_to_user_space(&mut self) {
+        self.exclude_kernel = true;
+        self.exclude_hv = true;
+        let separator = if self.name.contains([':', '/']) {
+            ""
+        } else {
+            ":"
+        };
+        self.name = format!("{}{separator}u", self.name);
+    }
+
     /// A tracepoint: sampled with its raw fields, filtered by pid.
     pub fn is_tracepoint(&self) -> bool {
         self.type_ == abi::PERF_TYPE_TRACEPOINT
@@ -126,6 +143,7 @@ fn resolve_one(selector: &EventSelector) -> Result<Vec<EventSpec>, RecordError> 
         config,
         exclude_user: selector.exclude_user,
         exclude_kernel: selector.exclude_kernel,
+        exclude_hv: false,
     };
     if let Some(&(_, config)) = SOFTWARE.iter().find(|(n, _)| *n == base) {
         return Ok(vec![spec(

@@ -91,8 +91,11 @@ impl Plan {
     pub fn resolve(config: &RecordConfig) -> Result<Plan, RecordError> {
         shardrec_writer::check_kernel().map_err(RecordError::Kernel)?;
         let mut warnings = Vec::new();
-        let events = resolve_events(&config.events)?;
+        let mut events = resolve_events(&config.events)?;
         let (scope, pids) = resolve_scope(config, &mut warnings)?;
+        if scope != Scope::SystemWide {
+            events.iter_mut().for_each(fall_back_if_refused);
+        }
         let cpus = resolve_cpus(config, &scope)?;
         let sampling = resolve_sampling(config.sampling, &mut warnings)?;
         let ring_pages = config.ring_pages.unwrap_or_else(default_ring_pages);
@@ -127,6 +130,33 @@ fn resolve_events(selectors: &[EventSelector]) -> Result<Vec<EventSpec>, RecordE
     Ok(specs)
 }
 
+/// perf's fallback (`evsel__fallback`) for a task recording refused the
+/// kernel: an event that counts the kernel and that the kernel refuses
+/// (EACCES, as under `perf_event_paranoid` 2 without CAP_PERFMON) is
+/// probed again on user space only, and kept so if that is allowed. perf
+/// says so only with -v; so does shardrec, which has no -v yet.
+fn fall_back_if_refused(spec: &mut EventSpec) {
+    if spec.exclude_kernel || spec.exclude_user || nix::unistd::geteuid().is_root() {
+        return;
+    }
+    let probe = |spec: &EventSpec| {
+        let mut attr = Attr::new(spec.type_, spec.config);
+        attr.set_exclude(false, spec.exclude_kernel);
+        if spec.exclude_hv {
+            attr.set_exclude_hv();
+        }
+        PerfEvent::open(&attr, Target { pid: 0, cpu: -1 }).map(drop)
+    };
+    if probe(spec).err().and_then(|e| e.raw_os_error()) != Some(libc::EACCES) {
+        return;
+    }
+    let mut user_only = spec.clone();
+    user_only.fall_back_to_user_space();
+    if probe(&user_only).is_ok() {
+        *spec = user_only;
+    }
+}
+
 fn cycles_available() -> bool {
     let mut attr = Attr::new(
         abi::PERF_TYPE_HARDWARE,
@@ -142,8 +172,10 @@ pub const FORMAT_LOST: u64 = 1 << 4;
 pub const FORMAT_ID: u64 = 1 << 2;
 
 /// Kernels before 6.0 refuse a read_format bit they do not know (EINVAL).
+/// The probe counts user space only, which any user may.
 fn kernel_counts_lost() -> bool {
     let mut attr = Attr::software(abi::PERF_COUNT_SW_DUMMY as u64);
+    attr.set_exclude(false, true);
     attr.set_read_format(FORMAT_ID | FORMAT_LOST);
     PerfEvent::open(&attr, Target { pid: 0, cpu: -1 }).is_ok()
 }

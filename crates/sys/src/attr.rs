@@ -79,6 +79,12 @@ impl Attr {
         self.raw.set_exclude_kernel(kernel.into());
     }
 
+    /// Do not count in the hypervisor (perf sets it with `exclude_kernel`
+    /// when it falls back to user space).
+    pub fn set_exclude_hv(&mut self) {
+        self.raw.set_exclude_hv(1);
+    }
+
     /// Do not count while a guest runs on this CPU (perf's default for
     /// every event not given `:G` or `:H`).
     pub fn set_exclude_guest(&mut self) {
