@@ -406,18 +406,7 @@ fn unprivileged_recording_falls_back_to_user_space_as_perf_does() {
             "{who}: {first}"
         );
     }
-    let report = perf(
-        &[
-            "report",
-            "--stdio",
-            "--no-children",
-            "--sort",
-            "sym",
-            "-g",
-            "caller",
-        ],
-        &scratch.output(),
-    );
+    let report = caller_report(&scratch.output());
     let text = String::from_utf8_lossy(&report.stdout);
     assert!(
         text.contains("hot_loop") && text.contains("hot_caller"),

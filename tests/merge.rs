@@ -117,18 +117,7 @@ fn the_hot_function_and_its_caller_are_found() {
         &["-g", "-e", "cpu-clock", "--", load(), "hot", "1"],
     );
     let file = scratch.output();
-    let report = perf(
-        &[
-            "report",
-            "--stdio",
-            "--no-children",
-            "--sort",
-            "sym",
-            "-g",
-            "caller",
-        ],
-        &file,
-    );
+    let report = caller_report(&file);
     assert_no_complaint(&report, "perf report");
     let stdout = String::from_utf8_lossy(&report.stdout);
     let top = stdout

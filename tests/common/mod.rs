@@ -226,6 +226,21 @@ pub fn perf(args: &[&str], file: &Path) -> Output {
     output
 }
 
+/// `perf report` by symbol, each with its callers (`-g caller`): where the
+/// tests look for a hot function and the function that called it.
+pub fn caller_report(file: &Path) -> Output {
+    let args = [
+        "report",
+        "--stdio",
+        "--no-children",
+        "--sort",
+        "sym",
+        "-g",
+        "caller",
+    ];
+    perf(&args, file)
+}
+
 /// Words in perf's stderr that mean it did not like the file.
 pub const PERF_COMPLAINTS: &[&str] = &[
     "out of order",
