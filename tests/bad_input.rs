@@ -333,6 +333,15 @@ fn perf_options_are_options_not_the_command() {
         assert_eq!(output.status.code(), Some(2), "{option}");
         assert!(!ran.exists(), "{option}: the command ran");
     }
+    // --dry-run reads and checks the options, then stops.
+    let output = run(&scratch, &[&["--dry-run"][..], &touch].concat());
+    assert!(output.status.success(), "{output:?}");
+    assert!(!ran.exists() && !scratch.output().exists() && !scratch.shards().exists());
+    let output = run(
+        &scratch,
+        &[&["-u", "no-such-user-here"][..], &touch].concat(),
+    );
+    assert_refused(&output, &scratch, "-u: invalid user 'no-such-user-here'");
     // A value that is not a path is still the option's (-D takes one), not
     // the command.
     let output = run(&scratch, &[&["-D", "100"][..], &touch].concat());

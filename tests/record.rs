@@ -379,6 +379,49 @@ fn no_inherit_leaves_the_children_out() {
 }
 
 #[test]
+fn a_users_processes_and_no_others() {
+    let Some((_serial, scratch)) = recording_test("uid") else {
+        return;
+    };
+    let spin = |as_nobody: bool| {
+        let mut command = match as_nobody {
+            true => {
+                let mut c = std::process::Command::new("setpriv");
+                c.args([
+                    "--reuid=65534",
+                    "--regid=65534",
+                    "--clear-groups",
+                    "--",
+                    load(),
+                ]);
+                c
+            }
+            false => std::process::Command::new(load()),
+        };
+        command.args(["spin", "3"]).spawn().unwrap()
+    };
+    let (mut nobodys, mut roots) = (spin(true), spin(false));
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    record(
+        &scratch,
+        &["-e", "cpu-clock", "-u", "nobody", "--", "sleep", "0.5"],
+    );
+    for child in [&mut nobodys, &mut roots] {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let recording = Recording::read(&scratch.shards());
+    let samples: Vec<_> = recording.samples().collect();
+    assert!(samples.len() > 200, "only {} samples", samples.len());
+    // setpriv execs the spinner: nobody's process keeps setpriv's pid.
+    assert!(
+        samples.iter().all(|s| s.id.pid == nobodys.id()),
+        "samples of processes not nobody's (root's spinner is {})",
+        roots.id()
+    );
+}
+
+#[test]
 fn cpu_lists_record_only_those_cpus() {
     let Some((_serial, scratch)) = recording_test("cpu-list") else {
         return;

@@ -72,8 +72,12 @@ fn chain(error: &dyn std::error::Error) -> String {
 
 /// Records, then merges unless told not to; exits with the workload's status.
 fn record(args: RecordArgs, command_line: &[String]) -> Result<ExitCode, Error> {
-    let (quiet, keep_shards) = (args.quiet, args.keep_shards);
+    let (quiet, keep_shards, dry_run) = (args.quiet, args.keep_shards, args.dry_run);
     let config = args.into_config().map_err(RecordError::Usage)?;
+    if dry_run {
+        // perf's --dry-run: the options are read and checked, nothing more.
+        return Ok(ExitCode::SUCCESS);
+    }
     let report = shardrec_record::record(&config, command_line)?;
     if !quiet {
         eprint!("{report}");

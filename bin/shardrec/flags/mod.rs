@@ -70,6 +70,12 @@ pub struct RecordArgs {
     /// Configure all used events to run in kernel space.
     #[arg(long = "all-kernel")]
     all_kernel: bool,
+    /// user to profile
+    #[arg(short = 'u', long = "uid", value_name = "user")]
+    uid: Option<String>,
+    /// Parse options then exit
+    #[arg(long = "dry-run")]
+    pub dry_run: bool,
     /// Record events on existing thread ids (comma separated).
     #[arg(short = 't', long = "tid", value_name = "TID")]
     tid: Option<String>,
@@ -143,6 +149,7 @@ impl RecordArgs {
             cpus: parsed(&self.cpu, options::parse_cpus)?,
             pids: parsed(&self.pid, options::parse_pids)?,
             tids: parsed(&self.tid, options::parse_tids)?,
+            uid: parsed(&self.uid, options::parse_uid)?,
             inherit: !self.no_inherit,
             all_in: match (self.all_user, self.all_kernel) {
                 (true, _) => Some(AddressSpace::User),

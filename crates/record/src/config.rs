@@ -52,6 +52,8 @@ pub struct RecordConfig {
     pub pids: Option<Vec<i32>>,
     /// `-t TID[,TID...]`: these threads (ignored with `-p`, as in perf).
     pub tids: Option<Vec<i32>>,
+    /// `-u USER`: every process of this user (ignored with `-p`/`-t`).
+    pub uid: Option<u32>,
     /// Follow the tasks a followed task creates (`-i` turns it off).
     pub inherit: bool,
     /// `--all-user` / `--all-kernel`.
@@ -81,6 +83,7 @@ impl RecordConfig {
             cpus: None,
             pids: None,
             tids: None,
+            uid: None,
             inherit: true,
             all_in: None,
             sampling: Sampling::Default,

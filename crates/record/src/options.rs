@@ -37,6 +37,17 @@ fn parse_ids(text: &str, option: &str, what: &str) -> Result<Vec<i32>, String> {
         .collect()
 }
 
+/// Parses `-u`: a user name or number.
+pub fn parse_uid(text: &str) -> Result<u32, String> {
+    if let Ok(uid) = text.parse() {
+        return Ok(uid);
+    }
+    match nix::unistd::User::from_name(text) {
+        Ok(Some(user)) => Ok(user.uid.as_raw()),
+        _ => Err(format!("-u: invalid user '{text}'")),
+    }
+}
+
 /// Parses one `-e`: event names, comma separated, each with its modifiers.
 /// Whether each names an event on this machine the plan finds out.
 pub fn parse_events(text: &str) -> Vec<EventSelector> {

@@ -184,26 +184,36 @@ fn resolve_scope(
     config: &RecordConfig,
     warnings: &mut Vec<String>,
 ) -> Result<(Scope, Vec<i32>), RecordError> {
-    let threads = match (&config.pids, &config.tids) {
-        (Some(pids), _) => Some((pids, true)),
-        (None, Some(tids)) => Some((tids, false)),
-        (None, None) => None,
+    let user_processes;
+    let threads = match (&config.pids, &config.tids, config.uid) {
+        (Some(pids), _, _) => Some((pids, true, "PID/TID")),
+        (None, Some(tids), _) => Some((tids, false, "PID/TID")),
+        (None, None, Some(uid)) => {
+            user_processes = processes_of_user(uid)?;
+            Some((&user_processes, true, "UID"))
+        }
+        (None, None, None) => None,
     };
-    if let Some((ids, processes)) = threads {
-        // perf lets the processes (or threads) win over -a and -C, with
-        // these words. A command given too only bounds the recording: it
-        // runs, unrecorded, and the recording ends when it does (or when the
-        // processes do).
+    if let Some((ids, processes, switch)) = threads {
+        // perf lets the processes (or threads, or a user's processes) win
+        // over -a and -C, with these words. A command given too only bounds
+        // the recording: it runs, unrecorded, and the recording ends when it
+        // does (or when the processes do).
         if config.all_cpus {
-            warnings.push("PID/TID switch overriding SYSTEM".into());
+            warnings.push(format!("{switch} switch overriding SYSTEM"));
         } else if config.cpus.is_some() {
-            warnings.push("PID/TID switch overriding CPU".into());
+            warnings.push(format!("{switch} switch overriding CPU"));
+        }
+        if switch == "PID/TID" && config.uid.is_some() {
+            warnings.push("PID/TID switch overriding UID".into());
         }
         let mut threads = Vec::new();
         for &id in ids {
-            match processes {
-                true => threads.extend(threads_of(id)?),
-                false => threads.push(existing_thread(id)?),
+            match (processes, switch) {
+                // A user's process may have exited since /proc was listed.
+                (true, "UID") => threads.extend(threads_of(id).unwrap_or_default()),
+                (true, _) => threads.extend(threads_of(id)?),
+                (false, _) => threads.push(existing_thread(id)?),
             }
         }
         threads.sort_unstable();
@@ -217,6 +227,26 @@ fn resolve_scope(
         Scope::Workload
     };
     Ok((tasks, Vec::new()))
+}
+
+/// The processes owned by `uid` (the owner of `/proc/PID`, as perf's
+/// `thread_map__new_by_uid` reads it).
+fn processes_of_user(uid: u32) -> Result<Vec<i32>, RecordError> {
+    use std::os::unix::fs::MetadataExt;
+    let dir = std::fs::read_dir("/proc").map_err(RecordError::system("reading /proc"))?;
+    let pids: Vec<i32> = dir
+        .filter_map(|entry| {
+            let entry = entry.ok()?;
+            let pid = entry.file_name().to_str()?.parse().ok()?;
+            (entry.metadata().ok()?.uid() == uid).then_some(pid)
+        })
+        .collect();
+    match pids.is_empty() {
+        true => Err(RecordError::Usage(format!(
+            "-u: user {uid} has no process to record"
+        ))),
+        false => Ok(pids),
+    }
 }
 
 /// `tid`, if it is a thread that exists (`/proc/TID` names threads too).
