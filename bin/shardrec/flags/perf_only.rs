@@ -58,6 +58,8 @@ const fn opt(
 
 const IO_URING: &str = "shardrec's writers already stream each ring with io_uring";
 const PER_CPU: &str = "shardrec already runs one writer process per CPU, pinned to it";
+const ALWAYS: &str =
+    "shardrec's samples always carry their time, CPU and period (the merge orders by them)";
 
 /// perf record's options that shardrec does not implement, in perf's
 /// order and words.
@@ -72,12 +74,12 @@ pub const OPTIONS: &[PerfOption] = &[
     opt(Some('j'), "branch-filter", Required("branch filter mask"), "branch stack filter modes", Later),
     opt(Some('N'), "no-buildid-cache", Flag, "do not update the buildid cache", Later),
     opt(Some('n'), "no-samples", Flag, "don't sample", Later),
-    opt(Some('P'), "period", Flag, "Record the sample period", Later),
+    opt(Some('P'), "period", Flag, "Record the sample period", Moot(ALWAYS)),
     opt(Some('R'), "raw-samples", Flag, "collect raw sample records from all opened counters", Later),
     opt(Some('r'), "realtime", Required("n"), "collect data with this RT SCHED_FIFO priority", Moot("shardrec's writers and VIP already run at SCHED_FIFO priority 1")),
     opt(Some('S'), "snapshot", Optional("opts"), "AUX area tracing Snapshot Mode", Later),
     opt(Some('s'), "stat", Flag, "per thread counts", Later),
-    opt(Some('T'), "timestamp", Flag, "Record the sample timestamps", Later),
+    opt(Some('T'), "timestamp", Flag, "Record the sample timestamps", Moot(ALWAYS)),
     opt(Some('v'), "verbose", Flag, "be more verbose (show counter open errors, etc)", Later),
     opt(Some('W'), "weight", Flag, "sample by weight (on special events only)", Later),
     opt(Some('z'), "compression-level", Optional("n"), "Compress records using specified level", Later),
@@ -110,7 +112,7 @@ pub const OPTIONS: &[PerfOption] = &[
     opt(None, "phys-data", Flag, "Record the sample physical addresses", Later),
     opt(None, "proc-map-timeout", Required("n"), "per thread proc mmap processing timeout in ms", Later),
     opt(None, "running-time", Flag, "Record running/enabled time of read (:S) events", Later),
-    opt(None, "sample-cpu", Flag, "Record the sample cpu", Later),
+    opt(None, "sample-cpu", Flag, "Record the sample cpu", Moot(ALWAYS)),
     opt(None, "sample-identifier", Flag, "Record the sample identifier", Moot("shardrec's samples always carry their identifier")),
     opt(None, "strict-freq", Flag, "Fail if the specified frequency can't be used", Later),
     opt(None, "switch-events", Flag, "Record context switch events", Later),
