@@ -201,15 +201,38 @@ fn a_second_sigint_still_leaves_whole_shards() {
     assert_stopped_cleanly(&scratch);
 }
 
+/// Starts `spin SECONDS` (a busy thread per CPU beside a waiting main
+/// thread) through `command`, and waits until its busy threads exist, so a
+/// recording of its threads taken now finds them: the child and the ids
+/// of its busy threads.
+fn spinning(mut command: std::process::Command, seconds: &str) -> (std::process::Child, Vec<u32>) {
+    let mut child = command.args(["spin", seconds]).spawn().unwrap();
+    let pid = child.id();
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    for _ in 0..200 {
+        let busy: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .map(|dir| {
+                dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+                    .filter(|&tid| tid != pid)
+                    .collect()
+            })
+            .unwrap_or_default();
+        if busy.len() >= cpus {
+            return (child, busy);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    panic!("spin did not start its {cpus} threads");
+}
+
 #[test]
 fn pid_targets_are_recorded_until_they_exit() {
     let Some((_serial, scratch)) = recording_test("pid") else {
         return;
     };
-    let mut target = std::process::Command::new(load())
-        .args(["spin", "1"])
-        .spawn()
-        .unwrap();
+    let (mut target, _) = spinning(std::process::Command::new(load()), "1");
     let pid = target.id().to_string();
     // The recording must end by itself when the target does.
     record(&scratch, &["-e", "cpu-clock", "-p", &pid]);
@@ -236,10 +259,7 @@ fn a_command_bounds_a_pid_recording_and_is_not_recorded() {
     let Some((_serial, scratch)) = recording_test("pid-command") else {
         return;
     };
-    let mut target = std::process::Command::new(load())
-        .args(["spin", "5"])
-        .spawn()
-        .unwrap();
+    let (mut target, _) = spinning(std::process::Command::new(load()), "5");
     let pid = target.id().to_string();
     let started = std::time::Instant::now();
     // As `perf record -p PID -- sleep 0.5`: PID for half a second. -a is
@@ -275,25 +295,7 @@ fn tid_targets_record_only_those_threads() {
     let Some((_serial, scratch)) = recording_test("tid") else {
         return;
     };
-    // `spin` runs a busy thread per CPU beside its waiting main thread.
-    let mut target = std::process::Command::new(load())
-        .args(["spin", "3"])
-        .spawn()
-        .unwrap();
-    let pid = target.id();
-    let mut tids = Vec::new();
-    for _ in 0..100 {
-        tids = std::fs::read_dir(format!("/proc/{pid}/task"))
-            .unwrap()
-            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-            .filter(|&tid| tid != pid)
-            .collect();
-        if tids.len() >= 2 {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-    assert!(tids.len() >= 2, "spin started {} threads", tids.len());
+    let (mut target, tids) = spinning(std::process::Command::new(load()), "3");
     let chosen = tids[0].to_string();
     record(
         &scratch,
@@ -383,25 +385,16 @@ fn a_users_processes_and_no_others() {
     let Some((_serial, scratch)) = recording_test("uid") else {
         return;
     };
-    let spin = |as_nobody: bool| {
-        let mut command = match as_nobody {
-            true => {
-                let mut c = std::process::Command::new("setpriv");
-                c.args([
-                    "--reuid=65534",
-                    "--regid=65534",
-                    "--clear-groups",
-                    "--",
-                    load(),
-                ]);
-                c
-            }
-            false => std::process::Command::new(load()),
-        };
-        command.args(["spin", "3"]).spawn().unwrap()
-    };
-    let (mut nobodys, mut roots) = (spin(true), spin(false));
-    std::thread::sleep(std::time::Duration::from_millis(200));
+    let mut as_nobody = std::process::Command::new("setpriv");
+    as_nobody.args([
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        "--",
+        load(),
+    ]);
+    let (mut nobodys, _) = spinning(as_nobody, "3");
+    let (mut roots, _) = spinning(std::process::Command::new(load()), "3");
     record(
         &scratch,
         &["-e", "cpu-clock", "-u", "nobody", "--", "sleep", "0.5"],
