@@ -230,19 +230,7 @@ fn dwarf_callchains_unwind_to_the_caller() {
             "0.5",
         ],
     );
-    let report = perf(
-        &[
-            "report",
-            "--stdio",
-            "--no-children",
-            "--sort",
-            "sym",
-            "-g",
-            "caller",
-            "--no-inline",
-        ],
-        &scratch.output(),
-    );
+    let report = caller_report(&scratch.output());
     assert_no_complaint(&report, "perf report");
     let stdout = String::from_utf8_lossy(&report.stdout);
     assert!(
