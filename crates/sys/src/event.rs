@@ -46,16 +46,28 @@ pub struct PerfEvent {
 impl PerfEvent {
     /// Opens an event, close-on-exec so a workload never inherits it.
     pub fn open(attr: &Attr, target: Target) -> io::Result<PerfEvent> {
+        PerfEvent::open_in_group(attr, target, None)
+    }
+
+    /// Opens an event as a member of `leader`'s group (scheduled on the
+    /// PMU together), or alone when `leader` is None.
+    pub fn open_in_group(
+        attr: &Attr,
+        target: Target,
+        leader: Option<&PerfEvent>,
+    ) -> io::Result<PerfEvent> {
         let mut raw = *attr.raw();
+        let group_fd = leader.map_or(-1, |l| l.fd.as_raw_fd());
         // SAFETY: `raw` is a fully initialised perf_event_attr whose `size`
         // (ATTR_SIZE) is within the struct; the kernel reads at most `size`
-        // bytes of it and writes back at most `size` on E2BIG.
+        // bytes of it and writes back at most `size` on E2BIG. `group_fd` is
+        // -1 or a perf event fd that `leader` keeps open for the call.
         let fd = unsafe {
             sys::perf_event_open(
                 &mut raw,
                 target.pid,
                 target.cpu,
-                -1,
+                group_fd,
                 sys::bindings::PERF_FLAG_FD_CLOEXEC as libc::c_ulong,
             )
         };

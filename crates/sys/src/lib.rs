@@ -36,7 +36,7 @@ pub mod process;
 pub mod ring;
 pub mod tracefs;
 
-pub use attr::{Attr, ATTR_SIZE};
+pub use attr::{Attr, Flag, ATTR_SIZE};
 pub use event::{PerfEvent, Target};
 pub use ring::RingBuffer;
 

@@ -1,5 +1,10 @@
 //! `perf_event_attr`, built field by field and written out at a fixed size.
 
+mod flags;
+mod print;
+
+pub use flags::Flag;
+
 use crate::abi;
 
 /// The attr size shardrec passes to the kernel and writes to perf.data.
@@ -44,6 +49,79 @@ impl Attr {
     /// The event's config.
     pub fn config(&self) -> u64 {
         self.raw.config
+    }
+
+    /// Whether a one-bit field is set.
+    pub fn flag(&self, flag: Flag) -> bool {
+        flag.get(&self.raw)
+    }
+
+    /// Sets or clears a one-bit field.
+    pub fn set_flag(&mut self, flag: Flag, on: bool) {
+        flag.set(&mut self.raw, on)
+    }
+
+    /// The skid constraint, 0 to 3.
+    pub fn precise_ip(&self) -> u8 {
+        self.raw.precise_ip() as u8
+    }
+
+    /// Sets the skid constraint, 0 to 3.
+    pub fn set_precise_ip(&mut self, level: u8) {
+        self.raw.set_precise_ip(level.min(3).into());
+    }
+
+    /// Changes the event counted (a fallback such as cycles to cpu-clock).
+    pub fn set_event(&mut self, type_: u32, config: u64) {
+        self.raw.type_ = type_;
+        self.raw.config = config;
+    }
+
+    /// `config1` and `config2` (a breakpoint's `bp_addr` and `bp_len`).
+    pub fn set_configs(&mut self, config1: u64, config2: u64) {
+        self.raw.__bindgen_anon_3.config1 = config1;
+        self.raw.__bindgen_anon_4.config2 = config2;
+    }
+
+    /// A breakpoint's `HW_BREAKPOINT_*` access bits.
+    pub fn set_bp_type(&mut self, bp_type: u32) {
+        self.raw.bp_type = bp_type;
+    }
+
+    /// The `PERF_SAMPLE_BRANCH_*` bits of a branch stack sample.
+    pub fn set_branch_sample_type(&mut self, bits: u64) {
+        self.raw.branch_sample_type = bits;
+    }
+
+    /// Registers (a `PERF_REG_*` mask) copied at each interrupt.
+    pub fn set_intr_regs(&mut self, regs: u64) {
+        self.raw.sample_regs_intr = regs;
+    }
+
+    /// Registers (a `PERF_REG_*` mask) of user space copied in each sample.
+    pub fn set_user_regs(&mut self, regs: u64) {
+        self.raw.sample_regs_user = regs;
+    }
+
+    /// The `PERF_SAMPLE_BRANCH_*` bits of a branch stack sample.
+    pub fn branch_sample_type(&self) -> u64 {
+        self.raw.branch_sample_type
+    }
+
+    /// Timestamps from perf's own clock again.
+    pub fn clear_clock(&mut self) {
+        self.raw.set_use_clockid(0);
+        self.raw.clockid = 0;
+    }
+
+    /// Frames at most in each callchain.
+    pub fn set_max_stack(&mut self, frames: u16) {
+        self.raw.sample_max_stack = frames;
+    }
+
+    /// The `PERF_FORMAT_*` bits of what `read()` returns.
+    pub fn read_format(&self) -> u64 {
+        self.raw.read_format
     }
 
     /// Sample every `period` events.
