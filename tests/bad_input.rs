@@ -136,8 +136,8 @@ fn bad_ring_size_and_options() {
     let scratch = Scratch::new("bad-opts");
     let output = run(&scratch, &["-m", "3", "--", "true"]);
     assert_refused(&output, &scratch, "power-of-two number of data pages");
-    let output = run(&scratch, &["--call-graph", "lbr", "--", "true"]);
-    assert_refused(&output, &scratch, "'lbr' is not a call-graph mode");
+    let output = run(&scratch, &["--call-graph", "xyz", "--", "true"]);
+    assert_refused(&output, &scratch, "'xyz' is not a call-graph mode");
     let output = run(&scratch, &["--", "/no/such/program"]);
     assert_refused(&output, &scratch, "cannot run '/no/such/program'");
 }
@@ -421,4 +421,61 @@ fn unprivileged_recording_falls_back_to_user_space_as_perf_does() {
         text.contains("hot_loop") && text.contains("hot_caller"),
         "{text}"
     );
+}
+
+#[test]
+fn event_syntax_and_filter_errors_are_usage_errors() {
+    if !require_root() {
+        return;
+    }
+    let scratch = Scratch::new("bad-syntax");
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["-e", "{cs"],
+            "event syntax error: '{cs' has an unclosed '{'",
+        ),
+        (&["-e", "cs:uu"], "modifier 'u' is given twice"),
+        (&["-e", "cycles:pppp"], "at most three 'p'"),
+        (
+            &["-e", "msr/bogus=1/"],
+            "unknown term 'bogus' for PMU 'msr'",
+        ),
+        (
+            &["-e", "nopmu/event=1/"],
+            "event 'nopmu/event=1/' not found",
+        ),
+        (
+            &["-e", "L1-dcache-lods"],
+            "event 'L1-dcache-lods' not found",
+        ),
+        (
+            &["-e", "cpu-clock/period=x/"],
+            "term 'period' needs a number",
+        ),
+        (
+            &["--filter", "common_pid==1", "-e", "cpu-clock"],
+            "--filter 'common_pid==1' should follow a -e tracepoint",
+        ),
+        (
+            &["-e", "cpu-clock", "--filter", "x==1"],
+            "should follow a -e tracepoint",
+        ),
+        (
+            &["-e", "sched:sched_switch", "--filter", "no_such_field == 1"],
+            "--filter 'no_such_field == 1' is not a valid filter for sched:sched_switch",
+        ),
+        (
+            &["-j", "sometimes"],
+            "-j: unknown branch filter 'sometimes'",
+        ),
+        (&["--user-regs=zz"], "--user-regs: unknown register 'zz'"),
+        (&["--call-graph", "lbrx"], "'lbrx' is not a call-graph mode"),
+    ];
+    for (args, message) in cases {
+        let mut all = args.to_vec();
+        all.extend(["--", "true"]);
+        let output = run(&scratch, &all);
+        assert_refused(&output, &scratch, message);
+        assert_eq!(output.status.code(), Some(2), "{args:?}");
+    }
 }

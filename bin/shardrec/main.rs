@@ -51,7 +51,9 @@ fn main() -> ExitCode {
         Err(error) => {
             eprintln!("shardrec: {}", chain(&error));
             match error {
-                Error::Record(RecordError::Usage(_)) => ExitCode::from(USAGE),
+                Error::Record(RecordError::Usage(_) | RecordError::UnknownEvent { .. }) => {
+                    ExitCode::from(USAGE)
+                }
                 _ => ExitCode::from(255),
             }
         }

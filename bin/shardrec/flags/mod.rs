@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 use clap::error::{ContextKind, ErrorKind};
 use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
-use shardrec_record::{options, AddressSpace, CallGraph, RecordConfig, Sampling};
+use shardrec_record::{options, AddressSpace, CallGraph, RecordConfig, SampleOptions, Sampling};
 
 /// A perf record for many-CPU hosts.
 #[derive(Parser)]
@@ -119,10 +119,104 @@ pub struct RecordArgs {
     /// Clock to use for sample times: monotonic, monotonic_raw, realtime, boottime, tai, or a number.
     #[arg(short = 'k', long = "clockid", value_name = "CLOCK")]
     clockid: Option<String>,
+    /// event filter (an ftrace filter for the tracepoints of the -e before it)
+    #[arg(long = "filter", value_name = "filter")]
+    filter: Vec<String>,
+    /// be more verbose (-v: fallbacks; -vv: every attr before it is opened)
+    #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    #[command(flatten)]
+    sample: SampleArgs,
+    /// The `-e` each `--filter` follows (index into `events`), set by [`parse`].
+    #[arg(skip)]
+    filter_targets: Vec<Option<usize>>,
     /// The command to run and record: the first word that is not an option
     /// or its value, or everything after `--`.
     #[arg(trailing_var_arg = true, value_name = "COMMAND")]
     command: Vec<String>,
+}
+
+/// perf record's options that choose what each sample carries.
+#[derive(Args)]
+#[command(next_help_heading = "Sample contents")]
+struct SampleArgs {
+    /// Record the sample addresses
+    #[arg(short = 'd', long = "data")]
+    data: bool,
+    /// Record the sample physical addresses
+    #[arg(long = "phys-data")]
+    phys_data: bool,
+    /// Record the sampled data address data page size
+    #[arg(long = "data-page-size")]
+    data_page_size: bool,
+    /// Record the sampled code address (ip) page size
+    #[arg(long = "code-page-size")]
+    code_page_size: bool,
+    /// sample by weight (on special events only)
+    #[arg(short = 'W', long = "weight")]
+    weight: bool,
+    /// collect raw sample records from all opened counters
+    #[arg(short = 'R', long = "raw-samples")]
+    raw: bool,
+    /// Record the sample period
+    #[arg(short = 'P', long = "period")]
+    period: bool,
+    /// sample selected machine registers in user space (--user-regs=? lists them)
+    #[arg(long = "user-regs", value_name = "any register", num_args = 0..=1, require_equals = true, default_missing_value = "")]
+    user_regs: Option<String>,
+    /// sample selected machine registers on interrupt (-I? lists them)
+    #[arg(short = 'I', long = "intr-regs", value_name = "any register", num_args = 0..=1, require_equals = true, default_missing_value = "")]
+    intr_regs: Option<String>,
+    /// sample any taken branches
+    #[arg(short = 'b', long = "branch-any")]
+    branch_any: bool,
+    /// branch stack filter modes (any, any_call, any_ret, ind_call, call, cond, stack, u, k, hv, ...)
+    #[arg(short = 'j', long = "branch-filter", value_name = "branch filter mask")]
+    branch_filter: Option<String>,
+    /// per thread counts
+    #[arg(short = 's', long = "stat")]
+    stat: bool,
+    /// Record context switch events
+    #[arg(long = "switch-events")]
+    switch_events: bool,
+    /// Record namespaces events
+    #[arg(long = "namespaces")]
+    namespaces: bool,
+    /// Record cgroup events
+    #[arg(long = "all-cgroups")]
+    all_cgroups: bool,
+}
+
+impl SampleArgs {
+    fn into_options(self) -> Result<SampleOptions, String> {
+        // perf: `--user-regs` and `-I` without a value take the default set.
+        let registers = |option, text: Option<String>| match text.as_deref() {
+            None => Ok(0),
+            Some("") => options::parse_registers(option, None),
+            Some(list) => options::parse_registers(option, Some(list)),
+        };
+        let branch = match (&self.branch_filter, self.branch_any) {
+            (Some(filter), _) => options::parse_branch_filter(filter)?,
+            (None, true) => options::parse_branch_filter("any")?,
+            (None, false) => 0,
+        };
+        Ok(SampleOptions {
+            data_addr: self.data,
+            phys_addr: self.phys_data,
+            data_page_size: self.data_page_size,
+            code_page_size: self.code_page_size,
+            weight: self.weight,
+            raw: self.raw,
+            period: self.period,
+            user_regs: registers("--user-regs", self.user_regs)?,
+            intr_regs: registers("-I", self.intr_regs)?,
+            branch,
+            per_thread_stat: self.stat,
+            switch_events: self.switch_events,
+            namespaces: self.namespaces,
+            cgroups: self.all_cgroups,
+        })
+    }
 }
 
 impl RecordArgs {
@@ -139,12 +233,19 @@ impl RecordArgs {
             (None, false) => CallGraph::None,
         };
         let page = shardrec_sys_page_size();
+        let mut events = self
+            .events
+            .iter()
+            .map(|e| options::parse_events(e))
+            .collect::<Result<Vec<_>, _>>()?;
+        for (filter, target) in self.filter.iter().zip(&self.filter_targets) {
+            let Some(event) = target.and_then(|i| events.get_mut(i)) else {
+                return Err(format!("--filter '{filter}' should follow a -e tracepoint"));
+            };
+            event.filter = Some(filter.clone());
+        }
         Ok(RecordConfig {
-            events: self
-                .events
-                .iter()
-                .flat_map(|e| options::parse_events(e))
-                .collect(),
+            events,
             all_cpus: self.all_cpus,
             cpus: parsed(&self.cpu, options::parse_cpus)?,
             pids: parsed(&self.pid, options::parse_pids)?,
@@ -167,6 +268,8 @@ impl RecordArgs {
             no_merge: self.no_merge,
             command: self.command,
             clockid: parsed(&self.clockid, options::parse_clockid)?,
+            sample: self.sample.into_options()?,
+            verbose: self.verbose,
         })
     }
 }
@@ -220,9 +323,32 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Parsed {
         }
     }
     match Cli::from_arg_matches(&matches) {
-        Ok(cli) => Parsed::Run(Box::new(cli)),
+        Ok(mut cli) => {
+            if let (Action::Record(args), Some(record)) =
+                (&mut cli.action, matches.subcommand_matches("record"))
+            {
+                args.filter_targets = filter_targets(record);
+            }
+            Parsed::Run(Box::new(cli))
+        }
         Err(e) => Parsed::Refused(one_line(&e)),
     }
+}
+
+/// For each `--filter`, the `-e` given last before it (perf attaches a
+/// filter to the event list that precedes it).
+fn filter_targets(matches: &ArgMatches) -> Vec<Option<usize>> {
+    let positions = |id| {
+        matches
+            .indices_of(id)
+            .map(|i| i.collect::<Vec<_>>())
+            .unwrap_or_default()
+    };
+    let events = positions("events");
+    positions("filter")
+        .into_iter()
+        .map(|at| events.iter().rposition(|&e| e < at))
+        .collect()
 }
 
 /// Notes the moot options given; the first one not supported yet is the

@@ -59,63 +59,47 @@ const fn opt(
 const IO_URING: &str = "shardrec's writers already stream each ring with io_uring";
 const PER_CPU: &str = "shardrec already runs one writer process per CPU, pinned to it";
 const ALWAYS: &str =
-    "shardrec's samples always carry their time, CPU and period (the merge orders by them)";
+    "shardrec's samples always carry their time and CPU (the merge orders by them)";
 
 /// perf record's options that shardrec does not implement, in perf's
 /// order and words.
 #[rustfmt::skip]
 pub const OPTIONS: &[PerfOption] = &[
-    opt(Some('b'), "branch-any", Flag, "sample any taken branches", Later),
     opt(Some('B'), "no-buildid", Flag, "do not collect buildids in perf.data", Later),
-    opt(Some('d'), "data", Flag, "Record the sample addresses", Later),
     opt(Some('D'), "delay", Required("ms"), "ms to wait before starting measurement after program start", Later),
     opt(Some('G'), "cgroup", Required("name"), "monitor event in cgroup name only", Later),
-    opt(Some('I'), "intr-regs", Optional("any register"), "sample selected machine registers on interrupt", Later),
-    opt(Some('j'), "branch-filter", Required("branch filter mask"), "branch stack filter modes", Later),
     opt(Some('N'), "no-buildid-cache", Flag, "do not update the buildid cache", Later),
     opt(Some('n'), "no-samples", Flag, "don't sample", Later),
-    opt(Some('P'), "period", Flag, "Record the sample period", Moot(ALWAYS)),
-    opt(Some('R'), "raw-samples", Flag, "collect raw sample records from all opened counters", Later),
     opt(Some('r'), "realtime", Required("n"), "collect data with this RT SCHED_FIFO priority", Moot("shardrec's writers and VIP already run at SCHED_FIFO priority 1")),
     opt(Some('S'), "snapshot", Optional("opts"), "AUX area tracing Snapshot Mode", Later),
-    opt(Some('s'), "stat", Flag, "per thread counts", Later),
     opt(Some('T'), "timestamp", Flag, "Record the sample timestamps", Moot(ALWAYS)),
-    opt(Some('v'), "verbose", Flag, "be more verbose (show counter open errors, etc)", Later),
-    opt(Some('W'), "weight", Flag, "sample by weight (on special events only)", Later),
     opt(Some('z'), "compression-level", Optional("n"), "Compress records using specified level", Later),
     opt(None, "affinity", Required("node|cpu"), "Set affinity mask of trace reading thread", Moot(PER_CPU)),
     opt(None, "aio", Optional("n"), "Use <n> control blocks in asynchronous trace writing mode", Moot(IO_URING)),
-    opt(None, "all-cgroups", Flag, "Record cgroup events", Later),
     opt(None, "aux-sample", Optional("opts"), "sample AUX area", Later),
     opt(None, "buildid-all", Flag, "Record build-id of all DSOs regardless of hits", Later),
     opt(None, "buildid-mmap", Flag, "Record build-id in map events", Later),
     opt(None, "clang-opt", Required("clang options"), "options passed to clang when compiling BPF scriptlets", Later),
     opt(None, "clang-path", Required("clang path"), "clang binary to use for compiling BPF scriptlets", Later),
-    opt(None, "code-page-size", Flag, "Record the sampled code address (ip) page size", Later),
     opt(None, "control", Required("fd:ctl-fd[,ack-fd] or fifo:ctl-fifo[,ack-fifo]"), "Listen on ctl-fd descriptor for command to control measurement", Later),
-    opt(None, "data-page-size", Flag, "Record the sampled data address data page size", Later),
     opt(None, "debuginfod", Optional("debuginfod urls"), "Enable debuginfod data retrieval", Later),
     opt(None, "exclude-perf", Flag, "don't record events from perf itself", Moot("shardrec never records its own processes")),
-    opt(None, "filter", Required("filter"), "event filter", Later),
     opt(None, "group", Flag, "put the counters into a counter group", Later),
     opt(None, "kcore", Flag, "copy /proc/kcore", Later),
     opt(None, "kernel-callchains", Flag, "collect kernel callchains", Later),
     opt(None, "max-size", Required("size"), "Limit the maximum size of the output file", Later),
     opt(None, "mmap-flush", Required("number"), "Minimal number of bytes that is extracted from mmap data pages", Moot("shardrec's writers wake at a quarter ring and write whatever is there")),
-    opt(None, "namespaces", Flag, "Record namespaces events", Later),
     opt(None, "no-bpf-event", Flag, "do not record bpf events", Later),
     opt(None, "no-buffering", Flag, "collect data without buffering", Moot("shardrec's writers flush a ring whose data waited 100 ms")),
     opt(None, "num-thread-synthesize", Required("n"), "number of threads to run for event synthesis", Moot("shardrec picks the synthesis threads from the CPUs and processes")),
     opt(None, "off-cpu", Flag, "Enable off-cpu analysis", Later),
     opt(None, "overwrite", Flag, "use overwrite mode", Later),
     opt(None, "per-thread", Flag, "use per-thread mmaps", Later),
-    opt(None, "phys-data", Flag, "Record the sample physical addresses", Later),
     opt(None, "proc-map-timeout", Required("n"), "per thread proc mmap processing timeout in ms", Later),
     opt(None, "running-time", Flag, "Record running/enabled time of read (:S) events", Later),
     opt(None, "sample-cpu", Flag, "Record the sample cpu", Moot(ALWAYS)),
     opt(None, "sample-identifier", Flag, "Record the sample identifier", Moot("shardrec's samples always carry their identifier")),
     opt(None, "strict-freq", Flag, "Fail if the specified frequency can't be used", Later),
-    opt(None, "switch-events", Flag, "Record context switch events", Later),
     opt(None, "switch-max-files", Required("n"), "Limit number of switch output generated files", Later),
     opt(None, "switch-output", Optional("signal or size[BKMG] or time[smhd]"), "Switch output when receiving SIGUSR2 or cross a size or time threshold", Later),
     opt(None, "switch-output-event", Required("switch output event"), "switch output event selector", Later),
@@ -126,7 +110,6 @@ pub const OPTIONS: &[PerfOption] = &[
     opt(None, "timestamp-filename", Flag, "append timestamp to output filename", Later),
     opt(None, "transaction", Flag, "sample transaction flags (special events only)", Later),
     opt(None, "user-callchains", Flag, "collect user callchains", Later),
-    opt(None, "user-regs", Optional("any register"), "sample selected machine registers in user space", Later),
     opt(None, "vmlinux", Required("file"), "vmlinux pathname", Later),
 ];
 

@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use crate::events::EventSelector;
+use crate::events::EventArg;
 
 /// How often to sample.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -28,6 +28,8 @@ pub enum CallGraph {
     FramePointer,
     /// `--call-graph dwarf[,SIZE]`: user registers and SIZE bytes of stack.
     Dwarf(u32),
+    /// `--call-graph lbr`: the hardware's last branch records (Intel).
+    Lbr,
 }
 
 /// Where `--all-user` or `--all-kernel` puts every event.
@@ -39,11 +41,45 @@ pub enum AddressSpace {
     Kernel,
 }
 
+/// perf record's options that add to each sample or to the side-band.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SampleOptions {
+    /// `-d`: the data address of each sample (and data mappings).
+    pub data_addr: bool,
+    /// `--phys-data`: its physical address.
+    pub phys_addr: bool,
+    /// `--data-page-size`: the page size of the data address.
+    pub data_page_size: bool,
+    /// `--code-page-size`: the page size of the code address.
+    pub code_page_size: bool,
+    /// `-W`: the sample's weight (latency).
+    pub weight: bool,
+    /// `-R`: raw sample data.
+    pub raw: bool,
+    /// `-P`: the period in each sample, as asked (perf adds it for
+    /// frequency sampling anyway).
+    pub period: bool,
+    /// `--user-regs`: user registers (a `PERF_REG_*` mask).
+    pub user_regs: u64,
+    /// `-I`: registers at the interrupt (a `PERF_REG_*` mask).
+    pub intr_regs: u64,
+    /// `-b` / `-j`: the branch stack, with these `PERF_SAMPLE_BRANCH_*` bits.
+    pub branch: u64,
+    /// `-s`: per-thread counts (`inherit_stat`).
+    pub per_thread_stat: bool,
+    /// `--switch-events`: context switch records.
+    pub switch_events: bool,
+    /// `--namespaces`: namespace records.
+    pub namespaces: bool,
+    /// `--all-cgroups`: cgroup records and each sample's cgroup.
+    pub cgroups: bool,
+}
+
 /// `shardrec record`'s options, with perf record's names and defaults.
 #[derive(Clone, Debug)]
 pub struct RecordConfig {
-    /// `-e`, in order; empty means the default event.
-    pub events: Vec<EventSelector>,
+    /// `-e`, in order, each with its `--filter`; empty means the default event.
+    pub events: Vec<EventArg>,
     /// `-a`
     pub all_cpus: bool,
     /// `-C LIST`: these CPUs only.
@@ -68,6 +104,10 @@ pub struct RecordConfig {
     pub output: PathBuf,
     /// `--no-merge`: stop after writing the shards.
     pub no_merge: bool,
+    /// What each sample carries besides the basics.
+    pub sample: SampleOptions,
+    /// `-v` given this many times: 2 prints each attr before opening it.
+    pub verbose: u8,
     /// `-- CMD ARGS...`
     pub command: Vec<String>,
     /// `-k CLOCK`: timestamp with this `CLOCK_*` id instead of perf's clock.
@@ -93,6 +133,8 @@ impl RecordConfig {
             no_merge: false,
             command: Vec::new(),
             clockid: None,
+            sample: SampleOptions::default(),
+            verbose: 0,
         }
     }
 }

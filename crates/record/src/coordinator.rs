@@ -9,6 +9,7 @@ use shardrec_synth::{Synthesizer, Tasks};
 
 mod stop;
 
+use crate::events::EventSpec;
 use crate::helper::HelperProcess;
 use crate::meta::initial_meta;
 use crate::open;
@@ -19,7 +20,7 @@ use crate::summary::RecordReport;
 use crate::vip::{self, VipProcess};
 use crate::workload::Workload;
 use crate::writers::{Writer, WriterOptions};
-use crate::{attrs, RecordConfig, RecordError};
+use crate::{RecordConfig, RecordError};
 
 /// Records as `config` asks until the workload exits or a stop is asked
 /// for, and leaves the shards and a final `meta` in `OUTPUT.shards/`.
@@ -71,15 +72,15 @@ impl<'a> Recording<'a> {
         workload: Option<&'a mut Workload>,
     ) -> Result<Recording<'a>, RecordError> {
         plan.reserve_file_descriptors()?;
-        let attrs = attrs::build(plan);
+        let attrs = &plan.attrs;
         let workload_pid = workload.as_ref().map(|w| w.pid.as_raw());
         let target_pid = workload_pid.filter(|_| plan.scope == Scope::Workload);
-        let cpus = open::open_all(plan, &attrs, target_pid)?;
+        let cpus = open::open_all(plan, attrs, target_pid)?;
         let side_band = open::open_side_band(plan)
             .map_err(|why| eprintln!("shardrec: warning: BPF programs will not be captured: {why}"))
             .ok();
         let dir = RecordingDir::create(RecordingDir::for_output(&config.output))?;
-        let mut meta = initial_meta(config, command_line, plan, &attrs, &cpus, workload_pid);
+        let mut meta = initial_meta(config, command_line, plan, attrs, &cpus, workload_pid);
         let writers = cpus.into_iter().map(Writer::new).collect();
         if let Some(side_band) = &side_band {
             meta.events.push(EventMeta {
@@ -222,10 +223,11 @@ impl<'a> Recording<'a> {
         }
     }
 
-    /// Filters the recorder's own processes out of every tracepoint, so a
-    /// syscall tracepoint does not record the writers' own io_uring calls.
+    /// Sets each tracepoint's filter: the user's `--filter`, and the
+    /// recorder's own processes left out, so a syscall tracepoint does not
+    /// record the writers' own io_uring calls.
     fn exclude_recorder(&self) -> Result<(), RecordError> {
-        let filter = self
+        let own = self
             .meta
             .recorder_pids
             .iter()
@@ -233,19 +235,19 @@ impl<'a> Recording<'a> {
             .collect::<Vec<_>>()
             .join(" && ");
         for cpu in self.writers.iter().map(|w| &w.events) {
-            for event in cpu
-                .events
-                .iter()
-                .filter(|e| self.plan.events[e.spec].is_tracepoint())
-            {
+            for event in &cpu.events {
+                let spec = &self.plan.events[event.spec];
+                if !spec.is_tracepoint() {
+                    continue;
+                }
+                let filter = match &spec.filter {
+                    Some(user) => format!("({user}) && {own}"),
+                    None => own.clone(),
+                };
                 event
                     .event
                     .set_filter(&filter)
-                    .map_err(|e| RecordError::Open {
-                        name: self.plan.events[event.spec].name.clone(),
-                        cpu: cpu.cpu,
-                        source: e,
-                    })?;
+                    .map_err(|e| filter_error(spec, cpu.cpu, e))?;
             }
         }
         Ok(())
@@ -291,5 +293,21 @@ impl<'a> Recording<'a> {
         }
         let _ = std::fs::remove_dir_all(self.dir.path());
         let _ = std::io::stderr().flush();
+    }
+}
+
+/// The kernel's refusal of a tracepoint filter: EINVAL is a bad expression.
+fn filter_error(spec: &EventSpec, cpu: u32, error: std::io::Error) -> RecordError {
+    match (&spec.filter, error.raw_os_error()) {
+        (Some(filter), Some(libc::EINVAL)) => RecordError::Usage(format!(
+            "--filter '{filter}' is not a valid filter for {} (see its fields in tracefs events/{}/format)",
+            spec.name,
+            spec.tracepoint().map(|(s, n)| format!("{s}/{n}")).unwrap_or_default()
+        )),
+        _ => RecordError::Open {
+            name: spec.name.clone(),
+            cpu,
+            source: error,
+        },
     }
 }

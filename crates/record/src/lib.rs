@@ -11,7 +11,7 @@
 //! ```no_run
 //! use shardrec_record::{options, record, RecordConfig};
 //! let mut config = RecordConfig::new();
-//! config.events = options::parse_events("cpu-clock");
+//! config.events = vec![options::parse_events("cpu-clock").expect("a valid event")];
 //! config.command = vec!["sleep".into(), "1".into()];
 //! let report = record(&config, &["shardrec".into(), "record".into()])?;
 //! eprint!("{report}");
@@ -26,6 +26,7 @@ mod events;
 mod helper;
 mod host;
 mod meta;
+mod negotiate;
 mod open;
 pub mod options;
 mod plan;
@@ -36,8 +37,8 @@ mod vip;
 mod workload;
 mod writers;
 
-pub use config::{AddressSpace, CallGraph, RecordConfig, Sampling};
+pub use config::{AddressSpace, CallGraph, RecordConfig, SampleOptions, Sampling};
 pub use coordinator::record;
 pub use error::RecordError;
-pub use events::EventSelector;
+pub use events::EventArg;
 pub use summary::{CpuReport, RecordReport};

@@ -4,6 +4,7 @@ use std::io;
 
 use shardrec_sys::{abi, cpu, Attr, PerfEvent, RingBuffer, Target};
 
+use crate::events::EventSpec;
 use crate::plan::{read_sysctl, Plan, Scope};
 use crate::RecordError;
 
@@ -115,9 +116,13 @@ fn open_cpu(plan: &Plan, attrs: &[Attr], pids: &[i32], cpu: u32) -> Result<CpuEv
     let mut events: Vec<OpenEvent> = Vec::with_capacity(pids.len() * attrs.len());
     let mut ring = None;
     for &pid in pids {
+        let first = events.len();
         for (spec, attr) in attrs.iter().enumerate() {
-            let fail = |e| open_error(plan, spec, cpu, pid, e);
-            let event = PerfEvent::open(attr, Target::task_on_cpu(pid, cpu)).map_err(fail)?;
+            let target = Target::task_on_cpu(pid, cpu);
+            let fail = |e| open_error(&plan.events[spec], target, e);
+            // A member joins its leader opened for the same task and CPU.
+            let leader = plan.events[spec].leader.map(|l| &events[first + l].event);
+            let event = PerfEvent::open_in_group(attr, target, leader).map_err(fail)?;
             match &ring {
                 None => ring = Some(map_ring(plan, &event, spec, cpu)?),
                 Some(_) => event.set_output(&events[0].event).map_err(fail)?,
@@ -143,7 +148,7 @@ fn map_ring(
         if e.raw_os_error() == Some(libc::EPERM) {
             memlock_error(plan.ring_pages)
         } else {
-            open_error(plan, spec, cpu, -1, e)
+            open_error(&plan.events[spec], Target::cpu(cpu), e)
         }
     })
 }
@@ -160,8 +165,9 @@ pub fn memlock_error(ring_pages: usize) -> RecordError {
     }
 }
 
-fn open_error(plan: &Plan, spec: usize, cpu: u32, pid: i32, error: io::Error) -> RecordError {
-    let event = &plan.events[spec];
+/// The kernel's refusal of `event` on `target`, in words.
+pub fn open_error(event: &EventSpec, target: Target, error: io::Error) -> RecordError {
+    let (pid, cpu) = (target.pid, target.cpu.max(0) as u32);
     let name = event.name.clone();
     match error.raw_os_error() {
         Some(libc::EACCES) | Some(libc::EPERM) => RecordError::NoPermission {

@@ -4,8 +4,8 @@
 use shardrec_sys::cpu::{self, CpuList};
 use shardrec_sys::{abi, Attr, PerfEvent, Target};
 
-use crate::config::{AddressSpace, CallGraph, RecordConfig, Sampling};
-use crate::events::{self, EventSelector, EventSpec};
+use crate::config::{AddressSpace, CallGraph, RecordConfig, SampleOptions, Sampling};
+use crate::events::{self, EventArg, EventSpec};
 use crate::RecordError;
 
 /// Whose activity is recorded.
@@ -44,6 +44,12 @@ pub struct Plan {
     pub all_in: Option<AddressSpace>,
     /// Whether the kernel counts lost samples per event (`PERF_FORMAT_LOST`, 6.0+).
     pub lost_counts: bool,
+    /// What samples carry besides the basics.
+    pub sample: SampleOptions,
+    /// Each event's attr, as tried on the first CPU (after perf's fallbacks).
+    pub attrs: Vec<Attr>,
+    /// The event that carries the side-band (mmap, comm, task records).
+    pub tracking: usize,
     /// Things the user should know that do not stop the recording.
     pub warnings: Vec<String>,
 }
@@ -93,13 +99,19 @@ impl Plan {
         let mut warnings = Vec::new();
         let mut events = resolve_events(&config.events)?;
         let (scope, pids) = resolve_scope(config, &mut warnings)?;
-        if scope != Scope::SystemWide {
-            events.iter_mut().for_each(fall_back_if_refused);
-        }
+        // As perf: system-wide, a dummy event tracks the side-band from the
+        // moment it is opened.
+        let tracking = match scope {
+            Scope::SystemWide => {
+                events.push(EventSpec::tracking_dummy());
+                events.len() - 1
+            }
+            _ => 0,
+        };
         let cpus = resolve_cpus(config, &scope)?;
         let sampling = resolve_sampling(config.sampling, &mut warnings)?;
         let ring_pages = config.ring_pages.unwrap_or_else(default_ring_pages);
-        Ok(Plan {
+        let mut plan = Plan {
             events,
             cpus,
             scope,
@@ -108,62 +120,29 @@ impl Plan {
             sampling,
             call_graph: config.call_graph,
             clockid: config.clockid,
-            inherit: config.inherit,
+            // perf: threads named by -t are recorded without their children.
+            inherit: config.inherit && (config.pids.is_some() || config.tids.is_none()),
             all_in: config.all_in,
             lost_counts: kernel_counts_lost(),
+            sample: config.sample.clone(),
+            attrs: Vec::new(),
+            tracking,
             warnings,
-        })
-    }
-}
-
-fn resolve_events(selectors: &[EventSelector]) -> Result<Vec<EventSpec>, RecordError> {
-    let mut specs = events::resolve(selectors)?;
-    if specs.is_empty() {
-        // perf's default is cycles, and it falls back to cpu-clock without a PMU.
-        let default = if cycles_available() {
-            "cycles"
-        } else {
-            "cpu-clock"
         };
-        specs = events::resolve(&events::parse_selectors(default))?;
-    }
-    Ok(specs)
-}
-
-/// perf's fallback (`evsel__fallback`) for a task recording refused the
-/// kernel: an event that counts the kernel and that the kernel refuses
-/// (EACCES, as under `perf_event_paranoid` 2 without CAP_PERFMON) is
-/// probed again on user space only, and kept so if that is allowed. perf
-/// says so only with -v; so does shardrec, which has no -v yet.
-fn fall_back_if_refused(spec: &mut EventSpec) {
-    if spec.exclude_kernel || spec.exclude_user || nix::unistd::geteuid().is_root() {
-        return;
-    }
-    let probe = |spec: &EventSpec| {
-        let mut attr = Attr::new(spec.type_, spec.config);
-        attr.set_exclude(false, spec.exclude_kernel);
-        if spec.exclude_hv {
-            attr.set_exclude_hv();
-        }
-        PerfEvent::open(&attr, Target { pid: 0, cpu: -1 }).map(drop)
-    };
-    if probe(spec).err().and_then(|e| e.raw_os_error()) != Some(libc::EACCES) {
-        return;
-    }
-    let mut user_only = spec.clone();
-    user_only.fall_back_to_user_space();
-    if probe(&user_only).is_ok() {
-        *spec = user_only;
+        let mut attrs = crate::attrs::build(&plan);
+        crate::negotiate::negotiate(&mut plan, &mut attrs, config.verbose)?;
+        plan.attrs = attrs;
+        Ok(plan)
     }
 }
 
-fn cycles_available() -> bool {
-    let mut attr = Attr::new(
-        abi::PERF_TYPE_HARDWARE,
-        abi::PERF_COUNT_HW_CPU_CYCLES as u64,
-    );
-    attr.set_exclude(false, true);
-    PerfEvent::open(&attr, Target { pid: 0, cpu: -1 }).is_ok()
+fn resolve_events(args: &[EventArg]) -> Result<Vec<EventSpec>, RecordError> {
+    let specs = events::resolve(args)?;
+    match specs.is_empty() {
+        // perf's default; the first try falls back to cpu-clock without a PMU.
+        true => Ok(vec![EventSpec::default_event()]),
+        false => Ok(specs),
+    }
 }
 
 /// `PERF_FORMAT_LOST`, read_format bit 4.

@@ -1,66 +1,128 @@
-//! Event names as perf spells them: parsed into [`EventSelector`]s (the
-//! words), then resolved to attr types and configs on this machine.
+//! Events as perf spells them: `-e` values are parsed ([`grammar`]) when
+//! the command line is read, then resolved against this machine (tables,
+//! sysfs PMUs, tracefs) into [`EventSpec`]s when the plan is made.
+
+pub mod grammar;
+pub mod modifiers;
+mod names;
+mod pmu;
+pub mod terms;
 
 use shardrec_sys::abi;
 use shardrec_sys::tracefs;
 
 use crate::RecordError;
+use grammar::{EventName, ParsedEvent, ParsedGroup};
+pub use modifiers::Modifiers;
+use pmu::{Configs, Pmu};
+use terms::EventTerms;
 
-/// One `-e` name as written: the event and its modifiers.
+/// One `-e` value, parsed, with the `--filter` that followed it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct EventSelector {
-    /// As the user wrote it (`cs:u`, `syscalls:sys_enter_*`).
+pub struct EventArg {
+    /// As typed.
     pub text: String,
-    /// Without the modifiers (`cs`).
-    pub base: String,
-    /// `:k` — kernel only.
-    pub exclude_user: bool,
-    /// `:u` — user only.
-    pub exclude_kernel: bool,
+    /// Its groups and events.
+    pub groups: Vec<ParsedGroup>,
+    /// `--filter` given after it: perf attaches it to the last event.
+    pub filter: Option<String>,
 }
 
-/// Splits a `-e` argument (`a,b:u,sys:tp`) into its selectors.
-pub fn parse_selectors(list: &str) -> Vec<EventSelector> {
-    list.split(',')
-        .map(str::trim)
-        .filter(|n| !n.is_empty())
-        .map(|text| {
-            let (base, exclude_user, exclude_kernel) = split_modifiers(text);
-            EventSelector {
-                text: text.to_string(),
-                base: base.to_string(),
-                exclude_user,
-                exclude_kernel,
-            }
+impl EventArg {
+    /// Parses one `-e` value; the error names what is wrong in it.
+    pub fn parse(text: &str) -> Result<EventArg, String> {
+        Ok(EventArg {
+            text: text.to_string(),
+            groups: grammar::parse(text).map_err(|e| format!("-e {text}: {e}"))?,
+            filter: None,
         })
-        .collect()
+    }
 }
 
 /// One event to record, resolved.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EventSpec {
-    /// The name as the user wrote it (with modifiers).
+    /// Its name in perf.data (as written, or `name=`).
     pub name: String,
-    /// `PERF_TYPE_*`
+    /// `PERF_TYPE_*` or a PMU's type.
     pub type_: u32,
-    /// The type's config.
-    pub config: u64,
-    /// `:k` — kernel only.
-    pub exclude_user: bool,
-    /// `:u` — user only.
-    pub exclude_kernel: bool,
-    /// Not in the hypervisor either (set by the fallback to user space).
-    pub exclude_hv: bool,
+    /// `config`, `config1` (`bp_addr`), `config2` (`bp_len`).
+    pub configs: Configs,
+    /// A breakpoint's `HW_BREAKPOINT_*` access bits.
+    pub bp_type: u32,
+    /// Its modifiers and its group's.
+    pub modifiers: Modifiers,
+    /// Its term list's overrides.
+    pub terms: EventTerms,
+    /// The index of its group's leader, when it is a member of a group.
+    pub leader: Option<usize>,
+    /// An ftrace filter (`--filter`), for a tracepoint.
+    pub filter: Option<String>,
 }
 
 impl EventSpec {
+    fn new(name: String, type_: u32, config: u64) -> EventSpec {
+        EventSpec {
+            name,
+            type_,
+            configs: Configs {
+                config,
+                ..Configs::default()
+            },
+            bp_type: 0,
+            modifiers: Modifiers::new(),
+            terms: EventTerms::default(),
+            leader: None,
+            filter: None,
+        }
+    }
+
+    /// perf's default event: cycles at the highest precise level the PMU
+    /// has (`cycles:P`), falling back to cpu-clock without a PMU.
+    pub fn default_event() -> EventSpec {
+        let mut spec = EventSpec::new(
+            "cycles:P".into(),
+            abi::PERF_TYPE_HARDWARE,
+            abi::PERF_COUNT_HW_CPU_CYCLES as u64,
+        );
+        spec.modifiers = Modifiers::default();
+        spec.modifiers.precise_max = true;
+        spec
+    }
+
+    /// perf's tracking event for system-wide recordings: a dummy that
+    /// carries the side-band (mmap, comm, task) and is enabled when it is
+    /// opened, so maps made while existing tasks are synthesized are not
+    /// missed.
+    pub fn tracking_dummy() -> EventSpec {
+        let mut spec = EventSpec::new(
+            "dummy:HG".into(),
+            abi::PERF_TYPE_SOFTWARE,
+            abi::PERF_COUNT_SW_DUMMY as u64,
+        );
+        spec.modifiers = Modifiers::default();
+        spec
+    }
+
+    /// The tracking dummy (enabled at once, sampling every hit).
+    pub fn is_tracking_dummy(&self) -> bool {
+        self.type_ == abi::PERF_TYPE_SOFTWARE
+            && self.config() == abi::PERF_COUNT_SW_DUMMY as u64
+            && self.name == "dummy:HG"
+    }
+
+    /// The event's config.
+    pub fn config(&self) -> u64 {
+        self.configs.config
+    }
+
     /// perf's fallback for a user whom `perf_event_paranoid` (above 1)
     /// keeps out of the kernel: an event that counted the kernel counts
     /// user space only, renamed as perf renames it (`cpu-clock:u`; a name
     /// that already has a `:` or `/` just gets `u`).
     pub fn fall_back_to_user_space(&mut self) {
-        self.exclude_kernel = true;
-        self.exclude_hv = true;
+        self.modifiers.exclude_kernel = true;
+        self.modifiers.exclude_hv = true;
         let separator = if self.name.contains([':', '/']) {
             ""
         } else {
@@ -69,9 +131,33 @@ impl EventSpec {
         self.name = format!("{}{separator}u", self.name);
     }
 
+    /// perf's fallback for cycles on a machine without a PMU: cpu-clock,
+    /// with the same modifiers (a precise level too, which cpu-clock
+    /// ignores unless it also asks for a branch stack), named as perf
+    /// names it then: `cpu-clock` and the precise level it kept
+    /// (`cpu-clock:ppp` for the default `cycles:P`).
+    pub fn fall_back_to_cpu_clock(&mut self, precise_ip: u8) -> bool {
+        let cycles = self.type_ == abi::PERF_TYPE_HARDWARE
+            && self.config() == abi::PERF_COUNT_HW_CPU_CYCLES as u64;
+        if cycles {
+            self.type_ = abi::PERF_TYPE_SOFTWARE;
+            self.configs.config = abi::PERF_COUNT_SW_CPU_CLOCK as u64;
+            self.name = match precise_ip {
+                0 => "cpu-clock".into(),
+                level => format!("cpu-clock:{}", &"ppp"[..level as usize]),
+            };
+        }
+        cycles
+    }
+
     /// A tracepoint: sampled with its raw fields, filtered by pid.
     pub fn is_tracepoint(&self) -> bool {
         self.type_ == abi::PERF_TYPE_TRACEPOINT
+    }
+
+    /// A breakpoint (`mem:`), which records every hit by default.
+    pub fn is_breakpoint(&self) -> bool {
+        self.type_ == abi::PERF_TYPE_BREAKPOINT
     }
 
     /// A tracepoint's system and name.
@@ -79,135 +165,212 @@ impl EventSpec {
         if !self.is_tracepoint() {
             return None;
         }
-        let (base, _, _) = split_modifiers(&self.name);
-        let (system, name) = base.split_once(':')?;
-        Some((system.to_string(), name.to_string()))
+        let base = self.name.split(['/']).next().unwrap_or_default();
+        let mut parts = base.splitn(3, ':');
+        Some((parts.next()?.to_string(), parts.next()?.to_string()))
     }
 }
 
-const SOFTWARE: &[(&str, u32)] = &[
-    ("cpu-clock", abi::PERF_COUNT_SW_CPU_CLOCK),
-    ("task-clock", abi::PERF_COUNT_SW_TASK_CLOCK),
-    ("page-faults", abi::PERF_COUNT_SW_PAGE_FAULTS),
-    ("faults", abi::PERF_COUNT_SW_PAGE_FAULTS),
-    ("minor-faults", abi::PERF_COUNT_SW_PAGE_FAULTS_MIN),
-    ("major-faults", abi::PERF_COUNT_SW_PAGE_FAULTS_MAJ),
-    ("context-switches", abi::PERF_COUNT_SW_CONTEXT_SWITCHES),
-    ("cs", abi::PERF_COUNT_SW_CONTEXT_SWITCHES),
-    ("cpu-migrations", abi::PERF_COUNT_SW_CPU_MIGRATIONS),
-    ("migrations", abi::PERF_COUNT_SW_CPU_MIGRATIONS),
-    ("alignment-faults", abi::PERF_COUNT_SW_ALIGNMENT_FAULTS),
-    ("emulation-faults", abi::PERF_COUNT_SW_EMULATION_FAULTS),
-    ("dummy", abi::PERF_COUNT_SW_DUMMY),
-];
-
-const HARDWARE: &[(&str, u32)] = &[
-    ("cycles", abi::PERF_COUNT_HW_CPU_CYCLES),
-    ("cpu-cycles", abi::PERF_COUNT_HW_CPU_CYCLES),
-    ("instructions", abi::PERF_COUNT_HW_INSTRUCTIONS),
-    ("cache-references", abi::PERF_COUNT_HW_CACHE_REFERENCES),
-    ("cache-misses", abi::PERF_COUNT_HW_CACHE_MISSES),
-    ("branches", abi::PERF_COUNT_HW_BRANCH_INSTRUCTIONS),
-    (
-        "branch-instructions",
-        abi::PERF_COUNT_HW_BRANCH_INSTRUCTIONS,
-    ),
-    ("branch-misses", abi::PERF_COUNT_HW_BRANCH_MISSES),
-    ("bus-cycles", abi::PERF_COUNT_HW_BUS_CYCLES),
-    (
-        "stalled-cycles-frontend",
-        abi::PERF_COUNT_HW_STALLED_CYCLES_FRONTEND,
-    ),
-    (
-        "stalled-cycles-backend",
-        abi::PERF_COUNT_HW_STALLED_CYCLES_BACKEND,
-    ),
-    ("ref-cycles", abi::PERF_COUNT_HW_REF_CPU_CYCLES),
-];
-
-/// Resolves selectors into events. Tracepoint globs
-/// (`syscalls:sys_enter_*`) expand to every match.
-pub fn resolve(selectors: &[EventSelector]) -> Result<Vec<EventSpec>, RecordError> {
+/// Resolves every `-e` into events, in order. Groups get their leader's
+/// index; tracepoint globs expand to every match.
+pub fn resolve(args: &[EventArg]) -> Result<Vec<EventSpec>, RecordError> {
     let mut specs = Vec::new();
-    for selector in selectors {
-        specs.extend(resolve_one(selector)?);
+    for arg in args {
+        let mut last = specs.len();
+        for group in &arg.groups {
+            let first = specs.len();
+            for event in &group.events {
+                last = specs.len();
+                for mut spec in resolve_event(event)? {
+                    spec.modifiers.apply(&group.modifiers);
+                    specs.push(spec);
+                }
+            }
+            if group.braced && specs.len() - first > 1 {
+                specs[first + 1..]
+                    .iter_mut()
+                    .for_each(|s| s.leader = Some(first));
+            }
+        }
+        if let Some(filter) = &arg.filter {
+            attach_filter(&mut specs[last..], filter)?;
+        }
     }
     Ok(specs)
 }
 
-fn resolve_one(selector: &EventSelector) -> Result<Vec<EventSpec>, RecordError> {
-    let (full, base) = (selector.text.as_str(), selector.base.as_str());
-    let spec = |name: String, type_, config: u64| EventSpec {
-        name,
-        type_,
-        config,
-        exclude_user: selector.exclude_user,
-        exclude_kernel: selector.exclude_kernel,
-        exclude_hv: false,
-    };
-    if let Some(&(_, config)) = SOFTWARE.iter().find(|(n, _)| *n == base) {
-        return Ok(vec![spec(
-            full.to_string(),
-            abi::PERF_TYPE_SOFTWARE,
-            config as u64,
-        )]);
+/// perf's `--filter` goes to the last event given before it (every
+/// tracepoint of its glob); perf 6.1 has it for tracepoints only.
+fn attach_filter(specs: &mut [EventSpec], filter: &str) -> Result<(), RecordError> {
+    if specs.is_empty() || !specs.iter().all(EventSpec::is_tracepoint) {
+        return Err(RecordError::Usage(format!(
+            "--filter '{filter}' should follow a -e tracepoint (filters on sampling events are not supported yet)"
+        )));
     }
-    if let Some(&(_, config)) = HARDWARE.iter().find(|(n, _)| *n == base) {
-        return Ok(vec![spec(
-            full.to_string(),
-            abi::PERF_TYPE_HARDWARE,
-            config as u64,
-        )]);
-    }
-    let Some((system, name)) = base.split_once(':') else {
-        return Err(RecordError::UnknownEvent {
-            name: full.to_string(),
-            suggestion: suggest(base),
-        });
+    specs
+        .iter_mut()
+        .for_each(|s| s.filter = Some(filter.to_string()));
+    Ok(())
+}
+
+fn resolve_event(event: &ParsedEvent) -> Result<Vec<EventSpec>, RecordError> {
+    let unknown = |suggestion| RecordError::UnknownEvent {
+        name: event.text.clone(),
+        suggestion,
     };
+    let bad_term = |reason: String| RecordError::Usage(format!("-e {}: {reason}", event.text));
+    let mut spec = match &event.name {
+        EventName::Tracepoint(system, name) => return tracepoints(event, system, name),
+        EventName::Breakpoint { addr, len, access } => breakpoint(event, *addr, *len, access)?,
+        EventName::Raw(config) => EventSpec::new(event.text.clone(), abi::PERF_TYPE_RAW, *config),
+        EventName::Numeric(type_, config) => EventSpec::new(event.text.clone(), *type_, *config),
+        EventName::Word(word) => match symbol(word) {
+            Some((type_, config)) => EventSpec::new(event.text.clone(), type_, config),
+            None if !event.terms.is_empty() => {
+                let pmu = Pmu::find(word).ok_or_else(|| unknown(None))?;
+                let mut spec = EventSpec::new(event.text.clone(), pmu.type_, 0);
+                pmu_terms(&pmu, &mut spec, event).map_err(bad_term)?;
+                spec.modifiers = Modifiers::of_event(&event.modifiers);
+                return Ok(vec![spec]);
+            }
+            None => bare_alias(event, word).ok_or_else(|| unknown(suggest(word)))?,
+        },
+    };
+    for term in &event.terms {
+        if !terms::take(&mut spec.terms, &mut spec.configs, term).map_err(bad_term)? {
+            return Err(bad_term(format!("unknown term '{}'", term.key)));
+        }
+    }
+    finish(&mut spec, event);
+    Ok(vec![spec])
+}
+
+/// The name from `name=`, and the modifiers.
+fn finish(spec: &mut EventSpec, event: &ParsedEvent) {
+    if let Some(name) = &spec.terms.name {
+        spec.name = name.clone();
+    }
+    spec.modifiers = Modifiers::of_event(&event.modifiers);
+}
+
+/// A hardware, software or hardware cache event name.
+fn symbol(word: &str) -> Option<(u32, u64)> {
+    names::lookup(names::SOFTWARE, word)
+        .map(|c| (abi::PERF_TYPE_SOFTWARE, c))
+        .or_else(|| names::lookup(names::HARDWARE, word).map(|c| (abi::PERF_TYPE_HARDWARE, c)))
+        .or_else(|| names::hw_cache(word).map(|c| (abi::PERF_TYPE_HW_CACHE, c)))
+}
+
+/// `pmu/term,alias,.../`: generic terms, aliases from `events/`, format
+/// terms from `format/`.
+fn pmu_terms(pmu: &Pmu, spec: &mut EventSpec, event: &ParsedEvent) -> Result<(), String> {
+    for term in &event.terms {
+        if terms::take(&mut spec.terms, &mut spec.configs, term)? {
+            continue;
+        }
+        match (term.value.is_none(), pmu.alias(&term.key)) {
+            (true, Some(alias)) => {
+                for term in &alias {
+                    pmu.set_term(&mut spec.configs, term)?;
+                }
+            }
+            _ => pmu.set_term(&mut spec.configs, term)?,
+        }
+    }
+    if let Some(name) = &spec.terms.name {
+        spec.name = name.clone();
+    }
+    Ok(())
+}
+
+/// A PMU event named without its PMU (`-e tsc`), as perf finds it in
+/// every PMU's `events/`.
+fn bare_alias(event: &ParsedEvent, word: &str) -> Option<EventSpec> {
+    Pmu::all().into_iter().find_map(|pmu| {
+        let alias = pmu.alias(word)?;
+        let mut spec = EventSpec::new(event.text.clone(), pmu.type_, 0);
+        for term in &alias {
+            pmu.set_term(&mut spec.configs, term).ok()?;
+        }
+        Some(spec)
+    })
+}
+
+/// `HW_BREAKPOINT_R`, `_W`, `_X`.
+const BP_R: u32 = 1;
+const BP_W: u32 = 2;
+const BP_X: u32 = 4;
+
+/// `mem:ADDR[/LEN][:ACCESS]`: read-write by default, 4 bytes long (a long
+/// for execute), as perf sets them.
+fn breakpoint(
+    event: &ParsedEvent,
+    addr: u64,
+    len: Option<u64>,
+    access: &Option<String>,
+) -> Result<EventSpec, RecordError> {
+    let bp_type = match access {
+        None => BP_R | BP_W,
+        Some(letters) => letters.chars().fold(0, |bits, c| {
+            bits | match c {
+                'r' => BP_R,
+                'w' => BP_W,
+                _ => BP_X,
+            }
+        }),
+    };
+    let default_len = if bp_type == BP_X { 8 } else { 4 };
+    let mut spec = EventSpec::new(event.text.clone(), abi::PERF_TYPE_BREAKPOINT, 0);
+    spec.bp_type = bp_type;
+    spec.configs.config1 = addr;
+    spec.configs.config2 = len.unwrap_or(default_len);
+    Ok(spec)
+}
+
+fn tracepoints(
+    event: &ParsedEvent,
+    system: &str,
+    name: &str,
+) -> Result<Vec<EventSpec>, RecordError> {
     let root = tracefs::root().map_err(|e| RecordError::Tracefs(e.to_string()))?;
     let found = tracefs::matching(&root, system, name).unwrap_or_default();
     if found.is_empty() {
         return Err(RecordError::UnknownEvent {
-            name: full.to_string(),
+            name: event.text.clone(),
             suggestion: None,
         });
     }
-    let suffix = &full[base.len()..];
+    let suffix = match event.modifiers.as_str() {
+        "" => String::new(),
+        mods => format!(":{mods}"),
+    };
     found
         .into_iter()
         .map(|(sys, ev)| {
             let id = tracefs::tracepoint_id(&root, &sys, &ev)
                 .map_err(|e| RecordError::Tracefs(format!("{sys}:{ev}: {e}")))?;
-            Ok(spec(
-                format!("{sys}:{ev}{suffix}"),
-                abi::PERF_TYPE_TRACEPOINT,
-                id,
-            ))
+            let mut spec =
+                EventSpec::new(format!("{sys}:{ev}{suffix}"), abi::PERF_TYPE_TRACEPOINT, id);
+            for term in &event.terms {
+                if !terms::take(&mut spec.terms, &mut spec.configs, term)
+                    .map_err(RecordError::Usage)?
+                {
+                    return Err(RecordError::Usage(format!(
+                        "-e {}: unknown term '{}'",
+                        event.text, term.key
+                    )));
+                }
+            }
+            finish(&mut spec, event);
+            Ok(spec)
         })
         .collect()
 }
 
-/// Splits `name:uk` into the name and its exclusions. A trailing `:x` is a
-/// modifier list only when every letter is one perf knows as a modifier.
-fn split_modifiers(full: &str) -> (&str, bool, bool) {
-    if let Some((base, mods)) = full.rsplit_once(':') {
-        if !mods.is_empty() && mods.chars().all(|c| "ukhpPGHS".contains(c)) {
-            let user = mods.contains('u');
-            let kernel = mods.contains('k');
-            // `:u` keeps user only; `:k` kernel only; both is everything.
-            return (base, kernel && !user, user && !kernel);
-        }
-    }
-    (full, false, false)
-}
-
 /// The known name closest to a misspelt one, if any is close.
 fn suggest(name: &str) -> Option<String> {
-    SOFTWARE
-        .iter()
-        .chain(HARDWARE)
-        .map(|(known, _)| (edit_distance(name, known), *known))
+    names::all_names()
+        .map(|known| (edit_distance(name, known), known))
         .filter(|(d, _)| *d <= 2)
         .min()
         .map(|(_, known)| known.to_string())
@@ -233,27 +396,44 @@ fn edit_distance(a: &str, b: &str) -> usize {
 mod tests {
     use super::*;
 
+    fn specs(text: &str) -> Vec<EventSpec> {
+        resolve(&[EventArg::parse(text).unwrap()]).unwrap()
+    }
+
     #[test]
     fn software_names_and_modifiers() {
-        let specs = resolve(&parse_selectors("cpu-clock,cs:u,faults:k")).unwrap();
+        let specs = specs("cpu-clock,cs:u,faults:k");
         assert_eq!(specs.len(), 3);
-        assert_eq!(specs[0].config, abi::PERF_COUNT_SW_CPU_CLOCK as u64);
-        assert!(specs[1].exclude_kernel && !specs[1].exclude_user);
-        assert!(specs[2].exclude_user && !specs[2].exclude_kernel);
+        assert_eq!(specs[0].config(), abi::PERF_COUNT_SW_CPU_CLOCK as u64);
+        let (u, k) = (specs[1].modifiers, specs[2].modifiers);
+        assert!(u.exclude_kernel && !u.exclude_user);
+        assert!(k.exclude_user && !k.exclude_kernel);
         assert_eq!(specs[1].name, "cs:u");
     }
 
     #[test]
+    fn groups_terms_pmus_and_breakpoints() {
+        let specs = specs("{cpu-clock,task-clock}:S,cpu-clock/period=10000,name=tick/,msr/tsc/,r003c,mem:0x1000:w");
+        assert_eq!(specs[1].leader, Some(0));
+        assert!(specs[0].modifiers.sample_read && specs[1].modifiers.sample_read);
+        assert_eq!(specs[2].terms.period, Some(10000));
+        assert_eq!(specs[2].name, "tick");
+        assert_eq!(specs[3].config(), 0);
+        assert_eq!(specs[3].type_, Pmu::find("msr").map_or(0, |p| p.type_));
+        assert_eq!(
+            (specs[4].type_, specs[4].config()),
+            (abi::PERF_TYPE_RAW, 0x3c)
+        );
+        assert_eq!((specs[5].bp_type, specs[5].configs.config2), (BP_W, 4));
+    }
+
+    #[test]
     fn misspelt_names_get_a_suggestion() {
-        match resolve(&parse_selectors("cyles")) {
+        match resolve(&[EventArg::parse("cyles").unwrap()]) {
             Err(RecordError::UnknownEvent { suggestion, .. }) => {
                 assert_eq!(suggestion.as_deref(), Some("cycles"))
             }
             other => panic!("{other:?}"),
         }
-        assert_eq!(
-            split_modifiers("sched:sched_switch"),
-            ("sched:sched_switch", false, false)
-        );
     }
 }

@@ -2,8 +2,12 @@
 //! a typed value, in one place. The command line calls these before the
 //! recorder runs; each error names its option, in perf's spelling.
 
+mod samples;
+
+pub use samples::{parse_branch_filter, parse_registers};
+
 use crate::config::{CallGraph, Sampling};
-use crate::events::{self, EventSelector};
+use crate::events::EventArg;
 
 /// Parses `-C`: CPUs and ranges, `0,2-3`.
 pub fn parse_cpus(text: &str) -> Result<Vec<u32>, String> {
@@ -48,10 +52,11 @@ pub fn parse_uid(text: &str) -> Result<u32, String> {
     }
 }
 
-/// Parses one `-e`: event names, comma separated, each with its modifiers.
-/// Whether each names an event on this machine the plan finds out.
-pub fn parse_events(text: &str) -> Vec<EventSelector> {
-    events::parse_selectors(text)
+/// Parses one `-e`: perf's event syntax (lists, groups, term lists,
+/// modifiers). Whether each names an event on this machine the plan finds
+/// out.
+pub fn parse_events(text: &str) -> Result<EventArg, String> {
+    EventArg::parse(text)
 }
 
 /// Parses `-F`: a frequency in Hz, or `max`.
@@ -80,6 +85,7 @@ fn call_graph(text: &str) -> Result<CallGraph, String> {
     };
     match (mode, size) {
         ("fp", None) => Ok(CallGraph::FramePointer),
+        ("lbr", None) => Ok(CallGraph::Lbr),
         ("dwarf", None) => Ok(CallGraph::Dwarf(DEFAULT_DWARF_STACK)),
         ("dwarf", Some(size)) => {
             let size: u32 = size
@@ -94,7 +100,7 @@ fn call_graph(text: &str) -> Result<CallGraph, String> {
             Ok(CallGraph::Dwarf(size))
         }
         _ => Err(format!(
-            "'{text}' is not a call-graph mode (fp, dwarf or dwarf,SIZE)"
+            "'{text}' is not a call-graph mode (fp, dwarf, dwarf,SIZE or lbr)"
         )),
     }
 }
@@ -170,9 +176,10 @@ mod tests {
         assert!(parse_cpus(",").is_err());
         assert_eq!(parse_pids("12, 34"), Ok(vec![12, 34]));
         assert!(parse_pids("0").is_err());
-        let events = parse_events("cs:u,sched:sched_switch");
-        assert_eq!(events.len(), 2);
-        assert!(events[0].exclude_kernel && events[1].base == "sched:sched_switch");
+        let events = parse_events("cs:u,sched:sched_switch").unwrap();
+        assert_eq!(events.groups.len(), 2);
+        assert_eq!(events.groups[0].events[0].modifiers, "u");
+        assert!(parse_events("{cs").is_err());
         assert_eq!(parse_frequency("max"), Ok(Sampling::MaxFrequency));
         assert_eq!(parse_frequency("99"), Ok(Sampling::Frequency(99)));
         assert!(parse_frequency("fast").is_err());
@@ -184,7 +191,8 @@ mod tests {
         assert_eq!(parse_call_graph("dwarf"), Ok(CallGraph::Dwarf(8192)));
         assert_eq!(parse_call_graph("dwarf,4096"), Ok(CallGraph::Dwarf(4096)));
         assert!(parse_call_graph("dwarf,7").is_err());
-        assert!(parse_call_graph("lbr").is_err());
+        assert_eq!(parse_call_graph("lbr"), Ok(CallGraph::Lbr));
+        assert!(parse_call_graph("lbr,1").is_err());
     }
 
     #[test]

@@ -1,0 +1,159 @@
+//! Each event is tried once on the first CPU before the recording opens it
+//! everywhere, and changed as perf changes it when the kernel refuses it:
+//! a lower precise level for `:P`, cpu-clock for cycles without a PMU,
+//! user space only under `perf_event_paranoid` 2. The attrs are printed
+//! before each try with `-vv`, and the fallbacks said with `-v`, in perf's
+//! words, so a perf user reads the same story.
+
+mod missing;
+
+use std::io;
+
+use shardrec_sys::{abi, Attr, Flag, PerfEvent, Target};
+
+use crate::events::EventSpec;
+use crate::plan::{read_sysctl, Plan, Scope};
+use crate::RecordError;
+use missing::MissingFeatures;
+
+/// Tries every event of the plan in order (members with their leader),
+/// falling back as perf does; `attrs` and the plan's events are changed
+/// in place. The tries are closed before returning.
+pub fn negotiate(plan: &mut Plan, attrs: &mut [Attr], verbose: u8) -> Result<(), RecordError> {
+    let target = probe_target(plan);
+    let mut tries = Tries {
+        target,
+        verbose,
+        missing: MissingFeatures::default(),
+    };
+    let mut opened: Vec<PerfEvent> = Vec::with_capacity(attrs.len());
+    for (spec, attr) in plan.events.iter_mut().zip(attrs.iter_mut()) {
+        let leader = spec.leader.map(|l| &opened[l]);
+        let event = tries
+            .open(spec, attr, leader)
+            .map_err(|e| crate::open::open_error(spec, target, e))?;
+        check_filter(spec, &event)?;
+        opened.push(event);
+    }
+    if tries.missing.lost_sample_id_all() {
+        return Err(RecordError::Kernel(
+            "this kernel has no sample_id_all, which shardrec's merge needs".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// A `--filter` is given to the kernel on the try, so a bad expression is
+/// refused before anything is recorded.
+fn check_filter(spec: &EventSpec, event: &PerfEvent) -> Result<(), RecordError> {
+    let Some(filter) = &spec.filter else {
+        return Ok(());
+    };
+    event.set_filter(filter).map_err(|e| match e.raw_os_error() {
+        Some(libc::EINVAL) => RecordError::Usage(format!(
+            "--filter '{filter}' is not a valid filter for {} (its fields are in tracefs events/{}/format)",
+            spec.name,
+            spec.tracepoint()
+                .map(|(system, name)| format!("{system}/{name}"))
+                .unwrap_or_default()
+        )),
+        _ => RecordError::Usage(format!("--filter '{filter}' on {}: {e}", spec.name)),
+    })
+}
+
+/// The state of the tries: where, how loud, and what perf would have
+/// switched off for every later event.
+struct Tries {
+    target: Target,
+    verbose: u8,
+    missing: MissingFeatures,
+}
+
+/// Where the tries are made: the first CPU, for every task (system-wide),
+/// the first followed thread, or this process (standing in for the
+/// workload, which does not exist yet).
+fn probe_target(plan: &Plan) -> Target {
+    let cpu = plan.cpus[0] as i32;
+    match &plan.scope {
+        Scope::SystemWide => Target { pid: -1, cpu },
+        Scope::Threads(tids) => Target { pid: tids[0], cpu },
+        Scope::Workload => Target { pid: 0, cpu },
+    }
+}
+
+impl Tries {
+    fn open(
+        &mut self,
+        spec: &mut EventSpec,
+        attr: &mut Attr,
+        leader: Option<&PerfEvent>,
+    ) -> io::Result<PerfEvent> {
+        self.missing.apply(attr);
+        let original_precise = attr.precise_ip();
+        loop {
+            if self.verbose >= 2 {
+                eprintln!("{attr}");
+            }
+            let error = match PerfEvent::open_in_group(attr, self.target, leader) {
+                Ok(event) => return Ok(event),
+                Err(error) => error,
+            };
+            let errno = error.raw_os_error().unwrap_or(0);
+            if self.verbose >= 2 {
+                eprintln!("sys_perf_event_open failed, error -{errno}");
+            }
+            // `:P` asks for the best level the PMU has: each one down to 0,
+            // then the original level again for the other fallbacks.
+            if spec.modifiers.precise_max {
+                if attr.precise_ip() > 0 {
+                    attr.set_precise_ip(attr.precise_ip() - 1);
+                    if self.verbose >= 2 {
+                        eprintln!("decreasing precise_ip by one ({})", attr.precise_ip());
+                    }
+                    continue;
+                }
+                attr.set_precise_ip(original_precise);
+            }
+            if errno == libc::EINVAL && self.missing.switch_off_next(attr, self.verbose) {
+                continue;
+            }
+            if !fall_back(spec, attr, errno, self.verbose) {
+                return Err(error);
+            }
+        }
+    }
+}
+
+/// perf's fallbacks once the kernel refused for good (`evsel__fallback`):
+/// false when none applies.
+fn fall_back(spec: &mut EventSpec, attr: &mut Attr, errno: i32, verbose: u8) -> bool {
+    let warn = |message: String| {
+        if verbose >= 1 {
+            eprintln!("Warning:\n{message}");
+        }
+    };
+    let no_pmu = matches!(
+        errno,
+        libc::ENOENT | libc::ENXIO | libc::ENODEV | libc::EOPNOTSUPP
+    );
+    if no_pmu && spec.fall_back_to_cpu_clock(attr.precise_ip()) {
+        attr.set_event(abi::PERF_TYPE_SOFTWARE, spec.config());
+        warn("The cycles event is not supported, trying to fall back to cpu-clock-ticks".into());
+        return true;
+    }
+    let paranoid = read_sysctl("perf_event_paranoid").unwrap_or(2) as i64;
+    let kernel_refused = errno == libc::EACCES
+        && paranoid > 1
+        && !attr.flag(Flag::ExcludeKernel)
+        && !attr.flag(Flag::ExcludeUser);
+    if kernel_refused {
+        spec.fall_back_to_user_space();
+        attr.set_flag(Flag::ExcludeKernel, true);
+        attr.set_flag(Flag::ExcludeHv, true);
+        warn(format!(
+            "kernel.perf_event_paranoid={paranoid}, trying to fall back to excluding kernel and hypervisor  samples"
+        ));
+        return true;
+    }
+    false
+}

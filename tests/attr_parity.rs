@@ -1,0 +1,361 @@
+//! Attr parity with perf itself: each command line of the corpus runs as
+//! `perf record -vv ... -- true` and as `shardrec record -vv ... -- true`,
+//! and every attr each prints (perf prints them even when the kernel then
+//! refuses the event, as it refuses hardware events on a machine without
+//! a PMU) must be the same, field by field, try by try, fallbacks included.
+//! The differences shardrec makes on purpose are taken out first; each is
+//! listed in `DELIBERATE` with its reason.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use common::{recording_test, run, shardrec, Scratch};
+
+/// Command lines, in perf's syntax, each recorded around `-- true`.
+const CORPUS: &[&str] = &[
+    // The default event and hardware events (refused here: no PMU).
+    "",
+    "-e cycles",
+    "-e instructions",
+    "-e cycles:u",
+    "-e cycles:k",
+    "-e cycles:p",
+    "-e cycles:pp",
+    "-e cycles:ppp",
+    "-e cycles:P",
+    "-e branch-misses",
+    "-e cache-misses:u",
+    "-e ref-cycles",
+    "-e bus-cycles",
+    "-e stalled-cycles-frontend",
+    "-e cycles/period=100000/u",
+    "-e cycles -c 100000 -g",
+    // Hardware cache events.
+    "-e L1-dcache-load-misses",
+    "-e LLC-loads",
+    "-e dTLB-load-misses:u",
+    "-e iTLB-loads",
+    "-e branch-loads",
+    "-e L1-icache-load-misses",
+    "-e LLC-store-misses",
+    "-e node-loads",
+    // Raw, numeric and PMU events, breakpoints.
+    "-e r003c",
+    "-e r1a8:u",
+    "-e msr/tsc/",
+    "-e msr/event=0x0/",
+    "-e msr/tsc/u",
+    "-e 1:0",
+    "-e 1:1:u",
+    "-e mem:0x1000",
+    "-e mem:0x1000:w",
+    "-e mem:0x1000/8:rw",
+    "-e mem:0x1000:x",
+    // Software events and every modifier.
+    "-e cpu-clock",
+    "-e task-clock",
+    "-e page-faults",
+    "-e context-switches",
+    "-e cs:u",
+    "-e cpu-migrations:k",
+    "-e minor-faults,major-faults",
+    "-e dummy",
+    "-e alignment-faults",
+    "-e cpu-clock:uk",
+    "-e cpu-clock:h",
+    "-e cpu-clock:G",
+    "-e cpu-clock:H",
+    "-e cpu-clock:I",
+    "-e cpu-clock:D",
+    "-e cpu-clock:e",
+    "-e cpu-clock:up",
+    "-e cpu-clock:u,task-clock:k",
+    // Tracepoints.
+    "-e sched:sched_switch",
+    "-e sched:sched_switch:k",
+    "-e syscalls:sys_enter_read --filter fd==0",
+    "-e sched:sched_process_exec -c 2",
+    "-e raw_syscalls:sys_enter,sched:sched_switch",
+    // Groups.
+    "-e {cpu-clock,task-clock}",
+    "-e {cpu-clock,task-clock}:S",
+    "-e {cpu-clock,task-clock}:u",
+    "-e {cpu-clock:u,page-faults}:S",
+    "-e {cpu-clock,task-clock}:W",
+    "-e {cycles,instructions}",
+    // Term lists.
+    "-e cpu-clock/period=10000/",
+    "-e cpu-clock/freq=99/",
+    "-e cpu-clock/call-graph=fp/",
+    "-e cpu-clock/call-graph=dwarf,stack-size=4096/",
+    "-e cpu-clock/max-stack=10/ -g",
+    "-e cpu-clock/name=tick/",
+    "-e cpu-clock/time=0/",
+    "-e cpu-clock/inherit=0/",
+    "-e cpu-clock/no-inherit/",
+    "-e cpu-clock/config=1/",
+    // What samples carry.
+    "-g",
+    "--call-graph dwarf",
+    "--call-graph dwarf,4096",
+    "--call-graph fp",
+    "--call-graph lbr",
+    "-e cpu-clock -g",
+    "-e cpu-clock -d",
+    "-e cpu-clock --phys-data",
+    "-e cpu-clock --data-page-size",
+    "-e cpu-clock --code-page-size",
+    "-e cpu-clock -W",
+    "-e cpu-clock -R",
+    "-e cpu-clock -P",
+    "-e cpu-clock -T",
+    "-e cpu-clock --sample-cpu",
+    "-e cpu-clock --user-regs=ax,bx",
+    "-e cpu-clock -I",
+    "-e cpu-clock --intr-regs=ax,sp",
+    "-e cycles -b",
+    "-e cycles -j any,u",
+    "-e cycles -j any_call",
+    "-e cycles -j ind_call,k",
+    "-e cpu-clock --all-user",
+    "-e cpu-clock --all-kernel",
+    "-e cpu-clock -s",
+    "-e cpu-clock --switch-events",
+    "-e cpu-clock --namespaces",
+    "-e cpu-clock --all-cgroups",
+    "-e cpu-clock -k monotonic",
+    "-e cpu-clock -k monotonic_raw",
+    "-e cpu-clock -F 99",
+    "-e cpu-clock -F max",
+    "-e cpu-clock -c 10000",
+    "-e cpu-clock -i",
+    "-e cycles:u -W -d",
+    "-e cpu-clock,cs -g",
+    // Targets.
+    "-e cpu-clock -a",
+    "-e cpu-clock -C 0",
+    "-e cpu-clock -g -a",
+    "-e cpu-clock -p {pid}",
+    "-e cpu-clock -t {pid}",
+    "-g -p {pid}",
+    "-e {cpu-clock,task-clock}:S -t {pid}",
+];
+
+/// What shardrec does differently on purpose, taken out of both sides
+/// before comparing.
+const DELIBERATE: &[(&str, &str)] = &[
+    (
+        "sample_type IDENTIFIER, ID, CPU, TIME",
+        "every shardrec sample carries IDENTIFIER (the merge attributes records without \
+         parsing them), CPU and TIME (it orders them); perf adds ID or IDENTIFIER only with \
+         several events, CPU only system-wide, and drops TIME for time=0",
+    ),
+    (
+        "watermark, { wakeup_events, wakeup_watermark }",
+        "shardrec's writers sleep until a quarter of their ring is full",
+    ),
+    (
+        "repeated tries",
+        "perf tries again after switching off features shardrec's attrs do not have \
+         (ksymbol, bpf_event) or that are not attr fields (cloexec); a try identical to \
+         the one before it, once normalized, counts once",
+    ),
+    (
+        "ksymbol, bpf_event",
+        "perf asks them of its first event and of a side-band dummy; shardrec only of the VIP's \
+         side-band dummy (one per CPU), whose records the VIP reads",
+    ),
+];
+
+/// perf's side-band dummy (its BPF thread's event), which shardrec's VIP
+/// event stands for: not compared.
+fn is_side_band_dummy(attr: &Fields) -> bool {
+    attr.get("config").map(String::as_str) == Some("0x9")
+        && attr.contains_key("bpf_event")
+        && !attr.contains_key("sample_type")
+}
+
+type Fields = BTreeMap<String, String>;
+
+/// The attrs a `-vv` run printed, in order.
+fn attrs(stderr: &str) -> Vec<Fields> {
+    let mut blocks = Vec::new();
+    let mut current: Option<Fields> = None;
+    for line in stderr.lines() {
+        if line == "perf_event_attr:" {
+            current = Some(Fields::new());
+        } else if line.starts_with("------") {
+            if let Some(block) = current.take() {
+                blocks.push(block);
+            }
+        } else if let Some(block) = current.as_mut() {
+            let (name, value) = split_field(line);
+            block.insert(name, value);
+        }
+    }
+    blocks
+}
+
+/// `  name<spaces>value`; names may hold spaces (`{ sample_period, ... }`).
+fn split_field(line: &str) -> (String, String) {
+    let line = line.trim();
+    let split = match line.find('}') {
+        Some(close) => close + 1,
+        None => line.find(' ').unwrap_or(line.len()),
+    };
+    (
+        line[..split].trim().to_string(),
+        line[split..].trim().to_string(),
+    )
+}
+
+/// Takes the deliberate differences out of one attr.
+fn normalized(mut attr: Fields) -> Fields {
+    for name in [
+        "watermark",
+        "{ wakeup_events, wakeup_watermark }",
+        "ksymbol",
+        "bpf_event",
+    ] {
+        attr.remove(name);
+    }
+    if let Some(bits) = attr.remove("sample_type") {
+        let kept: Vec<&str> = bits
+            .split('|')
+            .filter(|b| !["IDENTIFIER", "ID", "CPU", "TIME"].contains(b))
+            .collect();
+        if !kept.is_empty() {
+            attr.insert("sample_type".into(), kept.join("|"));
+        }
+    }
+    attr
+}
+
+/// The attrs to compare: perf's side-band dummy left out, the deliberate
+/// differences taken out, and a try that repeats the one before it counted
+/// once (perf spends a try on switching off what shardrec never sets, such
+/// as ksymbol on the first event, or on the cloexec flag).
+fn compared(stderr: &[u8]) -> Vec<Fields> {
+    let mut attrs: Vec<Fields> = attrs(&String::from_utf8_lossy(stderr))
+        .into_iter()
+        .filter(|a| !is_side_band_dummy(a))
+        .map(normalized)
+        .collect();
+    attrs.dedup();
+    attrs
+}
+
+/// Each attr's differences, as lines a reader can act on.
+fn differences(perf: &[Fields], ours: &[Fields]) -> Vec<String> {
+    let mut out = Vec::new();
+    if perf.len() != ours.len() {
+        out.push(format!(
+            "perf tried {} attrs, shardrec {}",
+            perf.len(),
+            ours.len()
+        ));
+    }
+    for (i, (p, o)) in perf.iter().zip(ours).enumerate() {
+        let names: std::collections::BTreeSet<&String> = p.keys().chain(o.keys()).collect();
+        for name in names {
+            if p.get(name) != o.get(name) {
+                out.push(format!(
+                    "attr {i}: {name}: perf {:?}, shardrec {:?}",
+                    p.get(name),
+                    o.get(name)
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// A child killed and reaped when the test ends, however it ends.
+struct Stopped(std::process::Child);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Runs both recorders on `line`, with `{pid}` standing for `target`.
+fn run_both(
+    scratch: &Scratch,
+    line: &str,
+    target: u32,
+) -> (std::process::Output, std::process::Output) {
+    let line = line.replace("{pid}", &target.to_string());
+    let args: Vec<&str> = line.split_whitespace().collect();
+    let mut perf = std::process::Command::new("perf");
+    perf.arg("record")
+        .arg("-vv")
+        .arg("-o")
+        .arg(scratch.0.join("perf.data"))
+        .args(&args)
+        .args(["--", "true"]);
+    let mut ours = shardrec();
+    ours.args(["record", "-vv", "-o"])
+        .arg(scratch.0.join("shardrec.data"))
+        .args(&args)
+        .args(["--", "true"]);
+    let perf = run(perf);
+    let ours = run(ours);
+    for file in ["perf.data", "perf.data.old", "shardrec.data"] {
+        let _ = std::fs::remove_file(scratch.0.join(file));
+    }
+    (perf, ours)
+}
+
+#[test]
+fn attrs_equal_perfs_for_the_corpus() {
+    let Some((_serial, scratch)) = recording_test("attr-parity") else {
+        return;
+    };
+    assert!(
+        CORPUS.len() >= 80,
+        "the issue asks for at least 80 command lines"
+    );
+    assert_eq!(DELIBERATE.len(), 4);
+    // The process `-p {pid}` and `-t {pid}` record (a command given with
+    // them only bounds the recording).
+    let target = Stopped(
+        std::process::Command::new("sleep")
+            .arg("600")
+            .spawn()
+            .unwrap(),
+    );
+    let mut failures = Vec::new();
+    for line in CORPUS {
+        let (perf, ours) = run_both(&scratch, line, target.0.id());
+        let (perf_attrs, our_attrs) = (compared(&perf.stderr), compared(&ours.stderr));
+        let mut problems = differences(&perf_attrs, &our_attrs);
+        if perf_attrs.is_empty() {
+            problems.push("perf printed no attr".into());
+        }
+        if perf.status.success() != ours.status.success() {
+            problems.push(format!(
+                "perf {}, shardrec {}: {}",
+                perf.status,
+                ours.status,
+                String::from_utf8_lossy(&ours.stderr)
+                    .lines()
+                    .last()
+                    .unwrap_or_default()
+            ));
+        }
+        if !problems.is_empty() {
+            failures.push(format!("`{line}`:\n    {}", problems.join("\n    ")));
+        }
+    }
+    drop(target);
+    assert!(
+        failures.is_empty(),
+        "{} of {} command lines differ from perf:\n{}",
+        failures.len(),
+        CORPUS.len(),
+        failures.join("\n")
+    );
+}
