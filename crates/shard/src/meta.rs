@@ -185,6 +185,8 @@ pub enum StopReason {
     Signal(String),
     /// A helper process failed: its name ("writer of CPU 3", "VIP").
     HelperFailed(String),
+    /// `stop` on the `--control` channel.
+    ControlStop,
 }
 
 impl std::fmt::Display for StopReason {
@@ -194,6 +196,7 @@ impl std::fmt::Display for StopReason {
             StopReason::TargetsExited => f.write_str("target processes exited"),
             StopReason::Signal(name) => f.write_str(name),
             StopReason::HelperFailed(name) => write!(f, "{name} failed"),
+            StopReason::ControlStop => f.write_str("stop on the control channel"),
         }
     }
 }
@@ -211,6 +214,7 @@ impl TryFrom<String> for StopReason {
         Ok(match text.as_str() {
             "workload exited" => StopReason::WorkloadExited,
             "target processes exited" => StopReason::TargetsExited,
+            "stop on the control channel" => StopReason::ControlStop,
             signal if signal.starts_with("SIG") => StopReason::Signal(text),
             _ => match text.strip_suffix(" failed") {
                 Some(name) => StopReason::HelperFailed(name.to_string()),
@@ -307,6 +311,7 @@ mod tests {
             (StopReason::WorkloadExited, "workload exited"),
             (StopReason::TargetsExited, "target processes exited"),
             (StopReason::Signal("SIGINT".into()), "SIGINT"),
+            (StopReason::ControlStop, "stop on the control channel"),
             (
                 StopReason::HelperFailed("writer of CPU 3".into()),
                 "writer of CPU 3 failed",

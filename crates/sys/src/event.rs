@@ -56,21 +56,38 @@ impl PerfEvent {
         target: Target,
         leader: Option<&PerfEvent>,
     ) -> io::Result<PerfEvent> {
+        PerfEvent::open_raw(attr, target.pid, target.cpu, leader, 0)
+    }
+
+    /// Opens an event that counts only the tasks of a cgroup (`cgroup`, an
+    /// open cgroup directory) on `cpu`, as perf's `-G`.
+    pub fn open_in_cgroup(
+        attr: &Attr,
+        cgroup: BorrowedFd<'_>,
+        cpu: u32,
+        leader: Option<&PerfEvent>,
+    ) -> io::Result<PerfEvent> {
+        let flag = sys::bindings::PERF_FLAG_PID_CGROUP as libc::c_ulong;
+        PerfEvent::open_raw(attr, cgroup.as_raw_fd(), cpu as i32, leader, flag)
+    }
+
+    fn open_raw(
+        attr: &Attr,
+        pid: i32,
+        cpu: i32,
+        leader: Option<&PerfEvent>,
+        flags: libc::c_ulong,
+    ) -> io::Result<PerfEvent> {
         let mut raw = *attr.raw();
         let group_fd = leader.map_or(-1, |l| l.fd.as_raw_fd());
+        let flags = flags | sys::bindings::PERF_FLAG_FD_CLOEXEC as libc::c_ulong;
         // SAFETY: `raw` is a fully initialised perf_event_attr whose `size`
         // (ATTR_SIZE) is within the struct; the kernel reads at most `size`
         // bytes of it and writes back at most `size` on E2BIG. `group_fd` is
-        // -1 or a perf event fd that `leader` keeps open for the call.
-        let fd = unsafe {
-            sys::perf_event_open(
-                &mut raw,
-                target.pid,
-                target.cpu,
-                group_fd,
-                sys::bindings::PERF_FLAG_FD_CLOEXEC as libc::c_ulong,
-            )
-        };
+        // -1 or a perf event fd that `leader` keeps open for the call, and
+        // `pid` is a task id or, with PERF_FLAG_PID_CGROUP, an open cgroup
+        // directory the caller borrows for the call.
+        let fd = unsafe { sys::perf_event_open(&mut raw, pid, cpu, group_fd, flags) };
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }

@@ -165,3 +165,18 @@ pub fn wait_with_usage(pid: i32) -> io::Result<Usage> {
         max_rss_kb: usage.ru_maxrss,
     })
 }
+
+/// Takes ownership of descriptor `fd` inherited from the parent (perf's
+/// `--control fd:N`), after checking that it is open. Nothing else in this
+/// process may use or close it afterwards.
+pub fn adopt_inherited_fd(fd: RawFd) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    nix::fcntl::fcntl(
+        // SAFETY: F_GETFD only asks whether the number is an open descriptor.
+        unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) },
+        nix::fcntl::FcntlArg::F_GETFD,
+    )?;
+    // SAFETY: the descriptor is open (checked above), was inherited from the
+    // parent for this purpose, and no other owner exists in this process.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
