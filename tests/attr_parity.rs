@@ -10,7 +10,7 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use common::{recording_test, run, shardrec, Scratch};
+use common::{recording_test, run, shardrec, Scratch, TestCgroup};
 
 /// Command lines, in perf's syntax, each recorded around `-- true`.
 const CORPUS: &[&str] = &[
@@ -136,6 +136,18 @@ const CORPUS: &[&str] = &[
     "-e cpu-clock -a",
     "-e cpu-clock -C 0",
     "-e cpu-clock -g -a",
+    "-e cpu-clock --per-thread",
+    "-e cpu-clock,task-clock --group",
+    "-e cpu-clock -g --kernel-callchains",
+    "-e cpu-clock -g --user-callchains",
+    "-e cpu-clock --transaction",
+    "-e {cpu-clock,task-clock}:S --running-time",
+    "-e cpu-clock -n",
+    "-e cpu-clock --no-bpf-event",
+    "-e cpu-clock -a -G {cgroup}",
+    "-e cpu-clock,task-clock -a -G {cgroup},",
+    "-e cpu-clock -D 10",
+    "-e cpu-clock -a -D 10",
     "-e cpu-clock -p {pid}",
     "-e cpu-clock -t {pid}",
     "-g -p {pid}",
@@ -171,12 +183,13 @@ const DELIBERATE: &[(&str, &str)] = &[
 /// perf's side-band dummy (its BPF thread's event), which shardrec's VIP
 /// event stands for: not compared.
 fn is_side_band_dummy(attr: &Fields) -> bool {
-    attr.get("config").map(String::as_str) == Some("0x9")
-        && attr.contains_key("bpf_event")
-        && !attr.contains_key("sample_type")
+    attr.get("config").map(String::as_str) == Some("0x9") && !attr.contains_key("sample_type")
 }
 
 type Fields = BTreeMap<String, String>;
+
+/// The cgroup `-G` lines record.
+const CGROUP: &str = "shardrec-attr-parity";
 
 /// The attrs a `-vv` run printed, in order.
 fn attrs(stderr: &str) -> Vec<Fields> {
@@ -281,13 +294,16 @@ impl Drop for Stopped {
     }
 }
 
-/// Runs both recorders on `line`, with `{pid}` standing for `target`.
+/// Runs both recorders on `line`, with `{pid}` standing for `target` and
+/// `{cgroup}` for the test's cgroup.
 fn run_both(
     scratch: &Scratch,
     line: &str,
     target: u32,
 ) -> (std::process::Output, std::process::Output) {
-    let line = line.replace("{pid}", &target.to_string());
+    let line = line
+        .replace("{pid}", &target.to_string())
+        .replace("{cgroup}", CGROUP);
     let args: Vec<&str> = line.split_whitespace().collect();
     let mut perf = std::process::Command::new("perf");
     perf.arg("record")
@@ -321,6 +337,7 @@ fn attrs_equal_perfs_for_the_corpus() {
     assert_eq!(DELIBERATE.len(), 4);
     // The process `-p {pid}` and `-t {pid}` record (a command given with
     // them only bounds the recording).
+    let _cgroup = TestCgroup::new(CGROUP);
     let target = Stopped(
         std::process::Command::new("sleep")
             .arg("600")
@@ -328,7 +345,9 @@ fn attrs_equal_perfs_for_the_corpus() {
             .unwrap(),
     );
     let mut failures = Vec::new();
-    for line in CORPUS {
+    // PARITY_ONLY=TEXT runs only the lines containing TEXT (for debugging).
+    let only = std::env::var("PARITY_ONLY").unwrap_or_default();
+    for line in CORPUS.iter().filter(|l| l.contains(only.as_str())) {
         let (perf, ours) = run_both(&scratch, line, target.0.id());
         let (perf_attrs, our_attrs) = (compared(&perf.stderr), compared(&ours.stderr));
         let mut problems = differences(&perf_attrs, &our_attrs);

@@ -342,13 +342,13 @@ fn perf_options_are_options_not_the_command() {
         &[&["-u", "no-such-user-here"][..], &touch].concat(),
     );
     assert_refused(&output, &scratch, "-u: invalid user 'no-such-user-here'");
-    // A value that is not a path is still the option's (-D takes one), not
-    // the command.
-    let output = run(&scratch, &[&["-D", "100"][..], &touch].concat());
+    // A value that is not a path is still the option's (--max-size takes
+    // one), not the command.
+    let output = run(&scratch, &[&["--max-size", "100M"][..], &touch].concat());
     assert_refused(
         &output,
         &scratch,
-        "-D/--delay is not supported by shardrec yet",
+        "--max-size is not supported by shardrec yet",
     );
     if !require_root() {
         return;

@@ -342,3 +342,42 @@ pub fn feature_section(file: &Path, bit: usize) -> Option<Vec<u8>> {
     let size = u64_at(index + position * 16 + 8) as usize;
     Some(bytes[offset..offset + size].to_vec())
 }
+
+/// A cgroup made for a test in the cgroup2 hierarchy (where perf and
+/// shardrec look for `-G` names without a perf_event v1 one), removed at
+/// the end.
+pub struct TestCgroup(pub std::path::PathBuf);
+
+impl TestCgroup {
+    pub fn new(name: &str) -> TestCgroup {
+        let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        let mount = info
+            .lines()
+            .find(|l| l.contains(" - cgroup2 "))
+            .and_then(|l| l.split(' ').nth(4))
+            .expect("a cgroup2 mount");
+        let dir = std::path::Path::new(mount).join(name);
+        let _ = std::fs::create_dir(&dir);
+        TestCgroup(dir)
+    }
+
+    /// Starts `load spin SECS` inside the cgroup.
+    pub fn spin(&self, seconds: &str) -> std::process::Child {
+        let procs = self.0.join("cgroup.procs");
+        std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "echo $$ > {} && exec {} spin {seconds}",
+                procs.display(),
+                load()
+            ))
+            .spawn()
+            .unwrap()
+    }
+}
+
+impl Drop for TestCgroup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}

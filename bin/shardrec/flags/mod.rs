@@ -9,7 +9,9 @@ use std::path::PathBuf;
 
 use clap::error::{ContextKind, ErrorKind};
 use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
-use shardrec_record::{options, AddressSpace, CallGraph, RecordConfig, SampleOptions, Sampling};
+use shardrec_record::{
+    options, AddressSpace, CallGraph, CgroupArg, RecordConfig, SampleOptions, Sampling,
+};
 
 /// A perf record for many-CPU hosts.
 #[derive(Parser)]
@@ -64,6 +66,9 @@ pub struct RecordArgs {
     /// child tasks do not inherit counters
     #[arg(short = 'i', long = "no-inherit")]
     no_inherit: bool,
+    /// use per-thread mmaps (shardrec keeps one ring per CPU; as in perf, children are not followed)
+    #[arg(long = "per-thread")]
+    per_thread: bool,
     /// Configure all used events to run in user space.
     #[arg(long = "all-user", conflicts_with = "all_kernel")]
     all_user: bool,
@@ -122,6 +127,35 @@ pub struct RecordArgs {
     /// event filter (an ftrace filter for the tracepoints of the -e before it)
     #[arg(long = "filter", value_name = "filter")]
     filter: Vec<String>,
+    /// put the counters into a counter group
+    #[arg(long = "group")]
+    group: bool,
+    /// Fail if the specified frequency can't be used
+    #[arg(long = "strict-freq")]
+    strict_freq: bool,
+    /// do not record bpf events
+    #[arg(long = "no-bpf-event")]
+    no_bpf_event: bool,
+    /// monitor event in cgroup name only (system-wide; names go to the -e before it, in order)
+    #[arg(short = 'G', long = "cgroup", value_name = "name")]
+    cgroup: Vec<String>,
+    /// The number of `-e` given before each `-G`, set by [`parse`].
+    #[arg(skip)]
+    cgroup_positions: Vec<usize>,
+    /// ms to wait before starting measurement after program start (-1: start with events disabled)
+    #[arg(
+        short = 'D',
+        long = "delay",
+        value_name = "ms",
+        allow_negative_numbers = true
+    )]
+    delay: Option<String>,
+    /// Listen on ctl-fd descriptor for command to control measurement ('enable': enable events, 'disable': disable events, 'stop': stop the recording, 'ping': ping). fifo:ctl-fifo[,ack-fifo] opens FIFOs.
+    #[arg(
+        long = "control",
+        value_name = "fd:ctl-fd[,ack-fd] or fifo:ctl-fifo[,ack-fifo]"
+    )]
+    control: Option<String>,
     /// be more verbose (-v: fallbacks; -vv: every attr before it is opened)
     #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count)]
     pub verbose: u8,
@@ -185,6 +219,21 @@ struct SampleArgs {
     /// Record cgroup events
     #[arg(long = "all-cgroups")]
     all_cgroups: bool,
+    /// sample transaction flags (special events only)
+    #[arg(long = "transaction")]
+    transaction: bool,
+    /// Record running/enabled time of read (:S) events
+    #[arg(long = "running-time")]
+    running_time: bool,
+    /// collect kernel callchains
+    #[arg(long = "kernel-callchains", conflicts_with = "user_callchains")]
+    kernel_callchains: bool,
+    /// collect user callchains
+    #[arg(long = "user-callchains")]
+    user_callchains: bool,
+    /// don't sample
+    #[arg(short = 'n', long = "no-samples")]
+    no_samples: bool,
 }
 
 impl SampleArgs {
@@ -215,6 +264,14 @@ impl SampleArgs {
             switch_events: self.switch_events,
             namespaces: self.namespaces,
             cgroups: self.all_cgroups,
+            transaction: self.transaction,
+            running_time: self.running_time,
+            callchain_side: match (self.kernel_callchains, self.user_callchains) {
+                (true, _) => Some(AddressSpace::Kernel),
+                (_, true) => Some(AddressSpace::User),
+                _ => None,
+            },
+            no_samples: self.no_samples,
         })
     }
 }
@@ -251,7 +308,9 @@ impl RecordArgs {
             pids: parsed(&self.pid, options::parse_pids)?,
             tids: parsed(&self.tid, options::parse_tids)?,
             uid: parsed(&self.uid, options::parse_uid)?,
-            inherit: !self.no_inherit,
+            // perf's --per-thread follows no children; shardrec still reads
+            // one ring per CPU (per-thread rings would bypass its writers).
+            inherit: !self.no_inherit && !self.per_thread,
             all_in: match (self.all_user, self.all_kernel) {
                 (true, _) => Some(AddressSpace::User),
                 (_, true) => Some(AddressSpace::Kernel),
@@ -270,6 +329,21 @@ impl RecordArgs {
             clockid: parsed(&self.clockid, options::parse_clockid)?,
             sample: self.sample.into_options()?,
             verbose: self.verbose,
+            group: self.group,
+            strict_freq: self.strict_freq,
+            no_bpf_event: self.no_bpf_event,
+            cgroups: self
+                .cgroup
+                .iter()
+                .zip(&self.cgroup_positions)
+                .map(|(names, &after_events)| CgroupArg {
+                    after_events,
+                    names: names.clone(),
+                })
+                .collect(),
+            quiet: self.quiet,
+            delay: parsed(&self.delay, options::parse_delay)?,
+            control: parsed(&self.control, options::parse_control)?,
         })
     }
 }
@@ -328,11 +402,27 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Parsed {
                 (&mut cli.action, matches.subcommand_matches("record"))
             {
                 args.filter_targets = filter_targets(record);
+                args.cgroup_positions = events_before(record, "cgroup");
             }
             Parsed::Run(Box::new(cli))
         }
         Err(e) => Parsed::Refused(one_line(&e)),
     }
+}
+
+/// For each `id` option given, how many `-e` came before it.
+fn events_before(matches: &ArgMatches, id: &str) -> Vec<usize> {
+    let events: Vec<usize> = matches
+        .indices_of("events")
+        .map(Iterator::collect)
+        .unwrap_or_default();
+    matches
+        .indices_of(id)
+        .map(|at| {
+            at.map(|at| events.iter().filter(|&&e| e < at).count())
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// For each `--filter`, the `-e` given last before it (perf attaches a

@@ -80,6 +80,9 @@ fn build_one(plan: &Plan, index: usize, ring_bytes: usize) -> Attr {
         read_format |= FORMAT_TIMES;
         attr.set_flag(Flag::InheritStat, true);
     }
+    if plan.sample.running_time {
+        read_format |= FORMAT_TIMES;
+    }
     attr.set_read_format(read_format);
     sample_type = set_sampling(&mut attr, plan, spec, sample_type);
     sample_type = set_call_graph(&mut attr, plan, spec, sample_type);
@@ -92,12 +95,14 @@ fn build_one(plan: &Plan, index: usize, ring_bytes: usize) -> Attr {
         set_tracking(&mut attr, plan);
     }
     // Group members follow their leader: only the leader is disabled and
-    // enabled (at the workload's exec). The tracking dummy runs at once.
-    let immediate = spec.is_tracking_dummy();
+    // enabled (at the workload's exec, unless -D delays it). The tracking
+    // dummy runs at once system-wide, else from the exec even with -D.
+    let dummy = spec.is_tracking_dummy();
+    let immediate = dummy && plan.scope == Scope::SystemWide;
     attr.set_flag(Flag::Disabled, leads && !immediate);
     attr.set_flag(
         Flag::EnableOnExec,
-        leads && !immediate && plan.scope == Scope::Workload,
+        leads && !immediate && plan.scope == Scope::Workload && (plan.delay.is_none() || dummy),
     );
     attr.set_wakeup_watermark(crate::attrs::wakeup_watermark(ring_bytes));
     attr
@@ -145,6 +150,7 @@ fn sample_bits(plan: &Plan, spec: &EventSpec) -> u64 {
         (s.user_regs != 0, abi::PERF_SAMPLE_REGS_USER),
         (s.branch != 0, abi::PERF_SAMPLE_BRANCH_STACK),
         (s.cgroups, abi::PERF_SAMPLE_CGROUP),
+        (s.transaction, abi::PERF_SAMPLE_TRANSACTION),
     ]
     .into_iter()
     .filter(|(on, _)| *on)
@@ -194,6 +200,10 @@ fn set_sampling(attr: &mut Attr, plan: &Plan, spec: &EventSpec, mut sample_type:
     if plan.sample.period || spec.is_tracepoint() {
         sample_type |= abi::PERF_SAMPLE_PERIOD as u64;
     }
+    // perf's -n: counting only (it keeps `freq` set, with no frequency).
+    if plan.sample.no_samples && attr.flag(Flag::Freq) {
+        attr.set_frequency(0);
+    }
     if spec.terms.period.is_some() && !plan.sample.period {
         sample_type &= !(abi::PERF_SAMPLE_PERIOD as u64);
     }
@@ -223,6 +233,12 @@ fn set_call_graph(attr: &mut Attr, plan: &Plan, spec: &EventSpec, mut sample_typ
     }
     if let Some(frames) = spec.terms.max_stack {
         attr.set_max_stack(frames);
+    }
+    // --kernel-callchains leaves user frames out, --user-callchains kernel ones.
+    match plan.sample.callchain_side {
+        Some(AddressSpace::Kernel) => attr.set_exclude_callchain_user(),
+        Some(AddressSpace::User) => attr.set_flag(Flag::ExcludeCallchainKernel, true),
+        None => {}
     }
     sample_type
 }

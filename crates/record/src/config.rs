@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use crate::events::EventArg;
+use crate::events::{CgroupArg, EventArg};
 
 /// How often to sample.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,6 +41,24 @@ pub enum AddressSpace {
     Kernel,
 }
 
+/// When the events start counting (`-D`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Delay {
+    /// `-D MSECS`: this long after the workload starts (or the recording).
+    Millis(u64),
+    /// `-D -1`: not until `--control` says `enable`.
+    UntilEnabled,
+}
+
+/// Where `--control` commands come from and acknowledgements go.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ControlSpec {
+    /// `fifo:CTL[,ACK]`: named pipes, opened by the recorder.
+    Fifo(PathBuf, Option<PathBuf>),
+    /// `fd:CTL[,ACK]`: descriptors the recorder inherited.
+    Fd(i32, Option<i32>),
+}
+
 /// perf record's options that add to each sample or to the side-band.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SampleOptions {
@@ -73,6 +91,14 @@ pub struct SampleOptions {
     pub namespaces: bool,
     /// `--all-cgroups`: cgroup records and each sample's cgroup.
     pub cgroups: bool,
+    /// `--transaction`: transaction flags (special events only).
+    pub transaction: bool,
+    /// `--running-time`: enabled and running times in what is read.
+    pub running_time: bool,
+    /// `--kernel-callchains` / `--user-callchains`: only that side.
+    pub callchain_side: Option<AddressSpace>,
+    /// `-n`: count only, no samples.
+    pub no_samples: bool,
 }
 
 /// `shardrec record`'s options, with perf record's names and defaults.
@@ -108,6 +134,20 @@ pub struct RecordConfig {
     pub sample: SampleOptions,
     /// `-v` given this many times: 2 prints each attr before opening it.
     pub verbose: u8,
+    /// `--group`: all events in one group.
+    pub group: bool,
+    /// `--strict-freq`: refuse a frequency above the kernel's limit.
+    pub strict_freq: bool,
+    /// `--no-bpf-event`: no capture of BPF programs.
+    pub no_bpf_event: bool,
+    /// `-G`: cgroups for the events given before each.
+    pub cgroups: Vec<CgroupArg>,
+    /// `-q`: no messages but errors.
+    pub quiet: bool,
+    /// `-D`: start counting late, or when told.
+    pub delay: Option<Delay>,
+    /// `--control`: commands (enable, disable, stop, ping) while recording.
+    pub control: Option<ControlSpec>,
     /// `-- CMD ARGS...`
     pub command: Vec<String>,
     /// `-k CLOCK`: timestamp with this `CLOCK_*` id instead of perf's clock.
@@ -135,6 +175,13 @@ impl RecordConfig {
             clockid: None,
             sample: SampleOptions::default(),
             verbose: 0,
+            group: false,
+            strict_freq: false,
+            no_bpf_event: false,
+            cgroups: Vec::new(),
+            quiet: false,
+            delay: None,
+            control: None,
         }
     }
 }

@@ -7,6 +7,7 @@ use shardrec_control::Command;
 use shardrec_shard::{EventMeta, Meta, RecordingDir};
 use shardrec_synth::{Synthesizer, Tasks};
 
+mod counting;
 mod stop;
 
 use crate::events::EventSpec;
@@ -15,6 +16,7 @@ use crate::meta::initial_meta;
 use crate::open;
 use crate::open::SideBandEvents;
 use crate::plan::{Plan, Scope};
+use crate::run_control::ControlChannel;
 use crate::signals::Signals;
 use crate::summary::RecordReport;
 use crate::vip::{self, VipProcess};
@@ -62,6 +64,12 @@ struct Recording<'a> {
     /// so most of their pages never need writing; perf does not sync
     /// perf.data either.
     sync_shards: bool,
+    /// `--control`'s channel.
+    control: Option<ControlChannel>,
+    /// When a `-D MSECS` recording starts counting.
+    enable_at: Option<Instant>,
+    /// `-q`: no "Events enabled" lines.
+    quiet: bool,
 }
 
 impl<'a> Recording<'a> {
@@ -72,13 +80,24 @@ impl<'a> Recording<'a> {
         workload: Option<&'a mut Workload>,
     ) -> Result<Recording<'a>, RecordError> {
         plan.reserve_file_descriptors()?;
+        let control = config
+            .control
+            .as_ref()
+            .map(ControlChannel::open)
+            .transpose()?;
         let attrs = &plan.attrs;
         let workload_pid = workload.as_ref().map(|w| w.pid.as_raw());
         let target_pid = workload_pid.filter(|_| plan.scope == Scope::Workload);
         let cpus = open::open_all(plan, attrs, target_pid)?;
-        let side_band = open::open_side_band(plan)
-            .map_err(|why| eprintln!("shardrec: warning: BPF programs will not be captured: {why}"))
-            .ok();
+        // --no-bpf-event: no side-band events, so no VIP either.
+        let side_band = match config.no_bpf_event {
+            true => None,
+            false => open::open_side_band(plan)
+                .map_err(|why| {
+                    eprintln!("shardrec: warning: BPF programs will not be captured: {why}")
+                })
+                .ok(),
+        };
         let dir = RecordingDir::create(RecordingDir::for_output(&config.output))?;
         let mut meta = initial_meta(config, command_line, plan, attrs, &cpus, workload_pid);
         let writers = cpus.into_iter().map(Writer::new).collect();
@@ -104,6 +123,9 @@ impl<'a> Recording<'a> {
             workload_code: None,
             meta,
             sync_shards: config.no_merge,
+            control,
+            enable_at: None,
+            quiet: config.quiet,
         })
     }
 
@@ -134,7 +156,7 @@ impl<'a> Recording<'a> {
     fn prepare(&mut self) -> Result<(), RecordError> {
         self.read_tracing_data()?;
         let options = WriterOptions {
-            enable: self.plan.scope != Scope::Workload,
+            enable: self.plan.scope != Scope::Workload && self.plan.delay.is_none(),
             ring_pages: self.plan.ring_pages,
             sync_shard: self.sync_shards,
         };
@@ -263,10 +285,11 @@ impl<'a> Recording<'a> {
         for writer in self.writers.iter_mut().filter_map(Writer::process_mut) {
             writer.wait_started()?;
         }
-        match self.workload.as_mut() {
-            Some(workload) => workload.start(),
-            None => Ok(()),
+        if let Some(workload) = self.workload.as_mut() {
+            workload.start()?;
         }
+        self.count_later();
+        Ok(())
     }
 
     /// The writers' and the VIP's processes.

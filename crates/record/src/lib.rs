@@ -30,6 +30,7 @@ mod negotiate;
 mod open;
 pub mod options;
 mod plan;
+mod run_control;
 mod signals;
 mod summary;
 mod tracing_files;
@@ -37,8 +38,10 @@ mod vip;
 mod workload;
 mod writers;
 
-pub use config::{AddressSpace, CallGraph, RecordConfig, SampleOptions, Sampling};
+pub use config::{
+    AddressSpace, CallGraph, ControlSpec, Delay, RecordConfig, SampleOptions, Sampling,
+};
 pub use coordinator::record;
 pub use error::RecordError;
-pub use events::EventArg;
+pub use events::{CgroupArg, EventArg};
 pub use summary::{CpuReport, RecordReport};

@@ -122,7 +122,8 @@ fn open_cpu(plan: &Plan, attrs: &[Attr], pids: &[i32], cpu: u32) -> Result<CpuEv
             let fail = |e| open_error(&plan.events[spec], target, e);
             // A member joins its leader opened for the same task and CPU.
             let leader = plan.events[spec].leader.map(|l| &events[first + l].event);
-            let event = PerfEvent::open_in_group(attr, target, leader).map_err(fail)?;
+            let event = crate::negotiate::open_one(&plan.events[spec], attr, target, leader)
+                .map_err(fail)?;
             match &ring {
                 None => ring = Some(map_ring(plan, &event, spec, cpu)?),
                 Some(_) => event.set_output(&events[0].event).map_err(fail)?,

@@ -4,8 +4,8 @@
 use shardrec_sys::cpu::{self, CpuList};
 use shardrec_sys::{abi, Attr, PerfEvent, Target};
 
-use crate::config::{AddressSpace, CallGraph, RecordConfig, SampleOptions, Sampling};
-use crate::events::{self, EventArg, EventSpec};
+use crate::config::{AddressSpace, CallGraph, Delay, RecordConfig, SampleOptions, Sampling};
+use crate::events::{self, EventSpec};
 use crate::RecordError;
 
 /// Whose activity is recorded.
@@ -50,6 +50,8 @@ pub struct Plan {
     pub attrs: Vec<Attr>,
     /// The event that carries the side-band (mmap, comm, task records).
     pub tracking: usize,
+    /// `-D`: the events start counting late, or when told.
+    pub delay: Option<Delay>,
     /// Things the user should know that do not stop the recording.
     pub warnings: Vec<String>,
 }
@@ -97,19 +99,28 @@ impl Plan {
     pub fn resolve(config: &RecordConfig) -> Result<Plan, RecordError> {
         shardrec_writer::check_kernel().map_err(RecordError::Kernel)?;
         let mut warnings = Vec::new();
-        let mut events = resolve_events(&config.events)?;
+        let mut events = resolve_events(config)?;
+        if config.group {
+            // perf's --group: every event in the first one's group.
+            events.iter_mut().skip(1).for_each(|e| e.leader = Some(0));
+        }
         let (scope, pids) = resolve_scope(config, &mut warnings)?;
-        // As perf: system-wide, a dummy event tracks the side-band from the
-        // moment it is opened.
-        let tracking = match scope {
-            Scope::SystemWide => {
+        if scope != Scope::SystemWide && events.iter().any(|e| e.cgroup.is_some()) {
+            return Err(RecordError::Usage(
+                "cgroup monitoring only available in system-wide mode (-a or -C)".into(),
+            ));
+        }
+        // As perf: system-wide or with -D, a dummy event tracks the side-band
+        // (from the moment it is opened, or from the workload's exec).
+        let tracking = match scope == Scope::SystemWide || config.delay.is_some() {
+            true => {
                 events.push(EventSpec::tracking_dummy());
                 events.len() - 1
             }
-            _ => 0,
+            false => 0,
         };
         let cpus = resolve_cpus(config, &scope)?;
-        let sampling = resolve_sampling(config.sampling, &mut warnings)?;
+        let sampling = resolve_sampling(config, &mut warnings)?;
         let ring_pages = config.ring_pages.unwrap_or_else(default_ring_pages);
         let mut plan = Plan {
             events,
@@ -127,6 +138,7 @@ impl Plan {
             sample: config.sample.clone(),
             attrs: Vec::new(),
             tracking,
+            delay: config.delay,
             warnings,
         };
         let mut attrs = crate::attrs::build(&plan);
@@ -136,8 +148,8 @@ impl Plan {
     }
 }
 
-fn resolve_events(args: &[EventArg]) -> Result<Vec<EventSpec>, RecordError> {
-    let specs = events::resolve(args)?;
+fn resolve_events(config: &RecordConfig) -> Result<Vec<EventSpec>, RecordError> {
+    let specs = events::resolve(&config.events, &config.cgroups)?;
     match specs.is_empty() {
         // perf's default; the first try falls back to cpu-clock without a PMU.
         true => Ok(vec![EventSpec::default_event()]),
@@ -263,15 +275,18 @@ fn resolve_cpus(config: &RecordConfig, scope: &Scope) -> Result<Vec<u32>, Record
 }
 
 fn resolve_sampling(
-    sampling: Sampling,
+    config: &RecordConfig,
     warnings: &mut Vec<String>,
 ) -> Result<Sampling, RecordError> {
     let max = read_sysctl("perf_event_max_sample_rate").unwrap_or(100_000);
-    match sampling {
+    match config.sampling {
         Sampling::MaxFrequency => Ok(Sampling::Frequency(max)),
         Sampling::Frequency(0) | Sampling::Period(0) => {
             Err(RecordError::Usage("-F and -c need a value above 0".into()))
         }
+        Sampling::Frequency(hz) if hz > max && config.strict_freq => Err(RecordError::Usage(
+            format!("-F {hz} is above kernel.perf_event_max_sample_rate ({max}) and --strict-freq is given"),
+        )),
         Sampling::Frequency(hz) if hz > max => {
             warnings.push(format!(
                 "-F {hz} is above kernel.perf_event_max_sample_rate; recording at {max} Hz"

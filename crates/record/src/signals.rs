@@ -1,6 +1,6 @@
 //! Signals as events: INT/TERM/HUP ask for a stop, CHLD says a child ended.
 
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd};
 
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::{SigSet, Signal};
@@ -18,6 +18,8 @@ pub enum Wake {
     Stop(Signal),
     /// A child changed state: reap with [`reap`].
     Child,
+    /// The `--control` channel has something to read.
+    Control,
     /// Nothing happened within the timeout.
     Timeout,
 }
@@ -47,8 +49,12 @@ impl Signals {
         Ok(Signals { fd })
     }
 
-    /// Waits up to `timeout_ms` for a signal.
-    pub fn wait(&mut self, timeout_ms: u16) -> Result<Wake, RecordError> {
+    /// Waits up to `timeout_ms` for a signal, or for `control` to be readable.
+    pub fn wait(
+        &mut self,
+        timeout_ms: u16,
+        control: Option<BorrowedFd<'_>>,
+    ) -> Result<Wake, RecordError> {
         loop {
             if let Some(info) = self
                 .fd
@@ -62,9 +68,18 @@ impl Signals {
                     None => continue,
                 });
             }
-            let mut fds = [PollFd::new(self.fd.as_fd(), PollFlags::POLLIN)];
+            let mut fds = vec![PollFd::new(self.fd.as_fd(), PollFlags::POLLIN)];
+            fds.extend(control.map(|fd| PollFd::new(fd, PollFlags::POLLIN)));
             match poll(&mut fds, PollTimeout::from(timeout_ms)) {
                 Ok(0) => return Ok(Wake::Timeout),
+                Ok(_)
+                    if fds
+                        .get(1)
+                        .and_then(PollFd::revents)
+                        .is_some_and(|r| !r.is_empty()) =>
+                {
+                    return Ok(Wake::Control)
+                }
                 Ok(_) | Err(nix::errno::Errno::EINTR) => continue,
                 Err(e) => return Err(RecordError::system("waiting for signals")(e.into())),
             }

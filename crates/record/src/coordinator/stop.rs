@@ -27,9 +27,15 @@ impl Recording<'_> {
         signals: &mut Signals,
     ) -> Result<(StopReason, Option<RecordError>), RecordError> {
         loop {
-            match signals.wait(250)? {
+            let control = self.control.as_ref().map(|c| c.fd());
+            match signals.wait(self.tick_ms(), control)? {
                 Wake::Stop(signal) => {
                     return Ok((StopReason::Signal(signal.as_str().to_string()), None))
+                }
+                Wake::Control => {
+                    if self.obey_control() {
+                        return Ok((StopReason::ControlStop, None));
+                    }
                 }
                 Wake::Child => {
                     if let Some(outcome) = self.reap_children() {
@@ -42,6 +48,7 @@ impl Recording<'_> {
                     }
                 }
             }
+            self.count_when_due();
         }
     }
 
@@ -98,12 +105,12 @@ impl Recording<'_> {
                 vip_told = true;
                 continue;
             }
-            match signals.wait(1000)? {
+            match signals.wait(1000, None)? {
                 Wake::Stop(_) => self.send_all(Command::Quit),
                 Wake::Child => {
                     self.reap_children();
                 }
-                Wake::Timeout => {}
+                Wake::Control | Wake::Timeout => {}
             }
         }
         self.end_workload();

@@ -2,6 +2,7 @@
 //! the command line is read, then resolved against this machine (tables,
 //! sysfs PMUs, tracefs) into [`EventSpec`]s when the plan is made.
 
+mod cgroup;
 pub mod grammar;
 pub mod modifiers;
 mod names;
@@ -12,6 +13,7 @@ use shardrec_sys::abi;
 use shardrec_sys::tracefs;
 
 use crate::RecordError;
+pub use cgroup::Cgroup;
 use grammar::{EventName, ParsedEvent, ParsedGroup};
 pub use modifiers::Modifiers;
 use pmu::{Configs, Pmu};
@@ -58,6 +60,8 @@ pub struct EventSpec {
     pub leader: Option<usize>,
     /// An ftrace filter (`--filter`), for a tracepoint.
     pub filter: Option<String>,
+    /// `-G`: counted only in this cgroup.
+    pub cgroup: Option<Cgroup>,
 }
 
 impl EventSpec {
@@ -74,6 +78,7 @@ impl EventSpec {
             terms: EventTerms::default(),
             leader: None,
             filter: None,
+            cgroup: None,
         }
     }
 
@@ -171,11 +176,27 @@ impl EventSpec {
     }
 }
 
+/// A `-G NAME[,NAME]` and how many `-e` came before it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CgroupArg {
+    /// The `-e` options given before it.
+    pub after_events: usize,
+    /// The names, comma separated.
+    pub names: String,
+}
+
 /// Resolves every `-e` into events, in order. Groups get their leader's
-/// index; tracepoint globs expand to every match.
-pub fn resolve(args: &[EventArg]) -> Result<Vec<EventSpec>, RecordError> {
+/// index; tracepoint globs expand to every match; each `-G` goes to the
+/// events before it.
+pub fn resolve(args: &[EventArg], cgroups: &[CgroupArg]) -> Result<Vec<EventSpec>, RecordError> {
     let mut specs = Vec::new();
-    for arg in args {
+    if let Some(early) = cgroups.iter().find(|c| c.after_events == 0) {
+        return Err(RecordError::Usage(format!(
+            "-G {}: must define events before cgroups",
+            early.names
+        )));
+    }
+    for (given, arg) in args.iter().enumerate() {
         let mut last = specs.len();
         for group in &arg.groups {
             let first = specs.len();
@@ -194,6 +215,10 @@ pub fn resolve(args: &[EventArg]) -> Result<Vec<EventSpec>, RecordError> {
         }
         if let Some(filter) = &arg.filter {
             attach_filter(&mut specs[last..], filter)?;
+        }
+        for cgroup in cgroups.iter().filter(|c| c.after_events == given + 1) {
+            cgroup::assign(&mut specs, &cgroup.names)
+                .map_err(|e| RecordError::Usage(format!("-G {}: {e}", cgroup.names)))?;
         }
     }
     Ok(specs)
@@ -397,7 +422,7 @@ mod tests {
     use super::*;
 
     fn specs(text: &str) -> Vec<EventSpec> {
-        resolve(&[EventArg::parse(text).unwrap()]).unwrap()
+        resolve(&[EventArg::parse(text).unwrap()], &[]).unwrap()
     }
 
     #[test]
@@ -429,7 +454,7 @@ mod tests {
 
     #[test]
     fn misspelt_names_get_a_suggestion() {
-        match resolve(&[EventArg::parse("cyles").unwrap()]) {
+        match resolve(&[EventArg::parse("cyles").unwrap()], &[]) {
             Err(RecordError::UnknownEvent { suggestion, .. }) => {
                 assert_eq!(suggestion.as_deref(), Some("cycles"))
             }

@@ -31,7 +31,7 @@ pub fn negotiate(plan: &mut Plan, attrs: &mut [Attr], verbose: u8) -> Result<(),
         let leader = spec.leader.map(|l| &opened[l]);
         let event = tries
             .open(spec, attr, leader)
-            .map_err(|e| crate::open::open_error(spec, target, e))?;
+            .map_err(|e| refusal(spec, attr, target, e))?;
         check_filter(spec, &event)?;
         opened.push(event);
     }
@@ -41,6 +41,24 @@ pub fn negotiate(plan: &mut Plan, attrs: &mut [Attr], verbose: u8) -> Result<(),
         ));
     }
     Ok(())
+}
+
+/// The kernel's last word on an event, with perf's explanation where perf
+/// has one for it.
+fn refusal(spec: &EventSpec, attr: &Attr, target: Target, error: io::Error) -> RecordError {
+    let reason = match error.raw_os_error() {
+        Some(libc::EOPNOTSUPP) if attr.branch_sample_type() != 0 => {
+            "PMU Hardware or event type doesn't support branch stack sampling"
+        }
+        Some(libc::EINVAL) if target.pid != -1 => {
+            "invalid in per-thread mode (a task recording), enable system wide with '-a'"
+        }
+        _ => return crate::open::open_error(spec, target, error),
+    };
+    RecordError::Unsupported {
+        name: spec.name.clone(),
+        reason: reason.into(),
+    }
 }
 
 /// A `--filter` is given to the kernel on the try, so a bad expression is
@@ -69,6 +87,20 @@ struct Tries {
     missing: MissingFeatures,
 }
 
+/// Opens one event on `target`, in its cgroup when it has one (`-G`, which
+/// is system-wide: the target's CPU is used).
+pub fn open_one(
+    spec: &EventSpec,
+    attr: &Attr,
+    target: Target,
+    leader: Option<&PerfEvent>,
+) -> io::Result<PerfEvent> {
+    match &spec.cgroup {
+        Some(cgroup) => PerfEvent::open_in_cgroup(attr, cgroup.fd(), target.cpu as u32, leader),
+        None => PerfEvent::open_in_group(attr, target, leader),
+    }
+}
+
 /// Where the tries are made: the first CPU, for every task (system-wide),
 /// the first followed thread, or this process (standing in for the
 /// workload, which does not exist yet).
@@ -94,7 +126,7 @@ impl Tries {
             if self.verbose >= 2 {
                 eprintln!("{attr}");
             }
-            let error = match PerfEvent::open_in_group(attr, self.target, leader) {
+            let error = match open_one(spec, attr, self.target, leader) {
                 Ok(event) => return Ok(event),
                 Err(error) => error,
             };

@@ -6,7 +6,7 @@ mod samples;
 
 pub use samples::{parse_branch_filter, parse_registers};
 
-use crate::config::{CallGraph, Sampling};
+use crate::config::{CallGraph, ControlSpec, Delay, Sampling};
 use crate::events::EventArg;
 
 /// Parses `-C`: CPUs and ranges, `0,2-3`.
@@ -105,6 +105,37 @@ fn call_graph(text: &str) -> Result<CallGraph, String> {
     }
 }
 
+/// Parses `-D`: milliseconds to wait before counting, or -1 for "until
+/// `--control` enables".
+pub fn parse_delay(text: &str) -> Result<Delay, String> {
+    match text.trim().parse::<i64>() {
+        Ok(-1) => Ok(Delay::UntilEnabled),
+        Ok(ms) if ms >= 0 => Ok(Delay::Millis(ms as u64)),
+        _ => Err(format!(
+            "-D: '{text}' is not a delay in milliseconds (or -1)"
+        )),
+    }
+}
+
+/// Parses `--control`: `fifo:CTL[,ACK]` or `fd:CTL[,ACK]`, as perf.
+pub fn parse_control(text: &str) -> Result<ControlSpec, String> {
+    let bad = || format!("--control '{text}': use fifo:ctl-fifo[,ack-fifo] or fd:ctl-fd[,ack-fd]");
+    let (kind, rest) = text.split_once(':').ok_or_else(bad)?;
+    let (ctl, ack) = match rest.split_once(',') {
+        Some((ctl, ack)) => (ctl, Some(ack)),
+        None => (rest, None),
+    };
+    if ctl.is_empty() || ack == Some("") {
+        return Err(bad());
+    }
+    let fd = |t: &str| t.parse::<i32>().ok().filter(|&fd| fd >= 0).ok_or_else(bad);
+    match kind {
+        "fifo" => Ok(ControlSpec::Fifo(ctl.into(), ack.map(Into::into))),
+        "fd" => Ok(ControlSpec::Fd(fd(ctl)?, ack.map(fd).transpose()?)),
+        _ => Err(bad()),
+    }
+}
+
 /// Parses `-k`: a clock name as perf knows them, or a number.
 pub fn parse_clockid(text: &str) -> Result<i32, String> {
     clockid(text).map_err(|e| format!("-k: {e}"))
@@ -135,8 +166,18 @@ fn clockid(text: &str) -> Result<i32, String> {
 }
 
 /// Parses `-m`: a number of pages (a power of two), or a size with a
-/// B/K/M/G suffix, as perf accepts.
+/// B/K/M/G suffix, as perf accepts; perf's `PAGES,AUXPAGES` form is read,
+/// but an AUX area (Intel PT, Arm SPE) is not recorded yet.
 pub fn parse_ring_pages(text: &str, page_size: usize) -> Result<usize, String> {
+    let text = match text.split_once(',') {
+        Some((pages, "" | "0")) => pages,
+        Some((_, aux)) => {
+            return Err(format!(
+                "-m {text}: {aux} AUX area pages asked for, but AUX area tracing (intel_pt, arm_spe) is not supported by shardrec yet"
+            ))
+        }
+        None => text,
+    };
     let text = text.trim();
     let unit = text.chars().last().filter(|c| c.is_ascii_alphabetic());
     let pages = match unit.map(|c| c.to_ascii_uppercase()) {
@@ -196,10 +237,27 @@ mod tests {
     }
 
     #[test]
+    fn delays_and_controls() {
+        assert_eq!(parse_delay("500"), Ok(Delay::Millis(500)));
+        assert_eq!(parse_delay("-1"), Ok(Delay::UntilEnabled));
+        assert!(parse_delay("-2").is_err() && parse_delay("soon").is_err());
+        assert_eq!(
+            parse_control("fifo:/tmp/c,/tmp/a"),
+            Ok(ControlSpec::Fifo("/tmp/c".into(), Some("/tmp/a".into())))
+        );
+        assert_eq!(parse_control("fd:5"), Ok(ControlSpec::Fd(5, None)));
+        assert!(parse_control("fd:x").is_err() && parse_control("pipe:1").is_err());
+    }
+
+    #[test]
     fn ring_sizes() {
         assert_eq!(parse_ring_pages("16", 4096), Ok(16));
         assert_eq!(parse_ring_pages("4M", 4096), Ok(1024));
         assert!(parse_ring_pages("3", 4096).is_err());
         assert!(parse_ring_pages("0", 4096).is_err());
+        assert_eq!(parse_ring_pages("16,", 4096), Ok(16));
+        assert!(parse_ring_pages("16,8", 4096)
+            .unwrap_err()
+            .contains("AUX area"));
     }
 }

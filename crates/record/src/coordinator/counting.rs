@@ -1,0 +1,118 @@
+//! When the events count: `-D` starts them late (or not until told), and
+//! `--control` enables and disables them while the side-band goes on being
+//! recorded, with perf's messages.
+
+use std::time::{Duration, Instant};
+
+use super::Recording;
+use crate::config::Delay;
+use crate::run_control::ControlCommand;
+
+/// The longest the coordinator sleeps between checks.
+const TICK_MS: u16 = 250;
+
+impl Recording<'_> {
+    /// After the start: with `-D`, says the events are off and when they
+    /// will be on.
+    pub(super) fn count_later(&mut self) {
+        let Some(delay) = self.plan.delay else {
+            return;
+        };
+        self.say("Events disabled");
+        if let Delay::Millis(ms) = delay {
+            self.enable_at = Some(Instant::now() + Duration::from_millis(ms));
+        }
+    }
+
+    /// How long to wait for signals before the delayed start is due.
+    pub(super) fn tick_ms(&self) -> u16 {
+        match self.enable_at {
+            Some(at) => {
+                let left = at.saturating_duration_since(Instant::now()).as_millis();
+                left.min(TICK_MS as u128) as u16
+            }
+            None => TICK_MS,
+        }
+    }
+
+    /// Enables the events once a `-D MSECS` delay has passed.
+    pub(super) fn count_when_due(&mut self) {
+        if self.enable_at.is_some_and(|at| Instant::now() >= at) {
+            self.enable_at = None;
+            self.set_counting(true, None);
+        }
+    }
+
+    /// Carries out the commands waiting on the control channel; true when
+    /// one of them is `stop`.
+    pub(super) fn obey_control(&mut self) -> bool {
+        let Some(control) = self.control.as_mut() else {
+            return false;
+        };
+        let mut stop = false;
+        for command in control.read_commands() {
+            match command {
+                ControlCommand::Enable(name) => self.set_counting(true, name.as_deref()),
+                ControlCommand::Disable(name) => self.set_counting(false, name.as_deref()),
+                ControlCommand::Stop => stop = true,
+                ControlCommand::Ping => {}
+                ControlCommand::Evlist => {
+                    for spec in &self.plan.events {
+                        eprintln!("{}", spec.name);
+                    }
+                }
+                ControlCommand::Snapshot => eprintln!(
+                    "shardrec: snapshot needs --overwrite, which shardrec does not support yet"
+                ),
+                ControlCommand::Unknown(text) => {
+                    eprintln!("shardrec: unknown control command '{text}'")
+                }
+            }
+            if let Some(control) = self.control.as_mut() {
+                control.ack();
+            }
+        }
+        stop
+    }
+
+    /// Enables or disables every event (or those named `name`) on every
+    /// CPU, except the tracking dummy, which keeps the side-band whole, as
+    /// perf's `evlist__enable_non_dummy` does.
+    fn set_counting(&mut self, on: bool, name: Option<&str>) {
+        let wanted = |spec: &crate::events::EventSpec| {
+            !spec.is_tracking_dummy() && name.is_none_or(|n| spec.name == n)
+        };
+        if name.is_some() && !self.plan.events.iter().any(wanted) {
+            eprintln!("failed: can't find '{}' event", name.unwrap_or_default());
+            return;
+        }
+        for writer in &self.writers {
+            for event in &writer.events.events {
+                if !wanted(&self.plan.events[event.spec]) {
+                    continue;
+                }
+                let result = match on {
+                    true => event.event.enable(),
+                    false => event.event.disable(),
+                };
+                if let Err(e) = result {
+                    eprintln!(
+                        "shardrec: warning: cannot change event on CPU {}: {e}",
+                        writer.cpu()
+                    );
+                }
+            }
+        }
+        let state = if on { "enabled" } else { "disabled" };
+        match name {
+            Some(name) => self.say(&format!("Event {name} {state}")),
+            None => self.say(&format!("Events {state}")),
+        }
+    }
+
+    fn say(&self, message: &str) {
+        if !self.quiet {
+            eprintln!("{message}");
+        }
+    }
+}

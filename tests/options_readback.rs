@@ -1,0 +1,135 @@
+//! Options that change what is recorded, each recorded against the real
+//! kernel and read back with perf script or perf report.
+
+mod common;
+
+use std::process::Command;
+
+use common::{load, perf, record_and_merge, recording_test, Scratch, TestCgroup};
+
+/// `perf script -F FIELDS` of the scratch recording, as text.
+fn script(scratch: &Scratch, extra: &[&str]) -> String {
+    let mut args = vec!["script"];
+    args.extend_from_slice(extra);
+    let output = perf(&args, &scratch.output());
+    assert!(output.status.success(), "perf script failed: {output:?}");
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+#[test]
+fn a_tracepoint_filter_keeps_only_matching_records() {
+    let Some((_serial, scratch)) = recording_test("filter") else {
+        return;
+    };
+    // getppid is syscall 110 on x86-64; the workload makes 1,000 of them
+    // among its other calls (mmap, exit_group, ...).
+    record_and_merge(
+        &scratch,
+        &["-e", "raw_syscalls:sys_enter", "--filter", "id == 110"]
+            .into_iter()
+            .chain(["--", load(), "syscalls", "1000"])
+            .collect::<Vec<_>>(),
+    );
+    let text = script(&scratch, &["-F", "trace"]);
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1000, "one record per getppid: {text:.400}");
+    assert!(lines.iter().all(|l| l.contains("NR 110")), "{text:.400}");
+}
+
+#[test]
+fn a_cgroup_recording_has_only_that_cgroups_tasks() {
+    let Some((_serial, scratch)) = recording_test("cgroup") else {
+        return;
+    };
+    let cgroup = TestCgroup::new("shardrec-test-cgroup");
+    let mut inside = cgroup.spin("3");
+    let mut outside = Command::new(load()).args(["spin", "3"]).spawn().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    record_and_merge(
+        &scratch,
+        &[
+            "-a",
+            "-e",
+            "cpu-clock",
+            "-G",
+            "shardrec-test-cgroup",
+            "--",
+            "sleep",
+            "1",
+        ],
+    );
+    let inside_pid = inside.id().to_string();
+    let text = script(&scratch, &["-F", "pid"]);
+    let pids: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    outside.kill().unwrap();
+    inside.kill().unwrap();
+    let _ = (outside.wait(), inside.wait());
+    assert!(pids.len() > 100, "{} samples", pids.len());
+    assert!(
+        pids.iter().all(|&p| p == inside_pid),
+        "samples outside the cgroup: {:?}",
+        pids.iter()
+            .filter(|&&p| p != inside_pid)
+            .take(5)
+            .collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn per_thread_counts_for_perf_report_t() {
+    let Some((_serial, scratch)) = recording_test("stat") else {
+        return;
+    };
+    let work = format!("{0} spin 0.3 & {0} spin 0.3; wait", load());
+    record_and_merge(
+        &scratch,
+        &["-s", "-e", "task-clock", "--", "sh", "-c", &work],
+    );
+    let output = perf(&["report", "-T", "--stdio"], &scratch.output());
+    let text = String::from_utf8_lossy(&output.stdout);
+    // perf report -T ends with a table of each thread's count.
+    let table: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.contains("PID") || !l.contains("TID"))
+        .skip(1)
+        .filter(|l| l.trim_start().starts_with(char::is_numeric))
+        .collect();
+    assert!(table.len() >= 2, "no per-thread counts in:\n{text}");
+}
+
+#[test]
+fn switch_namespace_and_cgroup_records_reach_perf_script() {
+    let Some((_serial, scratch)) = recording_test("side-band-options") else {
+        return;
+    };
+    let work = ["--", load(), "spin", "0.2"];
+    let args: Vec<&str> = [
+        "--switch-events",
+        "--namespaces",
+        "--all-cgroups",
+        "-d",
+        "-e",
+        "cpu-clock",
+    ]
+    .into_iter()
+    .chain(work)
+    .collect();
+    record_and_merge(&scratch, &args);
+    let text = script(
+        &scratch,
+        &[
+            "--show-switch-events",
+            "--show-namespace-events",
+            "--show-cgroup-events",
+        ],
+    );
+    for kind in ["PERF_RECORD_SWITCH", "PERF_RECORD_NAMESPACES"] {
+        assert!(text.contains(kind), "no {kind} in:\n{text:.2000}");
+    }
+    let addresses = script(&scratch, &["-F", "addr"]);
+    assert!(!addresses.trim().is_empty(), "-d samples carry an address");
+}
