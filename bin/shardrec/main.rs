@@ -74,7 +74,8 @@ fn chain(error: &dyn std::error::Error) -> String {
 
 /// Records, then merges unless told not to; exits with the workload's status.
 fn record(args: RecordArgs, command_line: &[String]) -> Result<ExitCode, Error> {
-    let (quiet, keep_shards, dry_run) = (args.quiet, args.keep_shards, args.dry_run);
+    let (quiet, keep_shards) = (args.run.quiet, args.output.keep_shards);
+    let dry_run = args.run.dry_run;
     let config = args.into_config().map_err(RecordError::Usage)?;
     if dry_run {
         // perf's --dry-run: the options are read and checked, nothing more.

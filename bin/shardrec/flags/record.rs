@@ -1,0 +1,273 @@
+//! `shardrec record`'s options, grouped as a perf user looks for them, with
+//! perf record's names and help words, and their conversion into the
+//! recorder's typed configuration.
+
+use std::path::PathBuf;
+
+use clap::Args;
+use shardrec_record::{options, AddressSpace, CallGraph, CgroupArg, RecordConfig, Sampling};
+
+use super::samples::SampleArgs;
+
+#[derive(Args)]
+pub struct RecordArgs {
+    #[command(flatten)]
+    pub events: EventArgs,
+    #[command(flatten)]
+    targets: TargetArgs,
+    #[command(flatten)]
+    sampling: SamplingArgs,
+    #[command(flatten)]
+    sample: SampleArgs,
+    #[command(flatten)]
+    pub output: OutputArgs,
+    #[command(flatten)]
+    pub run: RunArgs,
+    /// The command to run and record: the first word that is not an option
+    /// or its value, or everything after `--`.
+    #[arg(trailing_var_arg = true, value_name = "COMMAND")]
+    command: Vec<String>,
+}
+
+#[derive(Args)]
+#[command(next_help_heading = "Events")]
+pub struct EventArgs {
+    /// event selector (perf's syntax: cpu-clock, cycles:u, L1-dcache-load-misses, r003c, msr/tsc/, mem:ADDR:w, sched:sched_switch, {a,b}:S, cpu-clock/period=10000/)
+    #[arg(short = 'e', long = "event", value_name = "event")]
+    events: Vec<String>,
+    /// event filter (an ftrace filter for the tracepoints of the -e before it)
+    #[arg(long = "filter", value_name = "filter")]
+    filter: Vec<String>,
+    /// put the counters into a counter group
+    #[arg(long = "group")]
+    group: bool,
+    /// Configure all used events to run in user space
+    #[arg(long = "all-user", conflicts_with = "all_kernel")]
+    all_user: bool,
+    /// Configure all used events to run in kernel space
+    #[arg(long = "all-kernel")]
+    all_kernel: bool,
+    /// monitor event in cgroup name only (system-wide; names go to the -e before it, in order)
+    #[arg(short = 'G', long = "cgroup", value_name = "name")]
+    cgroup: Vec<String>,
+    /// The `-e` each `--filter` follows (index into `events`), set by `parse`.
+    #[arg(skip)]
+    pub filter_targets: Vec<Option<usize>>,
+    /// The number of `-e` given before each `-G`, set by `parse`.
+    #[arg(skip)]
+    pub cgroup_positions: Vec<usize>,
+}
+
+#[derive(Args)]
+#[command(next_help_heading = "Targets")]
+struct TargetArgs {
+    /// system-wide collection from all CPUs
+    #[arg(short = 'a', long = "all-cpus")]
+    all_cpus: bool,
+    /// list of cpus to monitor (e.g. 0,2-3)
+    #[arg(short = 'C', long = "cpu", value_name = "cpu")]
+    cpu: Option<String>,
+    /// record events on existing process id (comma separated)
+    #[arg(short = 'p', long = "pid", value_name = "pid")]
+    pid: Option<String>,
+    /// record events on existing thread id (comma separated)
+    #[arg(short = 't', long = "tid", value_name = "tid")]
+    tid: Option<String>,
+    /// user to profile
+    #[arg(short = 'u', long = "uid", value_name = "user")]
+    uid: Option<String>,
+    /// child tasks do not inherit counters
+    #[arg(short = 'i', long = "no-inherit")]
+    no_inherit: bool,
+    /// use per-thread mmaps (shardrec keeps one ring per CPU; as in perf, children are not followed)
+    #[arg(long = "per-thread")]
+    per_thread: bool,
+}
+
+#[derive(Args)]
+#[command(next_help_heading = "Sampling")]
+struct SamplingArgs {
+    /// profile at this frequency ("max" for the kernel's limit)
+    #[arg(
+        short = 'F',
+        long = "freq",
+        value_name = "freq or 'max'",
+        conflicts_with = "count"
+    )]
+    freq: Option<String>,
+    /// event period to sample
+    #[arg(short = 'c', long = "count", value_name = "n")]
+    count: Option<u64>,
+    /// Fail if the specified frequency can't be used
+    #[arg(long = "strict-freq")]
+    strict_freq: bool,
+    /// enables call-graph recording (frame pointers)
+    #[arg(short = 'g')]
+    g: bool,
+    /// setup and enables call graph (stack chain/backtrace): fp, dwarf[,SIZE], lbr
+    #[arg(long = "call-graph", value_name = "record_mode[,record_size]")]
+    call_graph: Option<String>,
+    /// clockid to use for events, see clock_gettime() (monotonic, monotonic_raw, realtime, boottime, tai)
+    #[arg(short = 'k', long = "clockid", value_name = "clockid")]
+    clockid: Option<String>,
+    /// do not record bpf events
+    #[arg(long = "no-bpf-event")]
+    no_bpf_event: bool,
+}
+
+#[derive(Args)]
+#[command(next_help_heading = "Output")]
+pub struct OutputArgs {
+    /// output file name; the shards are written to FILE.shards/ while recording
+    #[arg(
+        short = 'o',
+        long = "output",
+        value_name = "file",
+        default_value = "perf.data"
+    )]
+    file: PathBuf,
+    /// number of mmap data pages per CPU ring (a power of two, or a size with B/K/M/G)
+    #[arg(short = 'm', long = "mmap-pages", value_name = "pages[,pages]")]
+    mmap_pages: Option<String>,
+    /// stop after writing the shards; do not merge them
+    #[arg(long = "no-merge")]
+    no_merge: bool,
+    /// keep the shard directory after merging it
+    #[arg(long = "keep-shards")]
+    pub keep_shards: bool,
+}
+
+#[derive(Args)]
+#[command(next_help_heading = "Run control")]
+pub struct RunArgs {
+    /// ms to wait before starting measurement after program start (-1: start with events disabled)
+    #[arg(
+        short = 'D',
+        long = "delay",
+        value_name = "ms",
+        allow_negative_numbers = true
+    )]
+    delay: Option<String>,
+    /// Listen on ctl-fd descriptor for command to control measurement ('enable', 'disable', 'stop', 'ping', 'evlist'); fifo:ctl-fifo[,ack-fifo] opens FIFOs
+    #[arg(
+        long = "control",
+        value_name = "fd:ctl-fd[,ack-fd] or fifo:ctl-fifo[,ack-fifo]"
+    )]
+    control: Option<String>,
+    /// don't print any message
+    #[arg(short = 'q', long = "quiet")]
+    pub quiet: bool,
+    /// be more verbose (-v: fallbacks; -vv: every attr before it is tried)
+    #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count)]
+    verbose: u8,
+    /// Parse options then exit
+    #[arg(long = "dry-run")]
+    pub dry_run: bool,
+}
+
+impl RecordArgs {
+    /// The checked configuration, or a message naming the bad option.
+    pub fn into_config(self) -> Result<RecordConfig, String> {
+        let (events, targets, sampling) = (self.events, self.targets, self.sampling);
+        let (output, run) = (self.output, self.run);
+        Ok(RecordConfig {
+            events: events.parsed()?,
+            cgroups: events.cgroups(),
+            group: events.group,
+            all_in: match (events.all_user, events.all_kernel) {
+                (true, _) => Some(AddressSpace::User),
+                (_, true) => Some(AddressSpace::Kernel),
+                _ => None,
+            },
+            all_cpus: targets.all_cpus,
+            cpus: parsed(&targets.cpu, options::parse_cpus)?,
+            pids: parsed(&targets.pid, options::parse_pids)?,
+            tids: parsed(&targets.tid, options::parse_tids)?,
+            uid: parsed(&targets.uid, options::parse_uid)?,
+            // perf's --per-thread follows no children; shardrec still reads
+            // one ring per CPU (per-thread rings would bypass its writers).
+            inherit: !targets.no_inherit && !targets.per_thread,
+            sampling: sampling.sampling()?,
+            call_graph: sampling.call_graph()?,
+            strict_freq: sampling.strict_freq,
+            clockid: parsed(&sampling.clockid, options::parse_clockid)?,
+            no_bpf_event: sampling.no_bpf_event,
+            sample: self.sample.into_options()?,
+            ring_pages: output
+                .mmap_pages
+                .as_deref()
+                .map(|m| options::parse_ring_pages(m, page_size()))
+                .transpose()?,
+            output: output.file,
+            no_merge: output.no_merge,
+            verbose: run.verbose,
+            quiet: run.quiet,
+            delay: parsed(&run.delay, options::parse_delay)?,
+            control: parsed(&run.control, options::parse_control)?,
+            command: self.command,
+        })
+    }
+}
+
+impl EventArgs {
+    /// Each `-e`, parsed, with the `--filter` that followed it.
+    fn parsed(&self) -> Result<Vec<shardrec_record::EventArg>, String> {
+        let mut events = self
+            .events
+            .iter()
+            .map(|e| options::parse_events(e))
+            .collect::<Result<Vec<_>, _>>()?;
+        for (filter, target) in self.filter.iter().zip(&self.filter_targets) {
+            let Some(event) = target.and_then(|i| events.get_mut(i)) else {
+                return Err(format!("--filter '{filter}' should follow a -e tracepoint"));
+            };
+            event.filter = Some(filter.clone());
+        }
+        Ok(events)
+    }
+
+    /// Each `-G`, with the number of `-e` before it.
+    fn cgroups(&self) -> Vec<CgroupArg> {
+        self.cgroup
+            .iter()
+            .zip(&self.cgroup_positions)
+            .map(|(names, &after_events)| CgroupArg {
+                after_events,
+                names: names.clone(),
+            })
+            .collect()
+    }
+}
+
+impl SamplingArgs {
+    fn sampling(&self) -> Result<Sampling, String> {
+        Ok(match (self.freq.as_deref(), self.count) {
+            (Some(freq), _) => options::parse_frequency(freq)?,
+            (None, Some(period)) => Sampling::Period(period),
+            (None, None) => Sampling::Default,
+        })
+    }
+
+    fn call_graph(&self) -> Result<CallGraph, String> {
+        Ok(match (&self.call_graph, self.g) {
+            (Some(mode), _) => options::parse_call_graph(mode)?,
+            (None, true) => CallGraph::FramePointer,
+            (None, false) => CallGraph::None,
+        })
+    }
+}
+
+/// An option's value parsed, if the option was given.
+fn parsed<T>(
+    text: &Option<String>,
+    parse: fn(&str) -> Result<T, String>,
+) -> Result<Option<T>, String> {
+    text.as_deref().map(parse).transpose()
+}
+
+fn page_size() -> usize {
+    nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+        .ok()
+        .flatten()
+        .map_or(4096, |p| p as usize)
+}
