@@ -70,7 +70,7 @@ fn hardware_event_without_a_pmu() {
         assert_refused(
             &output,
             &scratch,
-            "event 'instructions' is not supported on this machine",
+            "The instructions event is not supported on this machine",
         );
     }
 }

@@ -133,3 +133,64 @@ fn switch_namespace_and_cgroup_records_reach_perf_script() {
     let addresses = script(&scratch, &["-F", "addr"]);
     assert!(!addresses.trim().is_empty(), "-d samples carry an address");
 }
+
+/// A `perf probe` uprobe, deleted when the test ends.
+struct Probe(&'static str);
+
+impl Drop for Probe {
+    fn drop(&mut self) {
+        let _ = Command::new("perf")
+            .args(["probe", "-q", "-d", self.0])
+            .output();
+    }
+}
+
+#[test]
+fn probes_made_by_perf_probe_are_tracepoints() {
+    let Some((_serial, scratch)) = recording_test("probe") else {
+        return;
+    };
+    let libc = std::fs::read_to_string("/proc/self/maps")
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .find(|path| path.contains("/libc.so"))
+        .expect("libc is mapped")
+        .to_string();
+    let probe = Probe("probe_libc:getppid");
+    let made = Command::new("perf")
+        .args(["probe", "-q", "-x", &libc, "-a", "getppid"])
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "perf probe: {made:?}");
+    record_and_merge(&scratch, &["-e", probe.0, "--", load(), "syscalls", "100"]);
+    let text = script(&scratch, &["-F", "event"]);
+    let hits = text
+        .lines()
+        .filter(|l| l.contains("probe_libc:getppid"))
+        .count();
+    assert_eq!(hits, 100, "one hit per getppid call:\n{text:.400}");
+}
+
+#[test]
+fn groups_reach_perf_report_as_groups() {
+    let Some((_serial, scratch)) = recording_test("groups") else {
+        return;
+    };
+    record_and_merge(
+        &scratch,
+        &["-e", "{cpu-clock,task-clock}", "--", load(), "spin", "0.2"],
+    );
+    let header = perf(&["report", "--header-only"], &scratch.output());
+    let header = String::from_utf8_lossy(&header.stdout);
+    assert!(
+        header.contains("# group: {cpu-clock,task-clock}"),
+        "{header}"
+    );
+    let report = perf(&["report", "--group", "--stdio"], &scratch.output());
+    let report = String::from_utf8_lossy(&report.stdout);
+    assert!(
+        report.contains("of events 'anon group { cpu-clock, task-clock }'"),
+        "{report:.1500}"
+    );
+}

@@ -443,3 +443,27 @@ fn the_workloads_exit_status_is_shardrecs() {
         .unwrap();
     assert_eq!(status.code(), Some(7));
 }
+
+#[test]
+fn a_process_whose_threads_come_and_go_is_recorded() {
+    let Some((_serial, scratch)) = recording_test("thread-churn") else {
+        return;
+    };
+    // Threads that end between the listing and the open are left out, and
+    // threads that start then are found by listing again (before, a thread
+    // gone by the open ended the recording: "process N not found").
+    let mut target = std::process::Command::new(load())
+        .args(["threads", "30"])
+        .spawn()
+        .unwrap();
+    let pid = target.id().to_string();
+    for _ in 0..5 {
+        let _ = std::fs::remove_dir_all(scratch.shards());
+        record(
+            &scratch,
+            &["-p", &pid, "-e", "cpu-clock", "--", "sleep", "0.2"],
+        );
+    }
+    target.kill().unwrap();
+    target.wait().unwrap();
+}

@@ -98,13 +98,17 @@ fn run(words: &[&str]) -> Result<(), String> {
             Ok(n) => procs::forks(n),
             Err(_) => Err(format!("bad count '{n}'")),
         },
+        ["threads", secs] => match secs.parse() {
+            Ok(secs) => procs::thread_churn(Duration::from_secs_f64(secs)),
+            Err(_) => Err(format!("bad seconds '{secs}'")),
+        },
         ["idle", n, secs] => match (n.parse(), secs.parse()) {
             (Ok(n), Ok(secs)) => procs::idle(n, Duration::from_secs_f64(secs)),
             _ => Err(format!("bad count '{n}' or seconds '{secs}'")),
         },
         _ => Err(concat!(
             "usage: shardrec-load [--report FILE] syscalls N | spin SECONDS | burn MILLIONS | hot SECONDS",
-            " | bpf-churn N | bpf-hold SECONDS | bpf-hot SECONDS | forks N | idle N SECONDS",
+            " | bpf-churn N | bpf-hold SECONDS | bpf-hot SECONDS | forks N | idle N SECONDS | threads SECONDS",
             " | rusage FILE CMD ARGS..."
         )
         .to_string()),

@@ -74,3 +74,21 @@ fn reap(children: &[Pid]) {
         let _ = waitpid(child, None);
     }
 }
+
+/// Starts short-lived threads (each lives about a millisecond) for `time`,
+/// so that a recording of this process lists threads that end, and misses
+/// threads that start, while its events are being opened.
+pub fn thread_churn(time: Duration) -> Result<(), String> {
+    let until = std::time::Instant::now() + time;
+    while std::time::Instant::now() < until {
+        let threads: Vec<_> = (0..8)
+            .map(|_| std::thread::spawn(|| std::thread::sleep(Duration::from_millis(1))))
+            .collect();
+        for thread in threads {
+            thread
+                .join()
+                .map_err(|_| "a churn thread panicked".to_string())?;
+        }
+    }
+    Ok(())
+}

@@ -60,7 +60,25 @@ pub fn all(meta: &Meta, sample_times: (u64, u64), hits: &DsoHits) -> Vec<(Featur
     if !meta.tracing_data.is_empty() {
         features.push((Feature::TracingData, meta.tracing_data.clone()));
     }
+    let groups = groups(meta);
+    if !groups.is_empty() {
+        features.push(feat::group_desc(&groups));
+    }
     features
+}
+
+/// Each group of more than one event: its leader's index and its size.
+fn groups(meta: &Meta) -> Vec<(usize, usize)> {
+    (0..meta.events.len())
+        .filter_map(|leader| {
+            let members = meta
+                .events
+                .iter()
+                .filter(|e| e.leader == Some(leader))
+                .count();
+            (members > 0).then_some((leader, members + 1))
+        })
+        .collect()
 }
 
 fn event_desc(meta: &Meta) -> (Feature, Vec<u8>) {

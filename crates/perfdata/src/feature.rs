@@ -32,6 +32,8 @@ pub enum Feature {
     CpuTopology = 13,
     /// NUMA nodes: memory and CPUs.
     NumaTopology = 14,
+    /// Event groups: each leader's index and member count.
+    GroupDesc = 17,
     /// PMU names by type.
     PmuMappings = 16,
     /// CPU caches.

@@ -33,6 +33,19 @@ pub fn cmdline(argv: &[String]) -> (Feature, Vec<u8>) {
     (Feature::Cmdline, buf.into_bytes())
 }
 
+/// `HEADER_GROUP_DESC`: the groups of more than one event, each as its
+/// name (perf's `{anon_group}` for an unnamed one), its leader's index
+/// among the events and its size.
+pub fn group_desc(groups: &[(usize, usize)]) -> (Feature, Vec<u8>) {
+    let mut buf = FeatureBuf::new();
+    buf.u32(groups.len() as u32);
+    for &(leader, members) in groups {
+        buf.string("{anon_group}");
+        buf.u32(leader as u32).u32(members as u32);
+    }
+    (Feature::GroupDesc, buf.into_bytes())
+}
+
 /// One event of `HEADER_EVENT_DESC`.
 pub struct EventDesc<'a> {
     /// The attr bytes.

@@ -49,29 +49,49 @@ fn build_one(plan: &Plan, index: usize, ring_bytes: usize) -> Attr {
     let mut attr = Attr::new(spec.type_, spec.config());
     attr.set_configs(spec.configs.config1, spec.configs.config2);
     attr.set_bp_type(spec.bp_type);
-    let leads = spec.leader.is_none();
-    let group_size = plan
+    set_modifiers(&mut attr, plan, spec);
+    attr.set_flag(Flag::Inherit, spec.terms.inherit.unwrap_or(plan.inherit));
+    let mut sample_type = BASE_SAMPLE_TYPE | sample_bits(plan, spec);
+    set_sample_contents(&mut attr, plan);
+    sample_type = set_read_format(&mut attr, plan, index, sample_type);
+    sample_type = set_sampling(&mut attr, plan, spec, sample_type);
+    sample_type = set_call_graph(&mut attr, plan, spec, sample_type);
+    attr.set_sample_type(sample_type);
+    attr.set_sample_id_all();
+    if let Some(clockid) = plan.clockid {
+        attr.set_clock(clockid);
+    }
+    if index == plan.tracking {
+        set_tracking(&mut attr, plan);
+    }
+    set_enabling(&mut attr, plan, spec);
+    attr.set_wakeup_watermark(wakeup_watermark(ring_bytes));
+    attr
+}
+
+/// The events in the group of event `index` (1 for an event alone).
+fn group_size(plan: &Plan, index: usize) -> usize {
+    let leader = plan.events[index].leader.unwrap_or(index);
+    1 + plan
         .events
         .iter()
-        .filter(|e| e.leader == Some(index))
+        .filter(|e| e.leader == Some(leader))
         .count()
-        + 1;
-    set_modifiers(&mut attr, plan, spec);
-    let inherit = spec.terms.inherit.unwrap_or(plan.inherit);
-    attr.set_flag(Flag::Inherit, inherit);
-    let mut sample_type = BASE_SAMPLE_TYPE | sample_bits(plan, spec);
+}
+
+/// What `read()` (and a sample's READ) returns: ids, the lost count where
+/// the kernel keeps one, a whole group for `:S`, times for `-s` and
+/// `--running-time`.
+fn set_read_format(attr: &mut Attr, plan: &Plan, index: usize, mut sample_type: u64) -> u64 {
     let mut read_format = FORMAT_ID;
     if plan.lost_counts {
         read_format |= FORMAT_LOST;
     }
-    if spec.modifiers.sample_read {
+    if plan.events[index].modifiers.sample_read {
         sample_type |= (abi::PERF_SAMPLE_READ | abi::PERF_SAMPLE_ID) as u64;
         // perf 6.1 reads a group in each sample only without inherit (the
         // kernel refused both together before 6.12).
-        let leader_group = spec.leader.map_or(group_size, |l| {
-            plan.events.iter().filter(|e| e.leader == Some(l)).count() + 1
-        });
-        if leader_group > 1 {
+        if group_size(plan, index) > 1 {
             read_format |= abi::PERF_FORMAT_GROUP as u64;
             attr.set_flag(Flag::Inherit, false);
         }
@@ -84,28 +104,19 @@ fn build_one(plan: &Plan, index: usize, ring_bytes: usize) -> Attr {
         read_format |= FORMAT_TIMES;
     }
     attr.set_read_format(read_format);
-    sample_type = set_sampling(&mut attr, plan, spec, sample_type);
-    sample_type = set_call_graph(&mut attr, plan, spec, sample_type);
-    attr.set_sample_type(sample_type);
-    attr.set_sample_id_all();
-    if let Some(clockid) = plan.clockid {
-        attr.set_clock(clockid);
-    }
-    if index == plan.tracking {
-        set_tracking(&mut attr, plan);
-    }
-    // Group members follow their leader: only the leader is disabled and
-    // enabled (at the workload's exec, unless -D delays it). The tracking
-    // dummy runs at once system-wide, else from the exec even with -D.
+    sample_type
+}
+
+/// Group members follow their leader: only the leader is disabled and
+/// enabled (at the workload's exec, unless -D delays it). The tracking
+/// dummy runs at once system-wide, else from the exec even with -D.
+fn set_enabling(attr: &mut Attr, plan: &Plan, spec: &EventSpec) {
+    let leads = spec.leader.is_none();
     let dummy = spec.is_tracking_dummy();
     let immediate = dummy && plan.scope == Scope::SystemWide;
+    let at_exec = plan.scope == Scope::Workload && (plan.delay.is_none() || dummy);
     attr.set_flag(Flag::Disabled, leads && !immediate);
-    attr.set_flag(
-        Flag::EnableOnExec,
-        leads && !immediate && plan.scope == Scope::Workload && (plan.delay.is_none() || dummy),
-    );
-    attr.set_wakeup_watermark(crate::attrs::wakeup_watermark(ring_bytes));
-    attr
+    attr.set_flag(Flag::EnableOnExec, leads && !immediate && at_exec);
 }
 
 /// The modifiers' exclusions and constraints, with `--all-user` and
@@ -157,20 +168,25 @@ fn sample_bits(plan: &Plan, spec: &EventSpec) -> u64 {
     .fold(0, |bits, (_, bit)| bits | bit as u64)
 }
 
+/// The registers and branch filter the sample options ask for.
+fn set_sample_contents(attr: &mut Attr, plan: &Plan) {
+    let s = &plan.sample;
+    if s.intr_regs != 0 {
+        attr.set_intr_regs(s.intr_regs);
+    }
+    if s.user_regs != 0 {
+        attr.set_user_regs(s.user_regs);
+    }
+    if s.branch != 0 {
+        attr.set_branch_sample_type(s.branch);
+    }
+}
+
 /// Frequency or period, from the event's terms, the command line or the
 /// event's own default (every hit, for tracepoints and breakpoints), and
 /// whether samples carry their period (perf: with frequency sampling, or
 /// with `-P`; a `period=` term drops it).
 fn set_sampling(attr: &mut Attr, plan: &Plan, spec: &EventSpec, mut sample_type: u64) -> u64 {
-    if let Some(regs) = Some(plan.sample.intr_regs).filter(|&r| r != 0) {
-        attr.set_intr_regs(regs);
-    }
-    if plan.sample.user_regs != 0 {
-        attr.set_user_regs(plan.sample.user_regs);
-    }
-    if plan.sample.branch != 0 {
-        attr.set_branch_sample_type(plan.sample.branch);
-    }
     let leader_samples = spec
         .leader
         .is_some_and(|l| plan.events[l].modifiers.sample_read);

@@ -88,7 +88,7 @@ impl<'a> Recording<'a> {
         let attrs = &plan.attrs;
         let workload_pid = workload.as_ref().map(|w| w.pid.as_raw());
         let target_pid = workload_pid.filter(|_| plan.scope == Scope::Workload);
-        let cpus = open::open_all(plan, attrs, target_pid)?;
+        let (cpus, tasks) = open::open_all(plan, attrs, target_pid)?;
         // --no-bpf-event: no side-band events, so no VIP either.
         let side_band = match config.no_bpf_event {
             true => None,
@@ -99,7 +99,15 @@ impl<'a> Recording<'a> {
                 .ok(),
         };
         let dir = RecordingDir::create(RecordingDir::for_output(&config.output))?;
-        let mut meta = initial_meta(config, command_line, plan, attrs, &cpus, workload_pid);
+        let mut meta = initial_meta(
+            config,
+            command_line,
+            plan,
+            attrs,
+            &cpus,
+            &tasks,
+            workload_pid,
+        );
         let writers = cpus.into_iter().map(Writer::new).collect();
         if let Some(side_band) = &side_band {
             meta.events.push(EventMeta {
@@ -111,6 +119,7 @@ impl<'a> Recording<'a> {
                     .map(|(cpu, _, id)| (*cpu, *id))
                     .collect(),
                 threads: vec![-1],
+                leader: None,
             });
         }
         Ok(Recording {

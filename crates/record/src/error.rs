@@ -20,7 +20,7 @@ pub enum RecordError {
         suggestion: Option<String>,
     },
     /// The event exists but this machine cannot count it.
-    #[error("event '{name}' is not supported on this machine: {reason}")]
+    #[error("The {name} event is not supported on this machine: {reason}")]
     Unsupported {
         /// The event.
         name: String,

@@ -6,7 +6,7 @@ use shardrec_shard::{ClockRef, EventMeta, Meta, META_VERSION};
 use shardrec_sys::Attr;
 
 use crate::open::CpuEvents;
-use crate::plan::{Plan, Scope};
+use crate::plan::Plan;
 use crate::{host, RecordConfig};
 
 pub(crate) fn initial_meta(
@@ -15,13 +15,9 @@ pub(crate) fn initial_meta(
     plan: &Plan,
     attrs: &[Attr],
     cpus: &[CpuEvents],
+    threads: &[i32],
     workload_pid: Option<i32>,
 ) -> Meta {
-    let threads = match (&plan.scope, workload_pid) {
-        (Scope::Threads(tids), _) => tids.clone(),
-        (Scope::Workload, Some(pid)) => vec![pid],
-        _ => vec![-1],
-    };
     let events = plan
         .events
         .iter()
@@ -39,7 +35,8 @@ pub(crate) fn initial_meta(
                         .map(|e| (c.cpu, e.id))
                 })
                 .collect(),
-            threads: threads.clone(),
+            threads: threads.to_vec(),
+            leader: spec.leader,
         })
         .collect();
     Meta {

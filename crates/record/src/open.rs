@@ -54,7 +54,12 @@ pub struct SideBandEvents {
 pub fn open_side_band(plan: &Plan) -> Result<SideBandEvents, String> {
     let mut attr = Attr::software(abi::PERF_COUNT_SW_DUMMY as u64);
     attr.set_sample_type(crate::attrs::BASE_SAMPLE_TYPE);
-    attr.set_read_format(crate::plan::FORMAT_ID);
+    // The same read_format as the recorded events: perf checks that a
+    // file's events agree on it.
+    attr.set_read_format(match plan.lost_counts {
+        true => crate::plan::FORMAT_ID | crate::plan::FORMAT_LOST,
+        false => crate::plan::FORMAT_ID,
+    });
     attr.set_sample_id_all();
     attr.set_bpf_tracking();
     attr.set_wakeup_watermark(1);
@@ -92,51 +97,137 @@ pub fn open_side_band(plan: &Plan) -> Result<SideBandEvents, String> {
 
 /// Opens every event of the plan on every CPU, disabled, each CPU's from a
 /// thread on that CPU. `workload` is the held child's pid when the plan
-/// follows a workload.
+/// follows a workload. Returns the CPUs' events and the tasks they follow.
 pub fn open_all(
     plan: &Plan,
     attrs: &[Attr],
     workload: Option<i32>,
-) -> Result<Vec<CpuEvents>, RecordError> {
-    let pids = match &plan.scope {
+) -> Result<(Vec<CpuEvents>, Vec<i32>), RecordError> {
+    let mut tasks = match &plan.scope {
         Scope::SystemWide => vec![-1],
         Scope::Threads(tids) => tids.clone(),
         Scope::Workload => vec![workload.expect("a workload pid")],
     };
-    cpu::on_each(
+    let mut cpus = cpu::on_each(
         &plan.cpus,
         |&cpu| cpu,
-        |&cpu| open_cpu(plan, attrs, &pids, cpu),
+        |&cpu| open_cpu(plan, attrs, &tasks, cpu),
     )
     .into_iter()
-    .collect()
+    .collect::<Result<Vec<_>, _>>()?;
+    if plan.pids_are_processes {
+        follow_new_threads(plan, attrs, &mut cpus, &mut tasks)?;
+    }
+    Ok((cpus, tasks))
 }
 
-fn open_cpu(plan: &Plan, attrs: &[Attr], pids: &[i32], cpu: u32) -> Result<CpuEvents, RecordError> {
-    let mut events: Vec<OpenEvent> = Vec::with_capacity(pids.len() * attrs.len());
-    let mut ring = None;
-    for &pid in pids {
-        let first = events.len();
-        for (spec, attr) in attrs.iter().enumerate() {
-            let target = Target::task_on_cpu(pid, cpu);
-            let fail = |e| open_error(&plan.events[spec], target, e);
-            // A member joins its leader opened for the same task and CPU.
-            let leader = plan.events[spec].leader.map(|l| &events[first + l].event);
-            let event = crate::negotiate::open_one(&plan.events[spec], attr, target, leader)
-                .map_err(fail)?;
-            match &ring {
-                None => ring = Some(map_ring(plan, &event, spec, cpu)?),
-                Some(_) => event.set_output(&events[0].event).map_err(fail)?,
+/// A thread that a followed process started after it was listed, but before
+/// the events of the thread that started it were open, inherits nothing:
+/// list the threads again until no new one appears, and open the events
+/// for those found.
+fn follow_new_threads(
+    plan: &Plan,
+    attrs: &[Attr],
+    cpus: &mut [CpuEvents],
+    tasks: &mut Vec<i32>,
+) -> Result<(), RecordError> {
+    for _ in 0..16 {
+        let new: Vec<i32> = plan
+            .pids
+            .iter()
+            .flat_map(|&pid| crate::plan::threads_of(pid).unwrap_or_default())
+            .filter(|tid| !tasks.contains(tid))
+            .collect();
+        if new.is_empty() {
+            break;
+        }
+        for cpu in cpus.iter_mut() {
+            for (spec, event, target) in open_tasks(plan, attrs, &new, cpu.cpu)? {
+                let event = joined(plan, &cpu.events[0].event, spec, event, target)?;
+                cpu.events.push(event);
             }
-            let id = event.id().map_err(fail)?;
-            events.push(OpenEvent { spec, event, id });
+        }
+        tasks.extend(new);
+    }
+    Ok(())
+}
+
+fn open_cpu(
+    plan: &Plan,
+    attrs: &[Attr],
+    tasks: &[i32],
+    cpu: u32,
+) -> Result<CpuEvents, RecordError> {
+    let mut opened = open_tasks(plan, attrs, tasks, cpu)?.into_iter();
+    // Every listed thread may have ended before its events could be opened.
+    let (spec, owner, target) = opened.next().ok_or(RecordError::NoSuchProcess(
+        tasks.first().copied().unwrap_or(-1),
+    ))?;
+    let ring = map_ring(plan, &owner, spec, cpu)?;
+    let id = owner
+        .id()
+        .map_err(|e| open_error(&plan.events[spec], target, e))?;
+    let mut events = vec![OpenEvent {
+        spec,
+        event: owner,
+        id,
+    }];
+    for (spec, event, target) in opened {
+        let event = joined(plan, &events[0].event, spec, event, target)?;
+        events.push(event);
+    }
+    Ok(CpuEvents { cpu, events, ring })
+}
+
+/// An event that writes into `owner`'s ring.
+fn joined(
+    plan: &Plan,
+    owner: &PerfEvent,
+    spec: usize,
+    event: PerfEvent,
+    target: Target,
+) -> Result<OpenEvent, RecordError> {
+    let fail = |e| open_error(&plan.events[spec], target, e);
+    event.set_output(owner).map_err(fail)?;
+    let id = event.id().map_err(fail)?;
+    Ok(OpenEvent { spec, event, id })
+}
+
+/// The plan's events for each task on `cpu`, in order. A thread of a
+/// followed process that has ended is left out, as perf leaves it.
+fn open_tasks(
+    plan: &Plan,
+    attrs: &[Attr],
+    tasks: &[i32],
+    cpu: u32,
+) -> Result<Vec<(usize, PerfEvent, Target)>, RecordError> {
+    let mut all = Vec::with_capacity(tasks.len() * attrs.len());
+    for &task in tasks {
+        let target = Target::task_on_cpu(task, cpu);
+        match open_task(plan, attrs, target) {
+            Ok(opened) => all.extend(opened.into_iter().map(|(s, e)| (s, e, target))),
+            Err((_, e)) if e.raw_os_error() == Some(libc::ESRCH) && plan.pids_are_processes => {}
+            Err((spec, e)) => return Err(open_error(&plan.events[spec], target, e)),
         }
     }
-    Ok(CpuEvents {
-        cpu,
-        events,
-        ring: ring.expect("at least one event per CPU"),
-    })
+    Ok(all)
+}
+
+/// Every event of the plan for one task on one CPU, members with their
+/// leader; on failure, which event failed and why.
+fn open_task(
+    plan: &Plan,
+    attrs: &[Attr],
+    target: Target,
+) -> Result<Vec<(usize, PerfEvent)>, (usize, io::Error)> {
+    let mut opened: Vec<(usize, PerfEvent)> = Vec::with_capacity(attrs.len());
+    for (spec, attr) in attrs.iter().enumerate() {
+        let leader = plan.events[spec].leader.map(|l| &opened[l].1);
+        let event = crate::negotiate::open_one(&plan.events[spec], attr, target, leader)
+            .map_err(|e| (spec, e))?;
+        opened.push((spec, event));
+    }
+    Ok(opened)
 }
 
 fn map_ring(

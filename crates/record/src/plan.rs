@@ -28,8 +28,10 @@ pub struct Plan {
     pub cpus: Vec<u32>,
     /// Whose activity.
     pub scope: Scope,
-    /// The processes named by `-p`, or the threads by `-t`.
+    /// The processes named by `-p` (or a user's, `-u`), or the threads by `-t`.
     pub pids: Vec<i32>,
+    /// Whether `pids` are processes, whose new threads are followed.
+    pub pids_are_processes: bool,
     /// Data pages per ring.
     pub ring_pages: usize,
     /// Sampling, with `max` resolved and over-limit rates lowered.
@@ -126,6 +128,8 @@ impl Plan {
             events,
             cpus,
             scope,
+            pids_are_processes: config.pids.is_some()
+                || (config.tids.is_none() && config.uid.is_some()),
             pids,
             ring_pages,
             sampling,
@@ -249,7 +253,7 @@ fn existing_thread(tid: i32) -> Result<i32, RecordError> {
 }
 
 /// The threads of process `pid`, from `/proc/PID/task`.
-fn threads_of(pid: i32) -> Result<Vec<i32>, RecordError> {
+pub(crate) fn threads_of(pid: i32) -> Result<Vec<i32>, RecordError> {
     let dir = std::fs::read_dir(format!("/proc/{pid}/task"))
         .map_err(|_| RecordError::NoSuchProcess(pid))?;
     let mut tids: Vec<i32> = dir

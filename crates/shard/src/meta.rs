@@ -60,6 +60,10 @@ pub struct EventMeta {
     /// `[-1]` (or empty, in older recordings) for every thread.
     #[serde(default)]
     pub threads: Vec<i32>,
+    /// The index of its group's leader in `events`, when it is a member
+    /// of a group (`{a,b}`).
+    #[serde(default)]
+    pub leader: Option<usize>,
 }
 
 impl EventMeta {
