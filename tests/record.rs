@@ -467,3 +467,53 @@ fn a_process_whose_threads_come_and_go_is_recorded() {
     target.kill().unwrap();
     target.wait().unwrap();
 }
+
+/// A process's voluntary context switches so far (each is a wakeup).
+fn wakeups(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn writers_of_quiet_rings_do_not_wake() {
+    let Some((_serial, scratch)) = recording_test("quiet") else {
+        return;
+    };
+    // A workload that sleeps: no sample, no side-band, every ring empty.
+    let mut command = shardrec();
+    command
+        .args(["record", "-q", "-e", "cpu-clock", "-o"])
+        .arg(scratch.output())
+        .args(["--", "sleep", "2.5"]);
+    let mut recorder = command.spawn().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(800));
+    let children =
+        std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", recorder.id())).unwrap();
+    let mut helpers: Vec<u32> = children
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .filter(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == "shardrec")
+        })
+        .collect();
+    helpers.sort_unstable();
+    // The writers are forked first, one per CPU; the VIP after them.
+    let cpus = shardrec_sys::cpu::online().unwrap().len();
+    let writers = &helpers[..cpus];
+    let before: Vec<u64> = writers.iter().map(|&p| wakeups(p)).collect();
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let after: Vec<u64> = writers.iter().map(|&p| wakeups(p)).collect();
+    let status = recorder.wait().unwrap();
+    assert!(status.success());
+    for (i, (b, a)) in before.iter().zip(&after).enumerate() {
+        assert!(
+            a - b <= 2,
+            "writer {i} woke {} times in a second with an empty ring",
+            a - b
+        );
+    }
+}

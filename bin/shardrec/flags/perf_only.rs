@@ -83,7 +83,7 @@ pub const OPTIONS: &[PerfOption] = &[
     opt(None, "kcore", Flag, "copy /proc/kcore", Later),
     opt(None, "max-size", Required("size"), "Limit the maximum size of the output file", Later),
     opt(None, "mmap-flush", Required("number"), "Minimal number of bytes that is extracted from mmap data pages", Moot("shardrec's writers wake at a quarter ring and write whatever is there")),
-    opt(None, "no-buffering", Flag, "collect data without buffering", Moot("shardrec's writers flush a ring whose data waited 100 ms")),
+    opt(None, "no-buffering", Flag, "collect data without buffering", Moot("shardrec writes a ring's data below the watermark within 1.25 s")),
     opt(None, "num-thread-synthesize", Required("n"), "number of threads to run for event synthesis", Moot("shardrec picks the synthesis threads from the CPUs and processes")),
     opt(None, "off-cpu", Flag, "Enable off-cpu analysis", Later),
     opt(None, "overwrite", Flag, "use overwrite mode", Later),

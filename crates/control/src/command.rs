@@ -11,6 +11,10 @@ pub enum Command {
     /// Recording ends: disable this CPU's events, write everything left in
     /// the ring, sync, exit.
     Drain,
+    /// Write what the ring holds now: it is below its wakeup watermark but
+    /// has held data for a while (the coordinator watches every ring, so
+    /// a writer never wakes on a timer of its own).
+    Flush,
     /// Stop as soon as the write in flight (if any) completes.
     Quit,
 }
@@ -22,6 +26,7 @@ impl Command {
             Command::Start => b'S',
             Command::Drain => b'D',
             Command::Quit => b'Q',
+            Command::Flush => b'F',
         }
     }
 
@@ -31,6 +36,7 @@ impl Command {
         match read.first() {
             Some(b'S') => Command::Start,
             Some(b'Q') => Command::Quit,
+            Some(b'F') => Command::Flush,
             _ => Command::Drain,
         }
     }

@@ -43,7 +43,7 @@ pub struct WriterStats {
     pub short_writes: u64,
     /// Ring wakeups (watermark reached).
     pub wakeups: u64,
-    /// Timed flushes.
+    /// Flushes the coordinator asked for (a quiet ring that held data).
     pub ticks: u64,
     /// The most bytes seen waiting in the ring at once.
     pub peak_fill: u64,

@@ -70,6 +70,9 @@ struct Recording<'a> {
     enable_at: Option<Instant>,
     /// `-q`: no "Events enabled" lines.
     quiet: bool,
+    /// When the rings were last looked at for data waiting (a writer
+    /// sleeps until its watermark or a command).
+    rings_seen: Instant,
 }
 
 impl<'a> Recording<'a> {
@@ -135,6 +138,7 @@ impl<'a> Recording<'a> {
             control,
             enable_at: None,
             quiet: config.quiet,
+            rings_seen: Instant::now(),
         })
     }
 

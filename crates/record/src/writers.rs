@@ -3,6 +3,7 @@
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::time::{Duration, Instant};
 
 use shardrec_control::{Command, Outcome, Report, WriterStats};
 use shardrec_sys::{cpu, process, PerfEvent, RingBuffer};
@@ -20,6 +21,10 @@ pub struct Writer {
     pub events: CpuEvents,
     process: Option<HelperProcess>,
     stats: Option<WriterStats>,
+    /// The ring's tail when the coordinator last looked.
+    seen_tail: u64,
+    /// Since when the ring has held data the writer has not written.
+    waiting_since: Option<Instant>,
 }
 
 /// How every writer runs.
@@ -53,9 +58,33 @@ impl Writer {
     /// The writer of these events; its process starts with [`spawn`](Self::spawn).
     pub fn new(events: CpuEvents) -> Writer {
         Writer {
+            seen_tail: events.ring.tail(),
+            waiting_since: None,
             events,
             process: None,
             stats: None,
+        }
+    }
+
+    /// Asks the writer to write its ring once the ring has held data for
+    /// `after` without the writer writing: a writer whose ring is empty, or
+    /// that writes on its own (its ring reaches the watermark), is never
+    /// woken by this.
+    pub fn flush_if_waiting(&mut self, after: Duration) {
+        let (tail, head) = (self.events.ring.tail(), self.events.ring.head());
+        if tail != self.seen_tail || head == tail {
+            self.seen_tail = tail;
+            self.waiting_since = None;
+        }
+        if head == tail {
+            return;
+        }
+        let since = *self.waiting_since.get_or_insert_with(Instant::now);
+        if since.elapsed() >= after {
+            self.waiting_since = None;
+            if let Some(process) = self.process.as_mut().filter(|p| !p.has_exited()) {
+                process.send(Command::Flush);
+            }
         }
     }
 

@@ -3,7 +3,6 @@
 use std::fs::File;
 use std::io::{self, Read};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::time::Duration;
 
 use io_uring::{cqueue, opcode, types, IoUring};
 use shardrec_sys::{PerfEvent, RingBuffer};
@@ -12,7 +11,6 @@ use shardrec_control::{Command, WriterStats};
 
 // user_data of each kind of request.
 const POLL: u64 = 1;
-const TICK: u64 = 2;
 const CONTROL: u64 = 3;
 const WRITE: u64 = 4;
 const CANCEL: u64 = 5;
@@ -20,14 +18,11 @@ const CANCEL: u64 = 5;
 /// How a writer behaves.
 #[derive(Clone, Copy, Debug)]
 pub struct WriterConfig {
-    /// A quiet ring (below its wakeup watermark) still reaches the shard
-    /// this often.
-    pub flush_interval: Duration,
     /// Use one multishot poll (5.13+). Without it, or when the kernel
     /// refuses it, a one-shot poll is re-armed after each wakeup.
     pub multishot_poll: bool,
     /// Bytes worth a write of their own. A write starts on a ring wakeup,
-    /// a timed flush or a stop; right after another write completes it
+    /// a Flush from the coordinator or a stop; right after another write completes it
     /// starts only if this much is waiting, so a busy ring is written in
     /// large pieces instead of a stream of small ones. Set it to the
     /// events' wakeup watermark.
@@ -42,7 +37,6 @@ pub struct WriterConfig {
 impl Default for WriterConfig {
     fn default() -> Self {
         WriterConfig {
-            flush_interval: Duration::from_millis(100),
             multishot_poll: true,
             batch_bytes: 0,
             sync_shard: false,
@@ -66,9 +60,8 @@ pub struct ShardWriter<'a> {
     uring: IoUring,
     // Boxed so their addresses stay put while the kernel reads them.
     iov: Box<[libc::iovec; 2]>,
-    tick: Box<types::Timespec>,
     in_flight: Option<InFlight>,
-    /// A wakeup, tick or command came since the last write started.
+    /// A wakeup or a Flush came since the last write started.
     flush_wanted: bool,
     batch_bytes: u64,
     /// Ring position of the shard's first byte.
@@ -94,7 +87,6 @@ impl<'a> ShardWriter<'a> {
         control: OwnedFd,
         config: WriterConfig,
     ) -> io::Result<Self> {
-        let tick = types::Timespec::from(config.flush_interval);
         Ok(ShardWriter {
             ring,
             event,
@@ -102,7 +94,6 @@ impl<'a> ShardWriter<'a> {
             control: File::from(control),
             uring: IoUring::new(8)?,
             iov: Box::new([empty_iovec(); 2]),
-            tick: Box::new(tick),
             in_flight: None,
             flush_wanted: false,
             batch_bytes: config.batch_bytes,
@@ -126,11 +117,12 @@ impl<'a> ShardWriter<'a> {
 
     /// Runs until the coordinator says stop (or goes away), then syncs the
     /// shard if configured to. An I/O error ends the writer; the shard
-    /// holds every write completed before it.
+    /// holds every write completed before it. It sleeps until its ring
+    /// reaches the watermark or a command comes: an idle CPU's writer
+    /// never wakes.
     pub fn run(mut self) -> io::Result<WriterStats> {
         self.arm_poll()?;
         self.arm_control()?;
-        self.arm_tick()?;
         loop {
             self.wait()?;
             self.reap()?;
@@ -262,13 +254,6 @@ impl<'a> ShardWriter<'a> {
                     self.arm_poll()?;
                 }
             }
-            TICK => {
-                self.stats.ticks += 1;
-                self.flush_wanted = true;
-                if self.stop.is_none() {
-                    self.arm_tick()?;
-                }
-            }
             CONTROL => self.control_ready()?,
             WRITE => self.write_done(result)?,
             _ => {}
@@ -284,6 +269,11 @@ impl<'a> ShardWriter<'a> {
             Err(e) => return Err(e),
         };
         let command = Command::from_read(&byte[..read]);
+        if command == Command::Flush {
+            self.stats.ticks += 1;
+            self.flush_wanted = true;
+            return self.arm_control();
+        }
         if command != Command::Start && self.stop.is_none() {
             for event in &self.stop_events {
                 // A failure leaves the event running: the drain still ends
@@ -323,13 +313,6 @@ impl<'a> ShardWriter<'a> {
             .user_data(CONTROL);
         // SAFETY: a poll request carries no buffer; the control pipe is owned
         // by `self` and outlives the ring.
-        unsafe { self.push(&entry) }
-    }
-
-    fn arm_tick(&mut self) -> io::Result<()> {
-        let entry = opcode::Timeout::new(&*self.tick).build().user_data(TICK);
-        // SAFETY: the timespec is boxed in `self` and never freed or changed
-        // while the writer runs.
         unsafe { self.push(&entry) }
     }
 

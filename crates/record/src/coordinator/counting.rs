@@ -8,8 +8,15 @@ use super::Recording;
 use crate::config::Delay;
 use crate::run_control::ControlCommand;
 
-/// The longest the coordinator sleeps between checks.
+/// The longest the coordinator sleeps between checks, and how often it
+/// looks at every ring for data waiting below its watermark.
 const TICK_MS: u16 = 250;
+
+/// How long data below a ring's watermark may wait before its writer is
+/// asked to write it: what a quiet ring can lose to `kill -9` of the whole
+/// tree. Longer would spare more wakeups (perf never flushes by time); one
+/// second keeps a killed recording nearly whole.
+const FLUSH_AFTER: Duration = Duration::from_secs(1);
 
 impl Recording<'_> {
     /// After the start: with `-D`, says the events are off and when they
@@ -33,6 +40,19 @@ impl Recording<'_> {
             }
             None => TICK_MS,
         }
+    }
+
+    /// Every TICK_MS, asks each writer whose ring has held data for
+    /// FLUSH_AFTER to write it (see
+    /// [`crate::writers::Writer::flush_if_waiting`]).
+    pub(super) fn flush_quiet_rings(&mut self) {
+        if self.rings_seen.elapsed() < Duration::from_millis(TICK_MS as u64) {
+            return;
+        }
+        self.rings_seen = Instant::now();
+        self.writers
+            .iter_mut()
+            .for_each(|w| w.flush_if_waiting(FLUSH_AFTER));
     }
 
     /// Enables the events once a `-D MSECS` delay has passed.

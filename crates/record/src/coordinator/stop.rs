@@ -49,6 +49,7 @@ impl Recording<'_> {
                 }
             }
             self.count_when_due();
+            self.flush_quiet_rings();
         }
     }
 
