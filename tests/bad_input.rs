@@ -320,9 +320,10 @@ fn perf_options_are_options_not_the_command() {
         ("-x", "unknown option '-x'"),
         ("--bogus", "unknown option '--bogus'"),
         (
-            "-z",
-            "perf record's -z/--compression-level is not supported by shardrec yet",
+            "--overwrite",
+            "perf record's --overwrite is not supported by shardrec yet",
         ),
+        ("-z=99", "-z: compression level '99' must be in [1, 22]"),
         (
             "--switch-output",
             "perf record's --switch-output is not supported by shardrec yet",

@@ -238,3 +238,68 @@ fn dwarf_callchains_unwind_to_the_caller() {
         "{stdout}"
     );
 }
+
+#[test]
+fn a_compressed_merge_reads_as_the_uncompressed_one() {
+    let Some((_serial, scratch)) = recording_test("merge-z") else {
+        return;
+    };
+    // DWARF stacks: bytes that compress, in many rounds.
+    record_and_merge(
+        &scratch,
+        &[
+            "--call-graph",
+            "dwarf",
+            "-e",
+            "cpu-clock",
+            "--",
+            load(),
+            "spin",
+            "1",
+        ],
+    );
+    let plain = scratch.output();
+    let packed = scratch.0.join("packed.data");
+    let mut merge = shardrec();
+    merge
+        .args(["merge", "-q", "-z"])
+        .arg(scratch.shards())
+        .arg("-o")
+        .arg(&packed);
+    assert!(run(merge).status.success());
+    let (plain_len, packed_len) = (file_len(&plain), file_len(&packed));
+    assert!(
+        packed_len * 3 < plain_len,
+        "-z wrote {packed_len} bytes for {plain_len}"
+    );
+    let header = perf(&["report", "--header-only"], &packed);
+    let header = String::from_utf8_lossy(&header.stdout);
+    assert!(
+        header.contains("# compressed : Zstd, level = 1"),
+        "{header}"
+    );
+    // perf report ends with a tip picked at random: left out.
+    let text = |output: std::process::Output| -> String {
+        String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .filter(|l| !l.starts_with("# (Tip:"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    for args in [
+        &["script", "-F", "comm,tid,time,ip,sym"][..],
+        &["report", "--stdio"],
+    ] {
+        let (a, b) = (perf(args, &plain), perf(args, &packed));
+        assert_no_complaint(&b, "perf on the -z file");
+        assert!(text(a) == text(b), "perf {args:?} differs");
+    }
+    assert_eq!(
+        samples_by_linux_perf_data(&packed),
+        samples_by_linux_perf_data(&plain)
+    );
+}
+
+fn file_len(path: &std::path::Path) -> u64 {
+    std::fs::metadata(path).unwrap().len()
+}

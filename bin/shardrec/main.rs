@@ -76,6 +76,11 @@ fn chain(error: &dyn std::error::Error) -> String {
 fn record(args: RecordArgs, command_line: &[String]) -> Result<ExitCode, Error> {
     let (quiet, keep_shards) = (args.run.quiet, args.output.keep_shards);
     let dry_run = args.run.dry_run;
+    let compression = args
+        .output
+        .compression
+        .level()
+        .map_err(RecordError::Usage)?;
     let config = args.into_config().map_err(RecordError::Usage)?;
     if dry_run {
         // perf's --dry-run: the options are read and checked, nothing more.
@@ -89,7 +94,7 @@ fn record(args: RecordArgs, command_line: &[String]) -> Result<ExitCode, Error> 
     if config.no_merge {
         return Ok(code);
     }
-    let merged = merge_and_report(&report.dir, &config.output, quiet)?;
+    let merged = merge_and_report(&report.dir, &config.output, quiet, compression)?;
     // A shard the merge could not read at all is a failure, even when the
     // workload succeeded (its status wins when it failed).
     let code = if merged || report.exit_code != 0 {
@@ -107,7 +112,8 @@ fn record(args: RecordArgs, command_line: &[String]) -> Result<ExitCode, Error> 
 }
 
 fn merge(args: &MergeArgs) -> Result<ExitCode, Error> {
-    let clean = merge_and_report(&args.dir, &args.output, args.quiet)?;
+    let compression = args.compression.level().map_err(RecordError::Usage)?;
+    let clean = merge_and_report(&args.dir, &args.output, args.quiet, compression)?;
     Ok(if clean {
         ExitCode::SUCCESS
     } else {
@@ -117,8 +123,17 @@ fn merge(args: &MergeArgs) -> Result<ExitCode, Error> {
 
 /// Merges and prints the summary and any damage. Returns false when a
 /// shard held no readable record at all (the output still has the rest).
-fn merge_and_report(dir: &Path, output: &Path, quiet: bool) -> Result<bool, Error> {
-    let report = shardrec_merge::merge(dir, output, !quiet)?;
+fn merge_and_report(
+    dir: &Path,
+    output: &Path,
+    quiet: bool,
+    compression_level: Option<i32>,
+) -> Result<bool, Error> {
+    let options = shardrec_merge::MergeOptions {
+        progress: !quiet,
+        compression_level,
+    };
+    let report = shardrec_merge::merge(dir, output, &options)?;
     print_damage(&report);
     if !quiet {
         eprint!("{report}");

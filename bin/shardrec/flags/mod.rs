@@ -46,6 +46,8 @@ pub struct MergeArgs {
     /// Don't print any message.
     #[arg(short = 'q', long = "quiet")]
     pub quiet: bool,
+    #[command(flatten)]
+    pub compression: record::CompressionArg,
 }
 
 /// What the command line asks for, or why it cannot be done.

@@ -70,7 +70,6 @@ pub const OPTIONS: &[PerfOption] = &[
     opt(Some('r'), "realtime", Required("n"), "collect data with this RT SCHED_FIFO priority", Moot("shardrec's writers and VIP already run at SCHED_FIFO priority 1")),
     opt(Some('S'), "snapshot", Optional("opts"), "AUX area tracing Snapshot Mode", Later),
     opt(Some('T'), "timestamp", Flag, "Record the sample timestamps", Moot(ALWAYS)),
-    opt(Some('z'), "compression-level", Optional("n"), "Compress records using specified level", Later),
     opt(None, "affinity", Required("node|cpu"), "Set affinity mask of trace reading thread", Moot(PER_CPU)),
     opt(None, "aio", Optional("n"), "Use <n> control blocks in asynchronous trace writing mode", Moot(IO_URING)),
     opt(None, "aux-sample", Optional("opts"), "sample AUX area", Later),

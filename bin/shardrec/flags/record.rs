@@ -135,6 +135,23 @@ pub struct OutputArgs {
     /// keep the shard directory after merging it
     #[arg(long = "keep-shards")]
     pub keep_shards: bool,
+    #[command(flatten)]
+    pub compression: CompressionArg,
+}
+
+/// `-z`, on record and on merge.
+#[derive(Args)]
+pub struct CompressionArg {
+    /// Compress records using specified level (default: 1 - fastest compression, 22 - greatest compression)
+    #[arg(short = 'z', long = "compression-level", value_name = "n", num_args = 0..=1, require_equals = true, default_missing_value = "")]
+    level: Option<String>,
+}
+
+impl CompressionArg {
+    /// The zstd level asked for, if any.
+    pub fn level(&self) -> Result<Option<i32>, String> {
+        parsed(&self.level, options::parse_compression_level)
+    }
 }
 
 #[derive(Args)]

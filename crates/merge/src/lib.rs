@@ -9,7 +9,8 @@
 //! record before the damage, and the report says what was dropped.
 //!
 //! ```no_run
-//! let report = shardrec_merge::merge("perf.data.shards".as_ref(), "perf.data".as_ref(), true)?;
+//! let options = shardrec_merge::MergeOptions { progress: true, ..Default::default() };
+//! let report = shardrec_merge::merge("perf.data.shards".as_ref(), "perf.data".as_ref(), &options)?;
 //! eprint!("{report}");
 //! # Ok::<(), shardrec_merge::MergeError>(())
 //! ```
@@ -49,9 +50,20 @@ pub enum MergeError {
     },
 }
 
+/// How to merge.
+#[derive(Clone, Debug, Default)]
+pub struct MergeOptions {
+    /// Show a progress bar on the terminal.
+    pub progress: bool,
+    /// `-z`: compress the records with zstd at this level, as perf record
+    /// `-z` does.
+    pub compression_level: Option<i32>,
+}
+
 /// Merges the recording in `dir` into `output`, with a progress bar when
-/// `progress` is set and stderr is a terminal.
-pub fn merge(dir: &Path, output: &Path, progress: bool) -> Result<MergeReport, MergeError> {
+/// asked for and stderr is a terminal.
+pub fn merge(dir: &Path, output: &Path, options: &MergeOptions) -> Result<MergeReport, MergeError> {
+    let progress = options.progress;
     let started = Instant::now();
     let recording = RecordingDir::open(dir);
     let meta = recording.read_meta()?;
@@ -78,11 +90,19 @@ pub fn merge(dir: &Path, output: &Path, progress: bool) -> Result<MergeReport, M
         source,
     };
     let (file, tmp) = output::create_temp(output).map_err(fail)?;
-    let (writer, written) =
-        output::write_data(&meta, &layouts, &synth, &shards, file, &bar).map_err(fail)?;
+    let (writer, written) = output::write_data(
+        &meta,
+        &layouts,
+        (&synth, &shards),
+        file,
+        options.compression_level,
+        &bar,
+    )
+    .map_err(fail)?;
     let sample_times = sample_times(&shards);
     let mut features = features::all(&meta, sample_times, &written.hits);
     features.extend(bpf.features());
+    features.extend(written.compressed.clone());
     let build_ids = written.hits.hit_files().count() + usize::from(written.hits.kernel_hit);
     writer.finish(&features).map_err(fail)?;
     output::publish(&tmp, output).map_err(fail)?;

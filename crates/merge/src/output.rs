@@ -9,6 +9,7 @@ use shardrec_format::header::{RecordHeader, RecordType};
 use shardrec_format::records::RecordBuilder;
 use shardrec_format::user_records::{self, IdIndexEntry};
 use shardrec_format::{SampleId, SampleIdLayout};
+use shardrec_perfdata::compressed::{self, RecordCompressor};
 use shardrec_perfdata::{AttrEntry, PerfDataWriter};
 use shardrec_shard::{EventMeta, Meta};
 
@@ -27,6 +28,52 @@ use crate::source::Shard;
 /// 256 KiB at its default 512 KiB rings); this is smaller still.
 const ROUND_BYTES: u64 = 64 << 10;
 
+/// The data section's records after the synthesized state: written as
+/// they are, or (`-z`) gathered a round at a time and written as
+/// `PERF_RECORD_COMPRESSED` records, as perf record compresses what it
+/// reads from its rings. The rounds stay outside, uncompressed, as perf
+/// writes them.
+struct DataOut {
+    writer: PerfDataWriter<BufWriter<File>>,
+    compressor: Option<RecordCompressor>,
+    pending: Vec<u8>,
+    scratch: Vec<u8>,
+}
+
+impl DataOut {
+    fn record(&mut self, bytes: &[u8]) -> io::Result<()> {
+        match self.compressor {
+            None => self.writer.write_record(bytes),
+            Some(_) => {
+                if self.pending.len() + bytes.len() > compressed::MAX_INPUT {
+                    self.compress_pending()?;
+                }
+                self.pending.extend_from_slice(bytes);
+                Ok(())
+            }
+        }
+    }
+
+    fn end_round(&mut self) -> io::Result<()> {
+        self.compress_pending()?;
+        self.writer
+            .write_record(&marker(RecordType::FINISHED_ROUND))
+    }
+
+    fn compress_pending(&mut self) -> io::Result<()> {
+        let Some(compressor) = self.compressor.as_mut() else {
+            return Ok(());
+        };
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        self.scratch.clear();
+        compressor.compress(&self.pending, &mut self.scratch)?;
+        self.pending.clear();
+        self.writer.write_record(&self.scratch)
+    }
+}
+
 /// What the data section got.
 #[derive(Default)]
 pub struct Written {
@@ -38,16 +85,18 @@ pub struct Written {
     pub data_bytes: u64,
     /// Binaries that samples fell in.
     pub hits: DsoHits,
+    /// With `-z`: the HEADER_COMPRESSED feature.
+    pub compressed: Option<(shardrec_perfdata::feature::Feature, Vec<u8>)>,
 }
 
-/// Streams every record into `out`, in order, and returns the writer for
-/// the features.
+/// Streams every record into `out`, in order, zstd-compressed at
+/// `compression` if given, and returns the writer for the features.
 pub fn write_data(
     meta: &Meta,
     layouts: &Layouts,
-    synth: &Shard,
-    shards: &[Shard],
+    (synth, shards): (&Shard, &[Shard]),
     out: File,
+    compression: Option<i32>,
     progress: &Progress,
 ) -> io::Result<(PerfDataWriter<BufWriter<File>>, Written)> {
     let mut writer = PerfDataWriter::create(BufWriter::with_capacity(1 << 20, out), &attrs(meta))?;
@@ -55,25 +104,26 @@ pub fn write_data(
     let mut times = FieldReader::new(layouts);
     // Marks the binaries samples fall in, and writes the record, without
     // any padding the kernel left after its trailer.
-    let mut put = |writer: &mut PerfDataWriter<_>, written: &mut Written, record: &[u8]| {
-        let header = RecordHeader::parse(record).expect("validated");
-        written
-            .hits
-            .observe(header, record, || times.sample_id(record, header.type_));
-        written.records += 1;
-        let len = times.true_len(record, header.type_);
-        if len == record.len() {
-            return writer.write_record(record);
-        }
-        let mut trimmed = record[..len].to_vec();
-        trimmed[6..8].copy_from_slice(&(len as u16).to_ne_bytes());
-        writer.write_record(&trimmed)
-    };
+    let mut put =
+        |out: &mut dyn FnMut(&[u8]) -> io::Result<()>, written: &mut Written, record: &[u8]| {
+            let header = RecordHeader::parse(record).expect("validated");
+            written
+                .hits
+                .observe(header, record, || times.sample_id(record, header.type_));
+            written.records += 1;
+            let len = times.true_len(record, header.type_);
+            if len == record.len() {
+                return out(record);
+            }
+            let mut trimmed = record[..len].to_vec();
+            trimmed[6..8].copy_from_slice(&(len as u16).to_ne_bytes());
+            out(&trimmed)
+        };
     for record in start_records(meta) {
         writer.write_record(&record)?;
     }
     for (_, record) in Merged::new(vec![SortedShard::new(synth, layouts, release_step(1))]) {
-        put(&mut writer, &mut written, record)?;
+        put(&mut |r| writer.write_record(r), &mut written, record)?;
     }
     writer.write_record(&marker(RecordType::FINISHED_INIT))?;
     progress.advance(synth.summary.valid_len as u64);
@@ -82,21 +132,28 @@ pub fn write_data(
         .iter()
         .map(|s| SortedShard::new(s, layouts, step))
         .collect();
+    let mut data = DataOut {
+        writer,
+        compressor: compression.map(RecordCompressor::new).transpose()?,
+        pending: Vec::new(),
+        scratch: Vec::new(),
+    };
     let mut since_round = 0u64;
     for (_, record) in Merged::new(streams) {
-        put(&mut writer, &mut written, record)?;
+        put(&mut |r| data.record(r), &mut written, record)?;
         since_round += record.len() as u64;
         if since_round >= ROUND_BYTES {
-            writer.write_record(&marker(RecordType::FINISHED_ROUND))?;
+            data.end_round()?;
             progress.advance(since_round);
             since_round = 0;
         }
     }
     progress.advance(since_round);
-    written.lost_samples_added = write_lost_samples(meta, shards, &mut writer)?;
-    writer.write_record(&marker(RecordType::FINISHED_ROUND))?;
-    written.data_bytes = writer.data_size();
-    Ok((writer, written))
+    written.lost_samples_added = write_lost_samples(meta, shards, &mut |r| data.record(r))?;
+    data.end_round()?;
+    written.compressed = data.compressor.as_ref().map(RecordCompressor::feature);
+    written.data_bytes = data.writer.data_size();
+    Ok((data.writer, written))
 }
 
 /// What perf record writes before any synthesized state: which ring, CPU
@@ -158,7 +215,7 @@ fn marker(type_: RecordType) -> [u8; 8] {
 fn write_lost_samples(
     meta: &Meta,
     shards: &[Shard],
-    writer: &mut PerfDataWriter<BufWriter<File>>,
+    out: &mut dyn FnMut(&[u8]) -> io::Result<()>,
 ) -> io::Result<u64> {
     let Some(stats) = &meta.stats else {
         return Ok(0);
@@ -188,7 +245,7 @@ fn write_lost_samples(
             .u64(lost)
             .finish(&layout, &sample_id)
         {
-            writer.write_record(&record)?;
+            out(&record)?;
             added += 1;
         }
     }

@@ -48,6 +48,8 @@ pub enum Feature {
     BpfProgInfo = 25,
     /// BPF BTF blobs.
     BpfBtf = 26,
+    /// How the data section is compressed (`-z`).
+    Compressed = 27,
     /// The core PMU's capabilities.
     CpuPmuCaps = 28,
     /// A reference point between the clock and wall time.

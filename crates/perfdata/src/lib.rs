@@ -30,6 +30,7 @@
 
 pub mod bpf;
 pub mod build_id;
+pub mod compressed;
 pub mod feature;
 pub mod features;
 pub mod header;

@@ -105,6 +105,18 @@ fn call_graph(text: &str) -> Result<CallGraph, String> {
     }
 }
 
+/// Parses `-z`'s level: 1 (perf's default when none is given) to 22.
+pub fn parse_compression_level(text: &str) -> Result<i32, String> {
+    match text {
+        "" => Ok(1),
+        level => level
+            .parse()
+            .ok()
+            .filter(|l| (1..=22).contains(l))
+            .ok_or_else(|| format!("-z: compression level '{level}' must be in [1, 22]")),
+    }
+}
+
 /// Parses `-D`: milliseconds to wait before counting, or -1 for "until
 /// `--control` enables".
 pub fn parse_delay(text: &str) -> Result<Delay, String> {
