@@ -204,8 +204,8 @@ fn run(
     // set up by every writer at once after Start, it took a contended
     // kernel lock inside the recording (1% of a 64-CPU guest's samples).
     let mut start = File::from(control.try_clone()?);
-    let writer = ShardWriter::new(&ring, owner, shard, control, config)?
-        .disabling_at_stop(setup.events());
+    let writer =
+        ShardWriter::new(&ring, owner, shard, control, config)?.disabling_at_stop(setup.events());
     Report::Ready {
         records: Vec::new(),
     }
