@@ -44,7 +44,7 @@ pub struct WriterStats {
     /// Ring wakeups (watermark reached).
     pub wakeups: u64,
     /// Flushes the coordinator asked for (a quiet ring that held data).
-    pub ticks: u64,
+    pub flushes: u64,
     /// The most bytes seen waiting in the ring at once.
     pub peak_fill: u64,
 }

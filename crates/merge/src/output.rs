@@ -99,48 +99,51 @@ pub fn write_data(
     compression: Option<i32>,
     progress: &Progress,
 ) -> io::Result<(PerfDataWriter<BufWriter<File>>, Written)> {
-    let mut writer = PerfDataWriter::create(BufWriter::with_capacity(1 << 20, out), &attrs(meta))?;
+    let writer = PerfDataWriter::create(BufWriter::with_capacity(1 << 20, out), &attrs(meta))?;
     let mut written = Written::default();
     let mut times = FieldReader::new(layouts);
     // Marks the binaries samples fall in, and writes the record, without
     // any padding the kernel left after its trailer.
-    let mut put =
-        |out: &mut dyn FnMut(&[u8]) -> io::Result<()>, written: &mut Written, record: &[u8]| {
-            let header = RecordHeader::parse(record).expect("validated");
-            written
-                .hits
-                .observe(header, record, || times.sample_id(record, header.type_));
-            written.records += 1;
-            let len = times.true_len(record, header.type_);
-            if len == record.len() {
-                return out(record);
-            }
-            let mut trimmed = record[..len].to_vec();
-            trimmed[6..8].copy_from_slice(&(len as u16).to_ne_bytes());
-            out(&trimmed)
-        };
+    let mut put = |out: &mut DataOut, written: &mut Written, record: &[u8]| {
+        let header = RecordHeader::parse(record).expect("validated");
+        written
+            .hits
+            .observe(header, record, || times.sample_id(record, header.type_));
+        written.records += 1;
+        let len = times.true_len(record, header.type_);
+        if len == record.len() {
+            return out.record(record);
+        }
+        let mut trimmed = record[..len].to_vec();
+        trimmed[6..8].copy_from_slice(&(len as u16).to_ne_bytes());
+        out.record(&trimmed)
+    };
+    // The start records and the synthesized state are written as they are;
+    // -z compresses what follows, as perf record compresses what it reads
+    // from its rings.
+    let mut data = DataOut {
+        writer,
+        compressor: None,
+        pending: Vec::new(),
+        scratch: Vec::new(),
+    };
     for record in start_records(meta) {
-        writer.write_record(&record)?;
+        data.record(&record)?;
     }
     for (_, record) in Merged::new(vec![SortedShard::new(synth, layouts, release_step(1))]) {
-        put(&mut |r| writer.write_record(r), &mut written, record)?;
+        put(&mut data, &mut written, record)?;
     }
-    writer.write_record(&marker(RecordType::FINISHED_INIT))?;
+    data.record(&marker(RecordType::FINISHED_INIT))?;
+    data.compressor = compression.map(RecordCompressor::new).transpose()?;
     progress.advance(synth.summary.valid_len as u64);
     let step = release_step(shards.len());
     let streams = shards
         .iter()
         .map(|s| SortedShard::new(s, layouts, step))
         .collect();
-    let mut data = DataOut {
-        writer,
-        compressor: compression.map(RecordCompressor::new).transpose()?,
-        pending: Vec::new(),
-        scratch: Vec::new(),
-    };
     let mut since_round = 0u64;
     for (_, record) in Merged::new(streams) {
-        put(&mut |r| data.record(r), &mut written, record)?;
+        put(&mut data, &mut written, record)?;
         since_round += record.len() as u64;
         if since_round >= ROUND_BYTES {
             data.end_round()?;
@@ -149,7 +152,7 @@ pub fn write_data(
         }
     }
     progress.advance(since_round);
-    written.lost_samples_added = write_lost_samples(meta, shards, &mut |r| data.record(r))?;
+    written.lost_samples_added = write_lost_samples(meta, shards, &mut data)?;
     data.end_round()?;
     written.compressed = data.compressor.as_ref().map(RecordCompressor::feature);
     written.data_bytes = data.writer.data_size();
@@ -212,11 +215,7 @@ fn marker(type_: RecordType) -> [u8; 8] {
 /// perf record ends with a `PERF_RECORD_LOST_SAMPLES` per event that the
 /// kernel counted drops for; so does the merge, stamped with the last time
 /// so the order stays non-decreasing.
-fn write_lost_samples(
-    meta: &Meta,
-    shards: &[Shard],
-    out: &mut dyn FnMut(&[u8]) -> io::Result<()>,
-) -> io::Result<u64> {
+fn write_lost_samples(meta: &Meta, shards: &[Shard], out: &mut DataOut) -> io::Result<u64> {
     let Some(stats) = &meta.stats else {
         return Ok(0);
     };
@@ -245,7 +244,7 @@ fn write_lost_samples(
             .u64(lost)
             .finish(&layout, &sample_id)
         {
-            out(&record)?;
+            out.record(&record)?;
             added += 1;
         }
     }

@@ -10,7 +10,6 @@ use shardrec_synth::{Synthesizer, Tasks};
 mod counting;
 mod stop;
 
-use crate::events::EventSpec;
 use crate::helper::HelperProcess;
 use crate::meta::initial_meta;
 use crate::open;
@@ -282,7 +281,7 @@ impl<'a> Recording<'a> {
                 event
                     .event
                     .set_filter(&filter)
-                    .map_err(|e| filter_error(spec, cpu.cpu, e))?;
+                    .map_err(|e| spec.filter_refused(e))?;
             }
         }
         Ok(())
@@ -329,21 +328,5 @@ impl<'a> Recording<'a> {
         }
         let _ = std::fs::remove_dir_all(self.dir.path());
         let _ = std::io::stderr().flush();
-    }
-}
-
-/// The kernel's refusal of a tracepoint filter: EINVAL is a bad expression.
-fn filter_error(spec: &EventSpec, cpu: u32, error: std::io::Error) -> RecordError {
-    match (&spec.filter, error.raw_os_error()) {
-        (Some(filter), Some(libc::EINVAL)) => RecordError::Usage(format!(
-            "--filter '{filter}' is not a valid filter for {} (see its fields in tracefs events/{}/format)",
-            spec.name,
-            spec.tracepoint().map(|(s, n)| format!("{s}/{n}")).unwrap_or_default()
-        )),
-        _ => RecordError::Open {
-            name: spec.name.clone(),
-            cpu,
-            source: error,
-        },
     }
 }

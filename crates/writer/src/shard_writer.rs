@@ -270,7 +270,7 @@ impl<'a> ShardWriter<'a> {
         };
         let command = Command::from_read(&byte[..read]);
         if command == Command::Flush {
-            self.stats.ticks += 1;
+            self.stats.flushes += 1;
             self.flush_wanted = true;
             return self.arm_control();
         }

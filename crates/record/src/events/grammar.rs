@@ -233,7 +233,8 @@ fn checked_modifiers<'a>(mods: &'a str, text: &str) -> Result<&'a str, String> {
     Ok(mods)
 }
 
-fn parse_terms(list: &str, text: &str) -> Result<Vec<Term>, String> {
+/// `key=value,flag` into terms (a term list, or a PMU alias's contents).
+pub fn parse_terms(list: &str, text: &str) -> Result<Vec<Term>, String> {
     list.split(',')
         .map(str::trim)
         .filter(|t| !t.is_empty())

@@ -62,6 +62,10 @@ pub struct EventSpec {
     pub filter: Option<String>,
     /// `-G`: counted only in this cgroup.
     pub cgroup: Option<Cgroup>,
+    /// A tracepoint's system and name (its display name may be `name=`'s).
+    tracepoint: Option<(String, String)>,
+    /// perf's tracking dummy, which the recorder adds itself.
+    tracking: bool,
 }
 
 impl EventSpec {
@@ -79,6 +83,8 @@ impl EventSpec {
             leader: None,
             filter: None,
             cgroup: None,
+            tracepoint: None,
+            tracking: false,
         }
     }
 
@@ -106,14 +112,13 @@ impl EventSpec {
             abi::PERF_COUNT_SW_DUMMY as u64,
         );
         spec.modifiers = Modifiers::default();
+        spec.tracking = true;
         spec
     }
 
     /// The tracking dummy (enabled at once, sampling every hit).
     pub fn is_tracking_dummy(&self) -> bool {
-        self.type_ == abi::PERF_TYPE_SOFTWARE
-            && self.config() == abi::PERF_COUNT_SW_DUMMY as u64
-            && self.name == "dummy:HG"
+        self.tracking
     }
 
     /// The event's config.
@@ -160,6 +165,21 @@ impl EventSpec {
         self.type_ == abi::PERF_TYPE_TRACEPOINT
     }
 
+    /// The kernel's refusal of this tracepoint's filter, in words: EINVAL
+    /// is a bad `--filter` expression.
+    pub fn filter_refused(&self, error: std::io::Error) -> RecordError {
+        match (&self.filter, error.raw_os_error()) {
+            (Some(filter), Some(libc::EINVAL)) => RecordError::Usage(format!(
+                "--filter '{filter}' is not a valid filter for {} (its fields are in tracefs events/{}/format)",
+                self.name,
+                self.tracepoint()
+                    .map(|(system, name)| format!("{system}/{name}"))
+                    .unwrap_or_default()
+            )),
+            _ => RecordError::Kernel(format!("cannot set the filter of {}: {error}", self.name)),
+        }
+    }
+
     /// A breakpoint (`mem:`), which records every hit by default.
     pub fn is_breakpoint(&self) -> bool {
         self.type_ == abi::PERF_TYPE_BREAKPOINT
@@ -167,12 +187,7 @@ impl EventSpec {
 
     /// A tracepoint's system and name.
     pub fn tracepoint(&self) -> Option<(String, String)> {
-        if !self.is_tracepoint() {
-            return None;
-        }
-        let base = self.name.split(['/']).next().unwrap_or_default();
-        let mut parts = base.splitn(3, ':');
-        Some((parts.next()?.to_string(), parts.next()?.to_string()))
+        self.tracepoint.clone()
     }
 }
 
@@ -261,21 +276,24 @@ fn resolve_event(event: &ParsedEvent) -> Result<Vec<EventSpec>, RecordError> {
             None => bare_alias(event, word).ok_or_else(|| unknown(suggest(word)))?,
         },
     };
+    finish(&mut spec, event)?;
+    Ok(vec![spec])
+}
+
+/// The event's term list (terms every event knows), the name from
+/// `name=`, and the modifiers.
+fn finish(spec: &mut EventSpec, event: &ParsedEvent) -> Result<(), RecordError> {
+    let bad_term = |reason: String| RecordError::Usage(format!("-e {}: {reason}", event.text));
     for term in &event.terms {
         if !terms::take(&mut spec.terms, &mut spec.configs, term).map_err(bad_term)? {
             return Err(bad_term(format!("unknown term '{}'", term.key)));
         }
     }
-    finish(&mut spec, event);
-    Ok(vec![spec])
-}
-
-/// The name from `name=`, and the modifiers.
-fn finish(spec: &mut EventSpec, event: &ParsedEvent) {
     if let Some(name) = &spec.terms.name {
         spec.name = name.clone();
     }
     spec.modifiers = Modifiers::of_event(&event.modifiers);
+    Ok(())
 }
 
 /// A hardware, software or hardware cache event name.
@@ -376,17 +394,8 @@ fn tracepoints(
                 .map_err(|e| RecordError::Tracefs(format!("{sys}:{ev}: {e}")))?;
             let mut spec =
                 EventSpec::new(format!("{sys}:{ev}{suffix}"), abi::PERF_TYPE_TRACEPOINT, id);
-            for term in &event.terms {
-                if !terms::take(&mut spec.terms, &mut spec.configs, term)
-                    .map_err(RecordError::Usage)?
-                {
-                    return Err(RecordError::Usage(format!(
-                        "-e {}: unknown term '{}'",
-                        event.text, term.key
-                    )));
-                }
-            }
-            finish(&mut spec, event);
+            spec.tracepoint = Some((sys, ev));
+            finish(&mut spec, event)?;
             Ok(spec)
         })
         .collect()

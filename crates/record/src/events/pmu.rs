@@ -67,22 +67,7 @@ impl Pmu {
             return None;
         }
         let text = fs::read_to_string(self.dir.join("events").join(name)).ok()?;
-        Some(
-            text.trim()
-                .split(',')
-                .filter(|t| !t.is_empty())
-                .map(|t| match t.split_once('=') {
-                    Some((k, v)) => Term {
-                        key: k.to_string(),
-                        value: Some(v.to_string()),
-                    },
-                    None => Term {
-                        key: t.to_string(),
-                        value: None,
-                    },
-                })
-                .collect(),
-        )
+        grammar::parse_terms(text.trim(), name).ok()
     }
 
     /// Sets the bits `term` stands for, as its `format/` file lays them out;

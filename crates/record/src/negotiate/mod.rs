@@ -64,19 +64,10 @@ fn refusal(spec: &EventSpec, attr: &Attr, target: Target, error: io::Error) -> R
 /// A `--filter` is given to the kernel on the try, so a bad expression is
 /// refused before anything is recorded.
 fn check_filter(spec: &EventSpec, event: &PerfEvent) -> Result<(), RecordError> {
-    let Some(filter) = &spec.filter else {
-        return Ok(());
-    };
-    event.set_filter(filter).map_err(|e| match e.raw_os_error() {
-        Some(libc::EINVAL) => RecordError::Usage(format!(
-            "--filter '{filter}' is not a valid filter for {} (its fields are in tracefs events/{}/format)",
-            spec.name,
-            spec.tracepoint()
-                .map(|(system, name)| format!("{system}/{name}"))
-                .unwrap_or_default()
-        )),
-        _ => RecordError::Usage(format!("--filter '{filter}' on {}: {e}", spec.name)),
-    })
+    match &spec.filter {
+        Some(filter) => event.set_filter(filter).map_err(|e| spec.filter_refused(e)),
+        None => Ok(()),
+    }
 }
 
 /// The state of the tries: where, how loud, and what perf would have
