@@ -268,7 +268,7 @@ pub fn open_error(event: &EventSpec, target: Target, error: io::Error) -> Record
             } else {
                 format!("process {pid}")
             },
-            paranoid: read_sysctl("perf_event_paranoid").map_or(-9, |v| v as i32),
+            paranoid: crate::plan::perf_event_paranoid().unwrap_or(-9),
         },
         Some(libc::ESRCH) => RecordError::NoSuchProcess(pid),
         Some(libc::E2BIG) => RecordError::Kernel(format!(

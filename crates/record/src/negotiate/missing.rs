@@ -12,6 +12,8 @@ struct Feature {
     used: fn(&Attr) -> bool,
     /// Takes it out of an attr.
     remove: fn(&mut Attr),
+    /// The merge cannot do without it.
+    needed: bool,
 }
 
 const fn sample_bit(bit: u32) -> u64 {
@@ -40,6 +42,7 @@ const FEATURES: &[Feature] = &[
         message: "switching off PERF_FORMAT_LOST support",
         used: |a| a.read_format() & LOST != 0,
         remove: |a| a.set_read_format(a.read_format() & !LOST),
+        needed: false,
     },
     Feature {
         message: "switching off weight struct support",
@@ -48,36 +51,43 @@ const FEATURES: &[Feature] = &[
             drop_sample(a, WEIGHT_STRUCT);
             a.set_sample_type(a.sample_type() | sample_bit(abi::PERF_SAMPLE_WEIGHT));
         },
+        needed: false,
     },
     Feature {
         message: "switching off code page size support",
         used: |a| has_sample(a, CODE_PAGE),
         remove: |a| drop_sample(a, CODE_PAGE),
+        needed: false,
     },
     Feature {
         message: "switching off data page size support",
         used: |a| has_sample(a, DATA_PAGE),
         remove: |a| drop_sample(a, DATA_PAGE),
+        needed: false,
     },
     Feature {
         message: "switching off cgroup sampling",
         used: |a| a.flag(Flag::Cgroup),
         remove: |a| a.set_flag(Flag::Cgroup, false),
+        needed: false,
     },
     Feature {
         message: "switching off branch HW index support",
         used: |a| a.branch_sample_type() & HW_INDEX != 0,
         remove: |a| a.set_branch_sample_type(a.branch_sample_type() & !HW_INDEX),
+        needed: false,
     },
     Feature {
         message: "switching off use_clockid",
         used: |a| a.flag(Flag::UseClockid),
         remove: Attr::clear_clock,
+        needed: false,
     },
     Feature {
         message: "switching off mmap2",
         used: |a| a.flag(Flag::Mmap2),
         remove: |a| a.set_flag(Flag::Mmap2, false),
+        needed: false,
     },
     Feature {
         message: "switching off exclude_guest, exclude_host",
@@ -86,16 +96,19 @@ const FEATURES: &[Feature] = &[
             a.set_flag(Flag::ExcludeGuest, false);
             a.set_flag(Flag::ExcludeHost, false);
         },
+        needed: false,
     },
     Feature {
         message: "switching off sample_id_all",
         used: |a| a.flag(Flag::SampleIdAll),
         remove: |a| a.set_flag(Flag::SampleIdAll, false),
+        needed: true,
     },
     Feature {
         message: "switching off branch sample type no (cycles/flags)",
         used: |a| a.branch_sample_type() & LBR_FLAGS != 0,
         remove: |a| a.set_branch_sample_type(a.branch_sample_type() & !LBR_FLAGS),
+        needed: false,
     },
 ];
 
@@ -130,11 +143,9 @@ impl MissingFeatures {
         true
     }
 
-    /// Whether shardrec can record without what was switched off: the
-    /// merge needs every record's sample_id trailer.
-    pub fn lost_sample_id_all(&self) -> bool {
-        self.off
-            .iter()
-            .any(|&i| FEATURES[i].message.ends_with("sample_id_all"))
+    /// Whether something the merge needs (every record's sample_id
+    /// trailer) was switched off.
+    pub fn lost_what_the_merge_needs(&self) -> bool {
+        self.off.iter().any(|&i| FEATURES[i].needed)
     }
 }

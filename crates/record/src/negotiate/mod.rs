@@ -12,7 +12,7 @@ use std::io;
 use shardrec_sys::{abi, Attr, Flag, PerfEvent, Target};
 
 use crate::events::EventSpec;
-use crate::plan::{read_sysctl, Plan, Scope};
+use crate::plan::{Plan, Scope};
 use crate::RecordError;
 use missing::MissingFeatures;
 
@@ -35,7 +35,7 @@ pub fn negotiate(plan: &mut Plan, attrs: &mut [Attr], verbose: u8) -> Result<(),
         check_filter(spec, &event)?;
         opened.push(event);
     }
-    if tries.missing.lost_sample_id_all() {
+    if tries.missing.lost_what_the_merge_needs() {
         return Err(RecordError::Kernel(
             "this kernel has no sample_id_all, which shardrec's merge needs".into(),
         ));
@@ -164,7 +164,7 @@ fn fall_back(spec: &mut EventSpec, attr: &mut Attr, errno: i32, verbose: u8) -> 
         warn("The cycles event is not supported, trying to fall back to cpu-clock-ticks".into());
         return true;
     }
-    let paranoid = read_sysctl("perf_event_paranoid").unwrap_or(2) as i64;
+    let paranoid = crate::plan::perf_event_paranoid().unwrap_or(2);
     let kernel_refused = errno == libc::EACCES
         && paranoid > 1
         && !attr.flag(Flag::ExcludeKernel)
