@@ -19,7 +19,9 @@
 pub mod bpf_file;
 mod dir;
 mod meta;
+pub mod parallel;
 pub mod scan;
+pub mod time_index;
 
 pub use dir::RecordingDir;
 pub use meta::{

@@ -9,6 +9,7 @@ use shardrec_format::layouts::{FieldReader, Layouts};
 use shardrec_format::u64_at;
 use shardrec_format::walk::{End, RecordWalker};
 
+use crate::time_index::{Bytes, TimeIndex};
 use crate::Error;
 
 /// A read-only view of a shard file (empty files have no mapping).
@@ -57,19 +58,22 @@ impl ShardBytes {
         self.map.as_deref().unwrap_or(&[])
     }
 
-    /// Tells the kernel the bytes before `offset` will not be read again,
-    /// so a long sequential read keeps a bounded resident set.
-    pub fn release_before(&self, offset: usize) {
+    /// Tells the kernel the bytes in `range` will not be read again, so a
+    /// long sequential read keeps a bounded resident set.
+    pub fn release(&self, range: std::ops::Range<usize>) {
         let Some(map) = &self.map else { return };
-        // The kernel rounds the length up to a page; a dropped page still
-        // needed is only read again from the file.
-        let len = offset.min(map.len());
-        if len > 0 {
+        // The range is widened to whole pages; a dropped page still needed
+        // (by another reader of the same mapping) is only read again from
+        // the page cache.
+        let end = range.end.min(map.len());
+        if end > range.start {
+            let len = end - range.start;
             // SAFETY: the mapping is a read-only, file-backed one: dropping
             // its pages only makes later reads fault them in from the file
             // again, and nothing is lost or changed.
-            let _ =
-                unsafe { map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, 0, len) };
+            let _ = unsafe {
+                map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, range.start, len)
+            };
         }
     }
 
@@ -119,6 +123,8 @@ pub struct ShardSummary {
     pub valid_len: usize,
     /// What is wrong after `valid_len`, if anything.
     pub damage: Option<Damage>,
+    /// The records' bytes by time, for a parallel merge.
+    pub index: TimeIndex,
 }
 
 impl ShardSummary {
@@ -185,13 +191,20 @@ pub fn summarize(shard: &ShardBytes, layouts: &Layouts) -> ShardSummary {
             break;
         };
         summary.valid_len = record.offset + record.bytes.len();
+        let bytes = Bytes {
+            input: record.bytes.len() as u64,
+            output: fields.true_len(record.bytes, type_) as u64,
+        };
+        let latest = summary.last_time;
+        summary.index.add(record.offset, latest, time, bytes);
         summary.add(type_, record.bytes, time);
         if record.offset >= released + RELEASE_STEP {
-            shard.release_before(record.offset);
+            shard.release(released..record.offset);
             released = record.offset;
         }
     }
-    shard.release_before(bytes.len());
+    shard.release(released..bytes.len());
+    summary.index.finish();
     if let End::Torn {
         offset,
         dropped,

@@ -7,6 +7,7 @@ use std::time::Instant;
 use nix::sys::signal::{kill, Signal};
 use shardrec_control::Command;
 use shardrec_format::layouts::Layouts;
+use shardrec_shard::parallel;
 use shardrec_shard::scan::{self, ShardSummary};
 use shardrec_shard::{CpuStats, Stats, StopReason};
 
@@ -216,25 +217,10 @@ fn scan_shards(
     paths: &[PathBuf],
     layouts: &Layouts,
 ) -> Result<Vec<(u64, ShardSummary)>, RecordError> {
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .clamp(1, MAX_SCAN_THREADS);
-    let scan_one = |path: &PathBuf| -> Result<(u64, ShardSummary), RecordError> {
+    let threads = parallel::online_cpus().clamp(1, MAX_SCAN_THREADS);
+    parallel::try_map(paths, threads, |_, path| {
         let bytes = scan::ShardBytes::open(path)?;
         Ok((bytes.bytes().len() as u64, scan::summarize(&bytes, layouts)))
-    };
-    // Each thread scans a run of consecutive shards, so the results come
-    // back in order by joining the threads in order.
-    let chunk = paths.len().div_ceil(threads).max(1);
-    std::thread::scope(|scope| {
-        let workers: Vec<_> = paths
-            .chunks(chunk)
-            .map(|mine| scope.spawn(|| mine.iter().map(scan_one).collect::<Vec<_>>()))
-            .collect();
-        workers
-            .into_iter()
-            .flat_map(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
-            .collect()
     })
 }
 
