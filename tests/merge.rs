@@ -303,3 +303,136 @@ fn a_compressed_merge_reads_as_the_uncompressed_one() {
 fn file_len(path: &std::path::Path) -> u64 {
     std::fs::metadata(path).unwrap().len()
 }
+
+/// Spreads a real two-CPU recording over twelve shards, as a larger host
+/// would leave them: each of the first ten holds runs of one CPU's records
+/// in their order, the ninth ends in a torn record, the tenth holds one
+/// record, the eleventh none.
+fn spread_over_many_shards(from: &std::path::Path, to: &std::path::Path) -> u64 {
+    let source = shardrec_shard::RecordingDir::open(from);
+    let target = shardrec_shard::RecordingDir::create(to).unwrap();
+    let mut meta = source.read_meta().unwrap();
+    let records: Vec<Vec<Vec<u8>>> = meta
+        .cpus
+        .iter()
+        .map(|&cpu| {
+            let bytes = std::fs::read(source.shard_path(cpu)).unwrap();
+            shardrec_format::walk::RecordWalker::new(&bytes)
+                .map(|r| r.bytes.to_vec())
+                .collect()
+        })
+        .collect();
+    let mut runs: Vec<Vec<&[u8]>> = vec![Vec::new(); 12];
+    let mut whole = 0;
+    for (source_index, records) in records.iter().enumerate() {
+        for (i, record) in records.iter().enumerate() {
+            runs[source_index * 5 + (i / 7) % 5].push(record);
+            whole += 1;
+        }
+    }
+    // Out of order as rings are: neighbours swapped, and one record a
+    // hundred places late, so slices' edges meet late records.
+    for run in runs.iter_mut().filter(|r| r.len() > 200) {
+        for k in (0..run.len() - 1).step_by(6) {
+            run.swap(k, k + 1);
+        }
+        let late = run.remove(40);
+        run.insert(140, late);
+    }
+    let mut shards: Vec<Vec<u8>> = runs.iter().map(|run| run.concat()).collect();
+    let one = shards[0][..8].to_vec();
+    let size = u16::from_ne_bytes([one[6], one[7]]) as usize;
+    shards[10] = shards[0][..size].to_vec();
+    whole += 1;
+    let cut = shards[1][..size].to_vec();
+    shards[9].extend_from_slice(&cut[..size / 2]);
+    meta.cpus = (0..12).collect();
+    meta.stats = None;
+    for (cpu, bytes) in shards.iter().enumerate() {
+        std::fs::write(target.shard_path(cpu as u32), bytes).unwrap();
+    }
+    for name in ["synth.shard", "vip.shard", "bpf"] {
+        let _ = std::fs::copy(from.join(name), to.join(name));
+    }
+    target.write_meta(&meta).unwrap();
+    whole
+}
+
+#[test]
+fn a_parallel_merge_writes_what_one_thread_writes() {
+    let Some((_serial, scratch)) = recording_test("merge-parallel") else {
+        return;
+    };
+    record(
+        &scratch,
+        &[
+            "-a",
+            "--call-graph",
+            "dwarf,4096",
+            "-F",
+            "1000",
+            "--",
+            load(),
+            "spin",
+            "1",
+        ],
+    );
+    let many = scratch.0.join("many.shards");
+    let whole = spread_over_many_shards(&scratch.shards(), &many);
+    let merge = |threads: usize, slice_bytes: Option<u64>, z: Option<i32>| {
+        let out = scratch
+            .0
+            .join(format!("t{threads}-{slice_bytes:?}-{z:?}.data"));
+        let options = shardrec_merge::MergeOptions {
+            threads: Some(threads),
+            slice_bytes,
+            compression_level: z,
+            ..Default::default()
+        };
+        let report = shardrec_merge::merge(&many, &out, &options).unwrap();
+        (std::fs::read(&out).unwrap(), report, out)
+    };
+    // One slice on one thread: the merge as it always was.
+    let (single, report, single_path) = merge(1, None, None);
+    assert_eq!(report.slices, 1);
+    assert_eq!(report.damage.len(), 1, "{:?}", report.damage);
+    assert_eq!(report.damage[0].0, "cpu009.shard");
+    let shard_records: u64 = report.cpus.iter().map(|c| c.samples).sum::<u64>();
+    assert!(shard_records > 100, "{shard_records} samples");
+    for threads in [1, 2, 5] {
+        let (bytes, report, _) = merge(threads, Some(64 << 10), None);
+        assert!(report.slices > 8, "{} slices", report.slices);
+        assert!(bytes == single, "{threads} threads wrote other bytes");
+    }
+    let (packed, report, packed_path) = merge(2, Some(64 << 10), Some(1));
+    assert!(report.slices > 8);
+    for threads in [1, 3] {
+        assert!(merge(threads, Some(64 << 10), Some(1)).0 == packed);
+    }
+    // Every whole record is there once, in non-decreasing time after the
+    // synthesized state.
+    let meta = shardrec_shard::RecordingDir::open(&many)
+        .read_meta()
+        .unwrap();
+    let layouts = meta.layouts();
+    let times = raw_times(&single_path, &layouts);
+    let kernel: Vec<u64> = times.iter().filter_map(|&(_, t)| t).collect();
+    let side = ["synth.shard", "vip.shard"].map(|name| {
+        let bytes = std::fs::read(many.join(name)).unwrap_or_default();
+        shardrec_format::walk::RecordWalker::new(&bytes).count() as u64
+    });
+    assert_eq!(kernel.len() as u64, whole + side[0] + side[1]);
+    let after_init = &kernel[side[0] as usize..];
+    assert!(after_init.windows(2).all(|w| w[0] <= w[1]));
+    // -z in many frames reads back as the plain file.
+    let script = |file| {
+        let output = perf(&["script", "-F", "comm,tid,time,ip,sym"], file);
+        assert_no_complaint(&output, "perf script");
+        output.stdout
+    };
+    assert!(script(&packed_path) == script(&single_path));
+    assert_eq!(
+        samples_by_linux_perf_data(&packed_path),
+        samples_by_linux_perf_data(&single_path)
+    );
+}

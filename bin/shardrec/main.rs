@@ -81,6 +81,7 @@ fn record(args: RecordArgs, command_line: &[String]) -> Result<ExitCode, Error> 
         .compression
         .level()
         .map_err(RecordError::Usage)?;
+    let threads = args.output.merge_threads().map_err(RecordError::Usage)?;
     let config = args.into_config().map_err(RecordError::Usage)?;
     if dry_run {
         // perf's --dry-run: the options are read and checked, nothing more.
@@ -94,7 +95,13 @@ fn record(args: RecordArgs, command_line: &[String]) -> Result<ExitCode, Error> 
     if config.no_merge {
         return Ok(code);
     }
-    let merged = merge_and_report(&report.dir, &config.output, quiet, compression)?;
+    let options = shardrec_merge::MergeOptions {
+        progress: !quiet,
+        compression_level: compression,
+        threads,
+        slice_bytes: None,
+    };
+    let merged = merge_and_report(&report.dir, &config.output, quiet, &options)?;
     // A shard the merge could not read at all is a failure, even when the
     // workload succeeded (its status wins when it failed).
     let code = if merged || report.exit_code != 0 {
@@ -112,8 +119,13 @@ fn record(args: RecordArgs, command_line: &[String]) -> Result<ExitCode, Error> 
 }
 
 fn merge(args: &MergeArgs) -> Result<ExitCode, Error> {
-    let compression = args.compression.level().map_err(RecordError::Usage)?;
-    let clean = merge_and_report(&args.dir, &args.output, args.quiet, compression)?;
+    let options = shardrec_merge::MergeOptions {
+        progress: !args.quiet,
+        compression_level: args.compression.level().map_err(RecordError::Usage)?,
+        threads: args.threads,
+        slice_bytes: None,
+    };
+    let clean = merge_and_report(&args.dir, &args.output, args.quiet, &options)?;
     Ok(if clean {
         ExitCode::SUCCESS
     } else {
@@ -127,13 +139,9 @@ fn merge_and_report(
     dir: &Path,
     output: &Path,
     quiet: bool,
-    compression_level: Option<i32>,
+    options: &shardrec_merge::MergeOptions,
 ) -> Result<bool, Error> {
-    let options = shardrec_merge::MergeOptions {
-        progress: !quiet,
-        compression_level,
-    };
-    let report = shardrec_merge::merge(dir, output, &options)?;
+    let report = shardrec_merge::merge(dir, output, options)?;
     print_damage(&report);
     if !quiet {
         eprint!("{report}");

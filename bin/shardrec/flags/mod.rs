@@ -48,6 +48,9 @@ pub struct MergeArgs {
     pub quiet: bool,
     #[command(flatten)]
     pub compression: record::CompressionArg,
+    /// Threads to merge with (default: one per online CPU); the output is the same whatever the number.
+    #[arg(long = "threads", value_name = "N", value_parser = record::merge_thread_count)]
+    pub threads: Option<usize>,
 }
 
 /// What the command line asks for, or why it cannot be done.

@@ -137,6 +137,45 @@ pub struct OutputArgs {
     pub keep_shards: bool,
     #[command(flatten)]
     pub compression: CompressionArg,
+    /// threads for the merge at the end (default: one per online CPU); perf's --threads=SPEC (cpu, core, package, numa, masks) is accepted: shardrec already writes one file per CPU
+    #[arg(long = "threads", value_name = "n|spec", num_args = 0..=1, require_equals = true, default_missing_value = "")]
+    threads: Option<String>,
+}
+
+impl OutputArgs {
+    /// The merge's thread count asked for by `--threads=N`; perf's
+    /// `--threads[=SPEC]` is noted and leaves the default.
+    pub fn merge_threads(&self) -> Result<Option<usize>, String> {
+        let Some(text) = self.threads.as_deref() else {
+            return Ok(None);
+        };
+        if text.parse::<usize>().is_ok() {
+            return merge_thread_count(text).map(Some);
+        }
+        let perf_spec = text.is_empty()
+            || matches!(text, "cpu" | "core" | "package" | "numa")
+            || text.contains('/')
+            || text
+                .chars()
+                .all(|c| c.is_ascii_hexdigit() || ",-:xX".contains(c));
+        if !perf_spec {
+            return Err(format!(
+                "--threads: '{text}' is neither a thread count for the merge nor one of perf's specs (cpu, core, package, numa, masks)"
+            ));
+        }
+        eprintln!("shardrec: note: --threads={text} is not needed: shardrec already runs one writer process per CPU, pinned to it");
+        Ok(None)
+    }
+}
+
+/// `--threads N` of the merge: a count of at least 1.
+pub fn merge_thread_count(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(format!(
+            "--threads: '{text}' is not a thread count (1 or more)"
+        )),
+    }
 }
 
 /// `-z`, on record and on merge.

@@ -3,8 +3,15 @@
 //! Follows the address spaces the records describe: MMAP/MMAP2 add a map to
 //! a process, an exec (COMM with the exec flag) empties it, FORK links a
 //! child to its parent (whose maps it shares until it maps its own).
+//!
+//! The address spaces depend on every record before a sample, while a
+//! parallel merge writes the slices of a recording apart: each slice keeps
+//! its records that change address spaces and, between them, the pages
+//! its user samples fell in ([`SliceHits`]); the slices are replayed in
+//! order afterwards ([`DsoHits::replay`]), which costs a lookup per
+//! distinct page instead of one per sample.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use shardrec_format::header::{RecordHeader, RecordType, MISC_COMM_EXEC};
 use shardrec_format::{u32_at, u64_at, SampleId};
@@ -40,21 +47,83 @@ pub struct DsoHits {
     last: Option<(u32, u64, u64, usize)>,
 }
 
-impl DsoHits {
+/// Whether `header`'s record changes which file an address of a process
+/// is in.
+fn changes_maps(header: RecordHeader) -> bool {
+    match header.type_ {
+        RecordType::MMAP | RecordType::MMAP2 => header.misc & CPUMODE_MASK == CPUMODE_USER,
+        RecordType::COMM => header.misc & MISC_COMM_EXEC != 0,
+        RecordType::FORK => true,
+        _ => false,
+    }
+}
+
+/// Maps change on a page boundary: a sample's page says which map it is in.
+const PAGE_MASK: u64 = !0xfff;
+
+enum Step<'a> {
+    Change(RecordHeader, &'a [u8]),
+    Pages(HashSet<(u32, u64)>),
+}
+
+/// One slice's part of [`DsoHits`], kept to be replayed in order.
+#[derive(Default)]
+pub struct SliceHits<'a> {
+    steps: Vec<Step<'a>>,
+    kernel_hit: bool,
+}
+
+impl<'a> SliceHits<'a> {
     /// Takes one record into account; `id` gives its identifying fields,
-    /// asked for only when needed.
+    /// asked for only for user samples.
     pub fn observe(
         &mut self,
         header: RecordHeader,
-        record: &[u8],
+        record: &'a [u8],
         id: impl FnOnce() -> Option<SampleId>,
     ) {
-        match header.type_ {
-            RecordType::SAMPLE => self.sample(header.misc, id),
-            RecordType::MMAP | RecordType::MMAP2 if header.misc & CPUMODE_MASK == CPUMODE_USER => {
-                self.map(header.type_, record);
+        if header.type_ == RecordType::SAMPLE {
+            match header.misc & CPUMODE_MASK {
+                CPUMODE_KERNEL => self.kernel_hit = true,
+                CPUMODE_USER => {
+                    let Some(id) = id() else { return };
+                    if !matches!(self.steps.last(), Some(Step::Pages(_))) {
+                        self.steps.push(Step::Pages(HashSet::new()));
+                    }
+                    if let Some(Step::Pages(pages)) = self.steps.last_mut() {
+                        pages.insert((id.pid, id.ip & PAGE_MASK));
+                    }
+                }
+                _ => {}
             }
-            RecordType::COMM if header.misc & MISC_COMM_EXEC != 0 => {
+        } else if changes_maps(header) {
+            self.steps.push(Step::Change(header, record));
+        }
+    }
+}
+
+impl DsoHits {
+    /// Takes a slice's records into account, after every slice before it.
+    pub fn replay(&mut self, slice: SliceHits) {
+        self.kernel_hit |= slice.kernel_hit;
+        for step in slice.steps {
+            match step {
+                Step::Change(header, record) => self.change(header, record),
+                Step::Pages(pages) => {
+                    for (pid, page) in pages {
+                        if let Some(file) = self.find(pid, page) {
+                            self.hit.insert(file);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn change(&mut self, header: RecordHeader, record: &[u8]) {
+        match header.type_ {
+            RecordType::MMAP | RecordType::MMAP2 => self.map(header.type_, record),
+            RecordType::COMM => {
                 if let Some(pid) = u32_at(record, 8) {
                     self.maps.remove(&pid);
                     self.last = None;
@@ -74,20 +143,6 @@ impl DsoHits {
     /// The files samples fell in.
     pub fn hit_files(&self) -> impl Iterator<Item = &MappedFile> {
         self.hit.iter().map(|&i| &self.files[i])
-    }
-
-    /// `id` is read only for user samples: the merge reads every sample's
-    /// time, but its pid and ip only here.
-    fn sample(&mut self, misc: u16, id: impl FnOnce() -> Option<SampleId>) {
-        match misc & CPUMODE_MASK {
-            CPUMODE_KERNEL => self.kernel_hit = true,
-            CPUMODE_USER => {
-                if let Some(file) = id().and_then(|id| self.find(id.pid, id.ip)) {
-                    self.hit.insert(file);
-                }
-            }
-            _ => {}
-        }
     }
 
     fn find(&mut self, pid: u32, ip: u64) -> Option<usize> {

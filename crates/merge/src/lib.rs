@@ -16,12 +16,15 @@
 //! ```
 
 mod bpf;
+mod data_out;
 mod dso;
 mod features;
 mod order;
 mod output;
 mod progress;
 mod report;
+mod slice_writer;
+mod slices;
 mod source;
 
 use std::path::{Path, PathBuf};
@@ -58,6 +61,15 @@ pub struct MergeOptions {
     /// `-z`: compress the records with zstd at this level, as perf record
     /// `-z` does.
     pub compression_level: Option<i32>,
+    /// Threads to read and merge with (`--threads`); `None` for one per
+    /// online CPU. The output is the same whatever the number.
+    pub threads: Option<usize>,
+    /// Record bytes a time slice aims at; `None` picks from the recording
+    /// (32 MiB, more with many shards). Smaller slices cost more reading
+    /// at their edges and change nothing in an uncompressed output (with
+    /// `-z`, each slice is its own zstd frame); the tests use them to cut
+    /// small recordings into many slices.
+    pub slice_bytes: Option<u64>,
 }
 
 /// Merges the recording in `dir` into `output`, with a progress bar when
@@ -68,16 +80,24 @@ pub fn merge(dir: &Path, output: &Path, options: &MergeOptions) -> Result<MergeR
     let recording = RecordingDir::open(dir);
     let meta = recording.read_meta()?;
     let layouts = meta.layouts();
-    let synth = Shard::open(&recording.synth_path(), &layouts)?;
-    // Every CPU's shard, then the VIP's side-band shard when there is one.
-    let mut shards = meta
+    let threads = options
+        .threads
+        .unwrap_or_else(shardrec_shard::parallel::online_cpus)
+        .max(1);
+    // Every CPU's shard, then the VIP's side-band shard when there is one,
+    // then the synthesized state: each opened (and walked) by a thread.
+    let mut paths: Vec<PathBuf> = meta
         .cpus
         .iter()
-        .map(|&cpu| Shard::open(&recording.shard_path(cpu), &layouts))
-        .collect::<Result<Vec<_>, _>>()?;
+        .map(|&cpu| recording.shard_path(cpu))
+        .collect();
     if recording.vip_path().exists() {
-        shards.push(Shard::open(&recording.vip_path(), &layouts)?);
+        paths.push(recording.vip_path());
     }
+    paths.push(recording.synth_path());
+    let mut shards =
+        shardrec_shard::parallel::try_map(&paths, threads, |_, path| Shard::open(path, &layouts))?;
+    let synth = shards.pop().expect("the synthesized state's shard");
     let bpf = bpf::read(&recording.bpf_path())?;
     let input_bytes = synth.summary.valid_len as u64
         + shards
@@ -90,20 +110,22 @@ pub fn merge(dir: &Path, output: &Path, options: &MergeOptions) -> Result<MergeR
         source,
     };
     let (file, tmp) = output::create_temp(output).map_err(fail)?;
-    let (writer, written) = output::write_data(
-        &meta,
-        &layouts,
-        (&synth, &shards),
-        file,
-        options.compression_level,
-        &bar,
-    )
-    .map_err(fail)?;
+    let plan = output::DataPlan {
+        meta: &meta,
+        layouts: &layouts,
+        synth: &synth,
+        shards: &shards,
+        compression: options.compression_level,
+        threads,
+        slice_bytes: options.slice_bytes,
+    };
+    let (writer, written) = output::write_data(&plan, file, &bar).map_err(fail)?;
     let sample_times = sample_times(&shards);
     let mut features = features::all(&meta, sample_times, &written.hits);
     features.extend(bpf.features());
     features.extend(written.compressed.clone());
     let build_ids = written.hits.hit_files().count() + usize::from(written.hits.kernel_hit);
+    let slices = written.slices;
     writer.finish(&features).map_err(fail)?;
     output::publish(&tmp, output).map_err(fail)?;
     bar.finish();
@@ -117,6 +139,7 @@ pub fn merge(dir: &Path, output: &Path, options: &MergeOptions) -> Result<MergeR
         written,
         started,
     );
+    report.threads = threads.min(slices);
     report.bpf_programs = bpf.programs.len();
     report.bpf_torn_bytes = bpf.torn_bytes;
     Ok(report)
@@ -182,6 +205,7 @@ fn report(
         damage,
         build_ids,
         elapsed: started.elapsed(),
+        slices: written.slices,
         ..MergeReport::default()
     }
 }

@@ -6,6 +6,10 @@
 //! pending record with a time `<= T - lateness` can go: nothing read later
 //! can be earlier. A k-way merge of the shards' sorted streams gives the
 //! global order; ties keep shard order, then file order.
+//!
+//! A parallel merge reads one time slice at a time: each shard from the
+//! last index checkpoint before the slice, giving only the slice's records,
+//! and stopping once the shard is past the slice by more than its lateness.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
@@ -14,6 +18,7 @@ use shardrec_format::header::RecordHeader;
 
 use shardrec_format::layouts::{FieldReader, Layouts};
 
+use crate::slices::Slice;
 use crate::source::Shard;
 
 /// Resident shard bytes the merge allows itself, split between the
@@ -47,6 +52,10 @@ pub struct SortedShard<'a> {
     max_read: u64,
     released: usize,
     release_step: usize,
+    /// The times given.
+    slice: Slice,
+    /// Reading stops once a time this late has been read.
+    stop_at: Option<u64>,
 }
 
 impl<'a> SortedShard<'a> {
@@ -65,11 +74,35 @@ impl<'a> SortedShard<'a> {
             max_read: 0,
             released: 0,
             release_step,
+            slice: Slice::default(),
+            stop_at: None,
         }
+    }
+
+    /// A sorted view of the records of `shard` in `slice`.
+    pub fn slice(
+        shard: &'a Shard,
+        layouts: &'a Layouts,
+        release_step: usize,
+        slice: &Slice,
+    ) -> Self {
+        let (pos, latest) = shard.summary.index.start_for(slice.start);
+        let lateness = shard.summary.lateness;
+        let mut stream = SortedShard::new(shard, layouts, release_step);
+        stream.pos = pos;
+        stream.max_read = latest;
+        stream.released = pos;
+        stream.slice = slice.clone();
+        stream.stop_at = slice.end.map(|end| end.saturating_add(lateness));
+        stream
     }
 
     /// Reads one more record into the heap; false at the end.
     fn read_one(&mut self) -> bool {
+        // Nothing after this can be earlier than the slice's end.
+        if self.stop_at.is_some_and(|stop| self.max_read >= stop) {
+            return false;
+        }
         let Some(header) = RecordHeader::parse(&self.bytes[self.pos..]) else {
             return false;
         };
@@ -81,6 +114,10 @@ impl<'a> SortedShard<'a> {
             .time(record, header.type_)
             .unwrap_or(self.max_read);
         self.max_read = self.max_read.max(time);
+        if !self.slice.contains(time) {
+            self.pos += len;
+            return true;
+        }
         let seq = self.first_seq + self.outstanding.len() as u64;
         self.heap.push(Reverse(Pending {
             time,
@@ -104,7 +141,7 @@ impl<'a> SortedShard<'a> {
             .front()
             .map_or(self.pos, |&(offset, _)| offset);
         if keep >= self.released + self.release_step {
-            self.shard.bytes.release_before(keep);
+            self.shard.bytes.release(self.released..keep);
             self.released = keep;
         }
     }
@@ -127,6 +164,14 @@ impl<'a> Iterator for SortedShard<'a> {
                 return Some((top.time, &self.bytes[top.offset..top.offset + top.len]));
             }
         }
+    }
+}
+
+impl Drop for SortedShard<'_> {
+    /// A slice's stream gives its pages back when done: its part of a
+    /// shard may be smaller than a release step.
+    fn drop(&mut self) {
+        self.shard.bytes.release(self.released..self.pos);
     }
 }
 

@@ -1,78 +1,29 @@
-//! Writing the merged perf.data.
+//! Writing the merged perf.data: the header and attrs, the start records
+//! and the synthesized state, FINISHED_INIT, every shard's records in time
+//! order (a slice of time per thread, `slice_writer.rs`), perf's
+//! end-of-recording LOST_SAMPLES and a last round.
 
 use std::fs::File;
 use std::io::{self, BufWriter};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
-use shardrec_format::header::{RecordHeader, RecordType};
+use shardrec_format::header::RecordType;
+use shardrec_format::layouts::Layouts;
 use shardrec_format::records::RecordBuilder;
 use shardrec_format::user_records::{self, IdIndexEntry};
 use shardrec_format::{SampleId, SampleIdLayout};
-use shardrec_perfdata::compressed::{self, RecordCompressor};
+use shardrec_perfdata::compressed::Totals;
 use shardrec_perfdata::{AttrEntry, PerfDataWriter};
 use shardrec_shard::{EventMeta, Meta};
 
+use crate::data_out::{marker, DataOut, RecordWriter};
 use crate::dso::DsoHits;
 use crate::order::{release_step, Merged, SortedShard};
 use crate::progress::Progress;
-use shardrec_format::layouts::{FieldReader, Layouts};
-
+use crate::slice_writer::{self, Context};
+use crate::slices;
 use crate::source::Shard;
-
-/// A round every this many bytes of records. The data is already in time
-/// order, so a round costs 8 bytes and nothing else, while a reader holds
-/// every record of the last round or two in its reorder buffer (perf's
-/// ordered events, hotspot's perfparser). perf record ends a round per pass
-/// over its rings, which is a quarter to half a ring per busy CPU (128 to
-/// 256 KiB at its default 512 KiB rings); this is smaller still.
-const ROUND_BYTES: u64 = 64 << 10;
-
-/// The data section's records after the synthesized state: written as
-/// they are, or (`-z`) gathered a round at a time and written as
-/// `PERF_RECORD_COMPRESSED` records, as perf record compresses what it
-/// reads from its rings. The rounds stay outside, uncompressed, as perf
-/// writes them.
-struct DataOut {
-    writer: PerfDataWriter<BufWriter<File>>,
-    compressor: Option<RecordCompressor>,
-    pending: Vec<u8>,
-    scratch: Vec<u8>,
-}
-
-impl DataOut {
-    fn record(&mut self, bytes: &[u8]) -> io::Result<()> {
-        match self.compressor {
-            None => self.writer.write_record(bytes),
-            Some(_) => {
-                if self.pending.len() + bytes.len() > compressed::MAX_INPUT {
-                    self.compress_pending()?;
-                }
-                self.pending.extend_from_slice(bytes);
-                Ok(())
-            }
-        }
-    }
-
-    fn end_round(&mut self) -> io::Result<()> {
-        self.compress_pending()?;
-        self.writer
-            .write_record(&marker(RecordType::FINISHED_ROUND))
-    }
-
-    fn compress_pending(&mut self) -> io::Result<()> {
-        let Some(compressor) = self.compressor.as_mut() else {
-            return Ok(());
-        };
-        if self.pending.is_empty() {
-            return Ok(());
-        }
-        self.scratch.clear();
-        compressor.compress(&self.pending, &mut self.scratch)?;
-        self.pending.clear();
-        self.writer.write_record(&self.scratch)
-    }
-}
 
 /// What the data section got.
 #[derive(Default)]
@@ -87,76 +38,82 @@ pub struct Written {
     pub hits: DsoHits,
     /// With `-z`: the HEADER_COMPRESSED feature.
     pub compressed: Option<(shardrec_perfdata::feature::Feature, Vec<u8>)>,
+    /// Time slices merged.
+    pub slices: usize,
 }
 
-/// Streams every record into `out`, in order, zstd-compressed at
-/// `compression` if given, and returns the writer for the features.
+/// How to write the data section.
+pub struct DataPlan<'a> {
+    /// The recording's meta.
+    pub meta: &'a Meta,
+    /// Its events' layouts.
+    pub layouts: &'a Layouts,
+    /// The synthesized state.
+    pub synth: &'a Shard,
+    /// The CPUs' shards, then the VIP's.
+    pub shards: &'a [Shard],
+    /// `-z`'s level.
+    pub compression: Option<i32>,
+    /// Threads.
+    pub threads: usize,
+    /// What a slice aims at, if not the default.
+    pub slice_bytes: Option<u64>,
+}
+
+/// Streams every record into `out`, in order, zstd-compressed if asked,
+/// and returns the writer for the features.
 pub fn write_data(
-    meta: &Meta,
-    layouts: &Layouts,
-    (synth, shards): (&Shard, &[Shard]),
+    plan: &DataPlan,
     out: File,
-    compression: Option<i32>,
     progress: &Progress,
 ) -> io::Result<(PerfDataWriter<BufWriter<File>>, Written)> {
-    let writer = PerfDataWriter::create(BufWriter::with_capacity(1 << 20, out), &attrs(meta))?;
+    let file = out.try_clone()?;
+    let buffered = BufWriter::with_capacity(1 << 20, out);
+    let mut writer = PerfDataWriter::create(buffered, &attrs(plan.meta))?;
     let mut written = Written::default();
-    let mut times = FieldReader::new(layouts);
-    // Marks the binaries samples fall in, and writes the record, without
-    // any padding the kernel left after its trailer.
-    let mut put = |out: &mut DataOut, written: &mut Written, record: &[u8]| {
-        let header = RecordHeader::parse(record).expect("validated");
-        written
-            .hits
-            .observe(header, record, || times.sample_id(record, header.type_));
-        written.records += 1;
-        let len = times.true_len(record, header.type_);
-        if len == record.len() {
-            return out.record(record);
-        }
-        let mut trimmed = record[..len].to_vec();
-        trimmed[6..8].copy_from_slice(&(len as u16).to_ne_bytes());
-        out.record(&trimmed)
-    };
     // The start records and the synthesized state are written as they are;
     // -z compresses what follows, as perf record compresses what it reads
     // from its rings.
-    let mut data = DataOut {
-        writer,
-        compressor: None,
-        pending: Vec::new(),
-        scratch: Vec::new(),
+    let mut head = RecordWriter::new(DataOut::new(&mut writer, None)?, plan.layouts);
+    for record in start_records(plan.meta) {
+        head.out.record(&record)?;
+    }
+    let synth = SortedShard::new(plan.synth, plan.layouts, release_step(1));
+    for (_, record) in Merged::new(vec![synth]) {
+        head.put(record)?;
+    }
+    head.out.record(&marker(RecordType::FINISHED_INIT))?;
+    written.records = head.records;
+    written.hits.replay(head.hits);
+    progress.advance(plan.synth.summary.valid_len as u64);
+
+    let slices = slices::plan(plan.shards, plan.slice_bytes);
+    let context = Context {
+        shards: plan.shards,
+        layouts: plan.layouts,
+        compression: plan.compression,
+        threads: plan.threads,
+        progress,
     };
-    for record in start_records(meta) {
-        data.record(&record)?;
+    let mut totals = Totals::default();
+    for done in slice_writer::write_slices(&context, &slices, &mut writer, &file)? {
+        written.records += done.records;
+        written.hits.replay(done.hits);
+        totals += done.totals;
     }
-    for (_, record) in Merged::new(vec![SortedShard::new(synth, layouts, release_step(1))]) {
-        put(&mut data, &mut written, record)?;
+    written.slices = slices.len();
+
+    let mut tail = DataOut::new(&mut writer, plan.compression)?;
+    written.lost_samples_added = write_lost_samples(plan.meta, plan.shards, &mut tail)?;
+    tail.end_round(true)?;
+    let (_, tail_totals) = tail.finish()?;
+    totals += tail_totals;
+    if let Some(level) = plan.compression {
+        totals.level = level;
+        written.compressed = Some(totals.feature());
     }
-    data.record(&marker(RecordType::FINISHED_INIT))?;
-    data.compressor = compression.map(RecordCompressor::new).transpose()?;
-    progress.advance(synth.summary.valid_len as u64);
-    let step = release_step(shards.len());
-    let streams = shards
-        .iter()
-        .map(|s| SortedShard::new(s, layouts, step))
-        .collect();
-    let mut since_round = 0u64;
-    for (_, record) in Merged::new(streams) {
-        put(&mut data, &mut written, record)?;
-        since_round += record.len() as u64;
-        if since_round >= ROUND_BYTES {
-            data.end_round()?;
-            progress.advance(since_round);
-            since_round = 0;
-        }
-    }
-    progress.advance(since_round);
-    written.lost_samples_added = write_lost_samples(meta, shards, &mut data)?;
-    data.end_round()?;
-    written.compressed = data.compressor.as_ref().map(RecordCompressor::feature);
-    written.data_bytes = data.writer.data_size();
-    Ok((data.writer, written))
+    written.data_bytes = writer.data_size();
+    Ok((writer, written))
 }
 
 /// What perf record writes before any synthesized state: which ring, CPU
@@ -201,21 +158,14 @@ fn attrs(meta: &Meta) -> Vec<AttrEntry> {
         .collect()
 }
 
-fn marker(type_: RecordType) -> [u8; 8] {
-    let mut bytes = Vec::with_capacity(8);
-    RecordHeader {
-        type_,
-        misc: 0,
-        size: 8,
-    }
-    .write_to(&mut bytes);
-    bytes.try_into().expect("8 bytes")
-}
-
 /// perf record ends with a `PERF_RECORD_LOST_SAMPLES` per event that the
 /// kernel counted drops for; so does the merge, stamped with the last time
 /// so the order stays non-decreasing.
-fn write_lost_samples(meta: &Meta, shards: &[Shard], out: &mut DataOut) -> io::Result<u64> {
+fn write_lost_samples<S: crate::data_out::RecordSink>(
+    meta: &Meta,
+    shards: &[Shard],
+    out: &mut DataOut<S>,
+) -> io::Result<u64> {
     let Some(stats) = &meta.stats else {
         return Ok(0);
     };

@@ -47,6 +47,10 @@ pub struct MergeReport {
     pub bpf_torn_bytes: usize,
     /// Time taken.
     pub elapsed: Duration,
+    /// Threads that merged.
+    pub threads: usize,
+    /// Time slices the records were merged in.
+    pub slices: usize,
 }
 
 impl MergeReport {
@@ -79,6 +83,11 @@ impl fmt::Display for MergeReport {
             self.output_bytes as f64 / 1e6,
             self.elapsed.as_secs_f64()
         )?;
+        let threads = match self.threads {
+            1 => "1 thread".to_string(),
+            n => format!("{n} threads"),
+        };
+        writeln!(f, "  merged in {} time slices by {threads}", self.slices)?;
         let types: Vec<String> = self
             .by_type
             .iter()

@@ -3,9 +3,12 @@
 //! feature that tells readers how.
 //!
 //! The records of a data section (whole records, a round at a time) go
-//! through one zstd stream, flushed at the end of each call, so a reader's
+//! through a zstd stream, flushed at the end of each call, so a reader's
 //! single decompression stream (perf's, linux-perf-data's) gets every
-//! record of a call before it meets the round that follows. perf
+//! record of a call before it meets the round that follows. A call may
+//! also end the stream's frame: the next call starts a new one, which
+//! those readers take up where the last ended. That is what lets a
+//! parallel merge compress each slice of a recording apart. perf
 //! decompresses each COMPRESSED record into a buffer of the size the
 //! feature states: [`MAX_INPUT`] bounds what one call may hold.
 
@@ -51,7 +54,13 @@ impl RecordCompressor {
 
     /// `records` (whole records, at most [`MAX_INPUT`] bytes) as
     /// COMPRESSED records, appended to `into`.
-    pub fn compress(&mut self, records: &[u8], into: &mut Vec<u8>) -> io::Result<()> {
+    /// With `end_frame`, the frame ends after them.
+    pub fn compress(
+        &mut self,
+        records: &[u8],
+        into: &mut Vec<u8>,
+        end_frame: bool,
+    ) -> io::Result<()> {
         assert!(
             records.len() <= MAX_INPUT,
             "a call compresses at most MAX_INPUT"
@@ -65,11 +74,17 @@ impl RecordCompressor {
         }
         loop {
             let mut output = OutBuffer::around(&mut self.out[..]);
-            let left = self.encoder.flush(&mut output)?;
+            let left = match end_frame {
+                true => self.encoder.finish(&mut output, true)?,
+                false => self.encoder.flush(&mut output)?,
+            };
             payload.extend_from_slice(output.as_slice());
             if left == 0 {
                 break;
             }
+        }
+        if end_frame {
+            self.encoder.reinit()?;
         }
         for chunk in payload.chunks(MAX_PAYLOAD) {
             let size = (chunk.len() + 8) as u16;
@@ -83,6 +98,36 @@ impl RecordCompressor {
         Ok(())
     }
 
+    /// What went in and came out so far.
+    pub fn totals(&self) -> Totals {
+        Totals {
+            level: self.level,
+            bytes_in: self.bytes_in,
+            bytes_out: self.bytes_out,
+        }
+    }
+}
+
+/// What one or more compressors took and gave, for the feature.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Totals {
+    /// The zstd level.
+    pub level: i32,
+    /// Record bytes compressed.
+    pub bytes_in: u64,
+    /// COMPRESSED record bytes written.
+    pub bytes_out: u64,
+}
+
+impl std::ops::AddAssign for Totals {
+    fn add_assign(&mut self, other: Totals) {
+        self.level = other.level;
+        self.bytes_in += other.bytes_in;
+        self.bytes_out += other.bytes_out;
+    }
+}
+
+impl Totals {
     /// `HEADER_COMPRESSED`: version 0, zstd, the level, the ratio perf
     /// prints (record bytes per compressed byte), and the bound on what
     /// one COMPRESSED record expands to.
@@ -107,8 +152,13 @@ mod tests {
         let mut compressor = RecordCompressor::new(1).unwrap();
         let records: Vec<u8> = (0..4000u32).flat_map(|i| (i % 7).to_ne_bytes()).collect();
         let mut out = Vec::new();
-        compressor.compress(&records, &mut out).unwrap();
-        compressor.compress(&records[..800], &mut out).unwrap();
+        compressor.compress(&records, &mut out, false).unwrap();
+        compressor
+            .compress(&records[..800], &mut out, true)
+            .unwrap();
+        compressor
+            .compress(&records[..400], &mut out, false)
+            .unwrap();
         // Every record is a COMPRESSED one; their payloads are one stream.
         let mut stream = Vec::new();
         let mut at = 0;
@@ -118,14 +168,16 @@ mod tests {
             stream.extend_from_slice(&out[at + 8..at + size]);
             at += size;
         }
-        // The stream is flushed, never ended (as perf's): a streaming
-        // decoder gives back everything, then finds no frame end.
+        // One ended frame, then one flushed but not ended (as perf's): a
+        // streaming decoder gives back everything, then finds no frame end.
         let mut decoder = zstd::stream::read::Decoder::new(&stream[..]).unwrap();
         let mut back = Vec::new();
         let _ = std::io::Read::read_to_end(&mut decoder, &mut back);
+        let second = records.len() + 800;
         assert_eq!(&back[..records.len()], &records[..]);
-        assert_eq!(&back[records.len()..], &records[..800]);
-        let (feature, bytes) = compressor.feature();
+        assert_eq!(&back[records.len()..second], &records[..800]);
+        assert_eq!(&back[second..], &records[..400]);
+        let (feature, bytes) = compressor.totals().feature();
         assert_eq!(feature, Feature::Compressed);
         assert_eq!(bytes.len(), 20);
     }

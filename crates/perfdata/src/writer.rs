@@ -81,6 +81,16 @@ impl<W: Write + Seek> PerfDataWriter<W> {
         Ok(())
     }
 
+    /// Leaves the next `len` bytes of the data section to be written by
+    /// others (at the returned file offset, with positioned writes), and
+    /// goes on after them.
+    pub fn reserve_data(&mut self, len: u64) -> io::Result<u64> {
+        let at = self.header.data.offset + self.data_size;
+        self.out.seek(SeekFrom::Start(at + len))?;
+        self.data_size += len;
+        Ok(at)
+    }
+
     /// Bytes in the data section so far.
     pub fn data_size(&self) -> u64 {
         self.data_size

@@ -1,0 +1,200 @@
+//! Where merged records go: a sink of whole records, optionally through a
+//! zstd compressor (`-z`), with every record counted, trimmed of kernel
+//! padding and watched for the binaries it hits.
+
+use std::fs::File;
+use std::io::{self, Seek, Write};
+use std::os::unix::fs::FileExt;
+
+use shardrec_format::header::{RecordHeader, RecordType};
+use shardrec_format::layouts::{FieldReader, Layouts};
+use shardrec_perfdata::compressed::{self, RecordCompressor, Totals};
+use shardrec_perfdata::PerfDataWriter;
+
+use crate::dso::SliceHits;
+
+/// Takes whole records.
+pub trait RecordSink {
+    /// Appends `bytes` (whole records).
+    fn put(&mut self, bytes: &[u8]) -> io::Result<()>;
+}
+
+impl<W: Write + Seek> RecordSink for PerfDataWriter<W> {
+    fn put(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.write_record(bytes)
+    }
+}
+
+impl RecordSink for Vec<u8> {
+    fn put(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.extend_from_slice(bytes);
+        Ok(())
+    }
+}
+
+impl<S: RecordSink> RecordSink for &mut S {
+    fn put(&mut self, bytes: &[u8]) -> io::Result<()> {
+        (**self).put(bytes)
+    }
+}
+
+/// Records written into a file from a given offset on, a megabyte at a
+/// time, with positioned writes (so threads can fill one file).
+pub struct PositionedSink<'f> {
+    file: &'f File,
+    at: u64,
+    buf: Vec<u8>,
+    /// Bytes written or buffered.
+    pub len: u64,
+}
+
+const POSITIONED_BUF: usize = 1 << 20;
+
+impl<'f> PositionedSink<'f> {
+    /// A sink writing `file` from offset `at`.
+    pub fn new(file: &'f File, at: u64) -> Self {
+        PositionedSink {
+            file,
+            at,
+            buf: Vec::with_capacity(POSITIONED_BUF),
+            len: 0,
+        }
+    }
+
+    /// Writes what is buffered.
+    pub fn flush(&mut self) -> io::Result<()> {
+        self.file.write_all_at(&self.buf, self.at)?;
+        self.at += self.buf.len() as u64;
+        self.buf.clear();
+        Ok(())
+    }
+}
+
+impl RecordSink for PositionedSink<'_> {
+    fn put(&mut self, bytes: &[u8]) -> io::Result<()> {
+        if self.buf.len() + bytes.len() > POSITIONED_BUF {
+            self.flush()?;
+        }
+        self.buf.extend_from_slice(bytes);
+        self.len += bytes.len() as u64;
+        Ok(())
+    }
+}
+
+/// Records into a sink as they are, or (`-z`) gathered a round at a time
+/// and written as `PERF_RECORD_COMPRESSED` records, as perf record
+/// compresses what it reads from its rings. Rounds stay outside,
+/// uncompressed, as perf writes them.
+pub struct DataOut<S> {
+    sink: S,
+    compressor: Option<RecordCompressor>,
+    pending: Vec<u8>,
+    scratch: Vec<u8>,
+}
+
+impl<S: RecordSink> DataOut<S> {
+    /// Records into `sink`, compressed at `level` if given.
+    pub fn new(sink: S, level: Option<i32>) -> io::Result<Self> {
+        Ok(DataOut {
+            sink,
+            compressor: level.map(RecordCompressor::new).transpose()?,
+            pending: Vec::new(),
+            scratch: Vec::new(),
+        })
+    }
+
+    /// One whole record.
+    pub fn record(&mut self, bytes: &[u8]) -> io::Result<()> {
+        if self.compressor.is_none() {
+            return self.sink.put(bytes);
+        }
+        if self.pending.len() + bytes.len() > compressed::MAX_INPUT {
+            self.compress_pending(false)?;
+        }
+        self.pending.extend_from_slice(bytes);
+        Ok(())
+    }
+
+    /// A `PERF_RECORD_FINISHED_ROUND`; `last` when no record follows in
+    /// this sink, which ends the compressed frame.
+    pub fn end_round(&mut self, last: bool) -> io::Result<()> {
+        self.compress_pending(last)?;
+        self.sink.put(&marker(RecordType::FINISHED_ROUND))
+    }
+
+    /// Ends the compressed frame; the sink and what was compressed.
+    pub fn finish(mut self) -> io::Result<(S, Totals)> {
+        self.compress_pending(true)?;
+        let totals = self
+            .compressor
+            .as_ref()
+            .map(RecordCompressor::totals)
+            .unwrap_or_default();
+        Ok((self.sink, totals))
+    }
+
+    fn compress_pending(&mut self, end_frame: bool) -> io::Result<()> {
+        let Some(compressor) = self.compressor.as_mut() else {
+            return Ok(());
+        };
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        self.scratch.clear();
+        compressor.compress(&self.pending, &mut self.scratch, end_frame)?;
+        self.pending.clear();
+        self.sink.put(&self.scratch)
+    }
+}
+
+/// A header-only record.
+pub fn marker(type_: RecordType) -> [u8; 8] {
+    let mut bytes = Vec::with_capacity(8);
+    RecordHeader {
+        type_,
+        misc: 0,
+        size: 8,
+    }
+    .write_to(&mut bytes);
+    bytes.try_into().expect("8 bytes")
+}
+
+/// Shard records going out: counted, watched for the binaries they hit,
+/// and written without any padding the kernel left after their trailer.
+pub struct RecordWriter<'a, S> {
+    /// Where they go.
+    pub out: DataOut<S>,
+    fields: FieldReader<'a>,
+    /// What they say about binaries.
+    pub hits: SliceHits<'a>,
+    /// How many went out.
+    pub records: u64,
+}
+
+impl<'a, S: RecordSink> RecordWriter<'a, S> {
+    /// Records of a recording with these `layouts` into `out`.
+    pub fn new(out: DataOut<S>, layouts: &'a Layouts) -> Self {
+        RecordWriter {
+            out,
+            fields: FieldReader::new(layouts),
+            hits: SliceHits::default(),
+            records: 0,
+        }
+    }
+
+    /// One record read from a shard (validated when the shard was opened).
+    pub fn put(&mut self, record: &'a [u8]) -> io::Result<()> {
+        let header = RecordHeader::parse(record).expect("validated");
+        let fields = &mut self.fields;
+        self.hits
+            .observe(header, record, || fields.sample_id(record, header.type_));
+        self.records += 1;
+        let len = self.fields.true_len(record, header.type_);
+        if len == record.len() {
+            return self.out.record(record);
+        }
+        let mut trimmed = record[..len].to_vec();
+        trimmed[6..8].copy_from_slice(&(len as u16).to_ne_bytes());
+        self.out.record(&trimmed)
+    }
+}
