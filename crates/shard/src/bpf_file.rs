@@ -3,7 +3,10 @@
 //! whole entry).
 //!
 //! Framing: a u32 length, then that many bytes of one MessagePack-encoded
-//! [`BpfEntry`].
+//! [`BpfEntry`]. Byte arrays are MessagePack `bin` objects: encoded as
+//! serde encodes a `Vec<u8>` by default (an array of integers), a JITed
+//! image or a BTF blob cost the VIP a call per byte and up to twice the
+//! room. Older files, written that way, still read.
 
 use std::io::Write;
 
@@ -18,6 +21,7 @@ pub enum BpfEntry {
         /// Program id.
         id: u32,
         /// The `perf_bpil` block.
+        #[serde(with = "bytes")]
         bpil: Vec<u8>,
         /// Its BTF object id (0: none).
         btf_id: u32,
@@ -27,8 +31,50 @@ pub enum BpfEntry {
         /// BTF object id.
         id: u32,
         /// The raw BTF.
+        #[serde(with = "bytes")]
         data: Vec<u8>,
     },
+}
+
+/// A `Vec<u8>` as one MessagePack `bin`, read back from a `bin` or from
+/// the array of integers older files hold.
+mod bytes {
+    use serde::de::{Deserializer, SeqAccess, Visitor};
+    use serde::Serializer;
+
+    pub fn serialize<S: Serializer>(bytes: &[u8], serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_bytes(bytes)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<u8>, D::Error> {
+        deserializer.deserialize_byte_buf(BytesVisitor)
+    }
+
+    struct BytesVisitor;
+
+    impl<'de> Visitor<'de> for BytesVisitor {
+        type Value = Vec<u8>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("bytes")
+        }
+
+        fn visit_bytes<E>(self, bytes: &[u8]) -> Result<Vec<u8>, E> {
+            Ok(bytes.to_vec())
+        }
+
+        fn visit_byte_buf<E>(self, bytes: Vec<u8>) -> Result<Vec<u8>, E> {
+            Ok(bytes)
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<u8>, A::Error> {
+            let mut bytes = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1 << 20));
+            while let Some(byte) = seq.next_element()? {
+                bytes.push(byte);
+            }
+            Ok(bytes)
+        }
+    }
 }
 
 /// Appends one entry.
@@ -63,6 +109,27 @@ pub fn read(bytes: &[u8]) -> (Vec<BpfEntry>, usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bytes_are_one_bin_and_arrays_of_integers_still_read() {
+        let entry = BpfEntry::Btf {
+            id: 3,
+            data: vec![0xff; 1000],
+        };
+        let encoded = rmp_serde::to_vec(&entry).unwrap();
+        assert!(encoded.len() < 1020, "{} bytes", encoded.len());
+        #[derive(Serialize)]
+        enum Old {
+            Btf { id: u32, data: Vec<u8> },
+        }
+        let old = rmp_serde::to_vec(&Old::Btf {
+            id: 3,
+            data: vec![0xff; 1000],
+        })
+        .unwrap();
+        assert!(old.len() > 1900);
+        assert_eq!(rmp_serde::from_slice::<BpfEntry>(&old).unwrap(), entry);
+    }
 
     #[test]
     fn entries_round_trip_and_a_torn_tail_is_left_over() {
