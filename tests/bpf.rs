@@ -177,7 +177,7 @@ fn programs_loaded_before_recording_are_named_and_their_image_is_exact() {
         .map(|r| ksymbol(r).0)
         .collect();
     let kernel = bpf::capture_prog(id).unwrap().unwrap();
-    for name in &kernel.ksym_names {
+    for name in &kernel.ksym_names().unwrap() {
         assert!(names.contains(name), "no KSYMBOL {name} in {names:?}");
     }
     let header = perf(&["report", "--header-only", "-I"], &scratch.output());

@@ -15,7 +15,7 @@
 //! while let Some(next) = bpf::next_prog_id(id)? {
 //!     id = next;
 //!     if let Some(info) = bpf::capture_prog(id)? {
-//!         println!("{} {}: {:?}", info.id, info.name, info.ksym_names);
+//!         println!("{} {}: {:?}", info.id, info.name, info.ksym_names());
 //!     }
 //! }
 //! # drop(prog);
@@ -69,9 +69,6 @@ pub struct ProgInfo {
     pub jited_func_lens: Vec<u32>,
     /// Tag of each sub-program.
     pub prog_tags: Vec<[u8; 8]>,
-    /// Each sub-program's kernel symbol name, as `/proc/kallsyms` and
-    /// `PERF_RECORD_KSYMBOL` show it (`bpf_prog_ksym_set_name`).
-    pub ksym_names: Vec<String>,
     /// Time spent in the program while run-time statistics were on.
     pub run_time_ns: u64,
     /// Runs counted while run-time statistics were on.
@@ -79,6 +76,14 @@ pub struct ProgInfo {
 }
 
 impl ProgInfo {
+    /// Each sub-program's kernel symbol name, as `/proc/kallsyms` and
+    /// `PERF_RECORD_KSYMBOL` show it (`bpf_prog_ksym_set_name`): read from
+    /// the BTF when asked, which the VIP's capture of a program being
+    /// loaded never needs.
+    pub fn ksym_names(&self) -> io::Result<Vec<String>> {
+        ksym_names(self)
+    }
+
     /// The bytes of one captured array (empty if it was not captured).
     pub fn array(&self, which: BpilArray) -> &[u8] {
         self.arrays
@@ -119,12 +124,11 @@ pub fn hold_prog(id: u32) -> io::Result<Option<HeldProg>> {
 }
 
 impl HeldProg {
-    /// The program's info, captured with two `BPF_OBJ_GET_INFO_BY_FD`
-    /// calls (first the counts, then the arrays), and its BTF; the fd is
-    /// closed after.
+    /// The program's info, captured with one `BPF_OBJ_GET_INFO_BY_FD` call
+    /// (two for a large program), and its BTF; the fd is closed after.
     pub fn capture(self) -> io::Result<ProgInfo> {
         let what = || format!("reading BPF program {}", self.id);
-        let (info, arrays) = two_passes(&self.fd).map_err(|err| context(err, &what()))?;
+        let (info, arrays) = read_info(&self.fd).map_err(|err| context(err, &what()))?;
         let btf_id = u32_at(&info, field::BTF_ID);
         // The program holds its BTF, so while `fd` is open the BTF is there.
         let btf = match btf_id {
@@ -144,46 +148,81 @@ pub fn capture_prog(id: u32) -> io::Result<Option<ProgInfo>> {
 /// Captured arrays, as in [`ProgInfo::arrays`].
 type Arrays = Vec<(BpilArray, Vec<u8>)>;
 
-/// The counts pass, then the arrays pass; the info bytes and the arrays.
-fn two_passes(fd: &OwnedFd) -> io::Result<(Vec<u8>, Arrays)> {
-    let mut first = InfoBuf::zeroed();
-    syscall::prog_info(fd.as_fd(), &mut first, &mut [])?;
-    let mut buffers: Vec<(BpilArray, Vec<u64>)> = BpilArray::CAPTURED
-        .iter()
-        .map(|&array| (array, vec![0u64; first.array_len(array).div_ceil(8)]))
-        .collect();
-    let mut info = InfoBuf::request(&first, &BpilArray::CAPTURED);
-    let len = syscall::prog_info(fd.as_fd(), &mut info, &mut buffers)?;
+/// Each array's buffer, in u64 words (the alignment the kernel's arrays
+/// of u64 need).
+type Buffers = Vec<(BpilArray, Vec<u64>)>;
+
+/// Room one call leaves for each array: a program larger than this (in
+/// image bytes, or in sub-programs, functions or lines) takes a second call.
+fn capacity(array: BpilArray) -> u32 {
+    match array {
+        BpilArray::JitedInsns => 16 << 10,
+        BpilArray::LineInfo | BpilArray::JitedLineInfo => 1024,
+        _ => 64,
+    }
+}
+
+/// The info bytes and the arrays: one call with room for most programs;
+/// for a larger one, a second with the counts the first returned (as
+/// perf's `get_bpf_prog_info_linear` asks: the kernel's answer is the
+/// same). Under the many-CPU guest, each bpf(2) call the VIP saves per
+/// program is a measurable share of its time.
+fn read_info(fd: &OwnedFd) -> io::Result<(Vec<u8>, Arrays)> {
+    let guess = InfoBuf::guess(&BpilArray::CAPTURED, capacity);
+    let (info, len, buffers) = info_pass(fd, guess)?;
+    let fits = |a: &BpilArray| info.count(*a) <= capacity(*a);
+    let (info, len, buffers) = match BpilArray::CAPTURED.iter().all(fits) {
+        true => (info, len, buffers),
+        false => info_pass(fd, InfoBuf::request(&info, &BpilArray::CAPTURED))?,
+    };
     let arrays = buffers
         .into_iter()
         .map(|(array, words)| {
             let mut bytes: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
             // Counts never change once a program is loaded; were one to
-            // grow, the kernel filled only what the first pass asked for.
-            bytes.truncate(info.array_len(array).min(first.array_len(array)));
+            // grow, the kernel filled only what the request asked for.
+            bytes.truncate(info.array_len(array).min(words.len() * 8));
             (array, bytes)
         })
         .collect();
     Ok((info.0[..len as usize].to_vec(), arrays))
 }
 
-/// The raw BTF of BTF object `btf_id` (`BPF_BTF_GET_FD_BY_ID`, then its info
-/// twice: the size, then the data). `Ok(None)` if the object is gone.
+/// One `BPF_OBJ_GET_INFO_BY_FD` with `request`'s counts: the info as the
+/// kernel wrote it back, its length and the buffers.
+fn info_pass(fd: &OwnedFd, request: InfoBuf) -> io::Result<(InfoBuf, u32, Buffers)> {
+    let mut buffers: Buffers = BpilArray::CAPTURED
+        .iter()
+        .map(|&array| (array, vec![0u64; request.array_len(array).div_ceil(8)]))
+        .collect();
+    let mut info = request;
+    let len = syscall::prog_info(fd.as_fd(), &mut info, &mut buffers)?;
+    Ok((info, len, buffers))
+}
+
+/// The raw BTF of BTF object `btf_id` (`BPF_BTF_GET_FD_BY_ID`, then its
+/// info). `Ok(None)` if the object is gone.
 pub fn btf_data(btf_id: u32) -> io::Result<Option<Vec<u8>>> {
     let what = || format!("reading BTF object {btf_id}");
     let Some(fd) = syscall::btf_fd(btf_id).map_err(|err| context(err, &what()))? else {
         return Ok(None);
     };
-    let size = syscall::btf_info(fd.as_fd(), &mut []).map_err(|err| context(err, &what()))?;
-    let mut data = vec![0u8; size as usize];
-    let full = syscall::btf_info(fd.as_fd(), &mut data).map_err(|err| context(err, &what()))?;
-    if full != size {
-        // BTF objects are immutable: a change means something else is wrong.
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("{}: size changed from {size} to {full}", what()),
-        ));
+    // One call with room for most programs' BTF, a second for a larger
+    // one (the kernel copies what fits and says the whole size).
+    let mut data = vec![0u8; 64 << 10];
+    let size = syscall::btf_info(fd.as_fd(), &mut data).map_err(|err| context(err, &what()))?;
+    if size as usize > data.len() {
+        data = vec![0u8; size as usize];
+        let full = syscall::btf_info(fd.as_fd(), &mut data).map_err(|err| context(err, &what()))?;
+        if full != size {
+            // BTF objects are immutable: a change means something else is wrong.
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{}: size changed from {size} to {full}", what()),
+            ));
+        }
     }
+    data.truncate(size as usize);
     Ok(Some(data))
 }
 
@@ -231,7 +270,7 @@ fn decode(info: Vec<u8>, arrays: Arrays, btf: Option<Vec<u8>>) -> io::Result<Pro
         .flatten()
         .map(|c| c.try_into().expect("8 bytes"))
         .collect();
-    let mut prog = ProgInfo {
+    let prog = ProgInfo {
         id: u32_at(&info, field::ID),
         prog_type: u32_at(&info, field::TYPE),
         tag: u64_at(&info, field::TAG).to_ne_bytes(),
@@ -244,12 +283,10 @@ fn decode(info: Vec<u8>, arrays: Arrays, btf: Option<Vec<u8>>) -> io::Result<Pro
         jited_ksyms,
         jited_func_lens,
         prog_tags,
-        ksym_names: Vec::new(),
         info,
         arrays,
         btf,
     };
-    prog.ksym_names = ksym_names(&prog)?;
     Ok(prog)
 }
 

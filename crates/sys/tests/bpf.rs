@@ -82,7 +82,12 @@ fn check_program(spec: ProgramSpec<'_>, subprograms: usize) {
         8 * spec.func_names.len()
     );
     let kallsyms = std::fs::read_to_string("/proc/kallsyms").expect("reading /proc/kallsyms");
-    for (index, (&addr, name)) in prog.jited_ksyms.iter().zip(&prog.ksym_names).enumerate() {
+    for (index, (&addr, name)) in prog
+        .jited_ksyms
+        .iter()
+        .zip(&prog.ksym_names().unwrap())
+        .enumerate()
+    {
         // The first symbol is the program itself, under the program's tag.
         let tag = if index == 0 {
             prog.tag
@@ -122,6 +127,20 @@ fn subprogram_has_two_named_symbols() {
     if shardrec_testkit::require_root() {
         check_program(test_programs::with_subprogram(), 2);
     }
+}
+
+#[test]
+fn a_program_of_many_functions_is_captured_whole() {
+    let (insns, names) = test_programs::many_functions(80);
+    let names: Vec<(u32, &str)> = names.iter().map(|(at, n)| (*at, n.as_str())).collect();
+    let spec = ProgramSpec {
+        prog_type: prog_type::SOCKET_FILTER,
+        name: "shardrec_many",
+        insns: &insns,
+        license: "GPL",
+        func_names: &names,
+    };
+    check_program(spec, 81);
 }
 
 #[test]
@@ -181,8 +200,8 @@ fn programs_without_btf_are_named_after_themselves() {
     assert_eq!(prog.btf_id, 0);
     assert!(prog.array(BpilArray::FuncInfo).is_empty());
     let expected = format!("bpf_prog_{}_shardrec_nobtf", hex(&prog.tag));
-    assert_eq!(prog.ksym_names, [expected]);
-    assert_eq!(kallsyms_of(&prog), prog.ksym_names);
+    assert_eq!(prog.ksym_names().unwrap(), [expected]);
+    assert_eq!(kallsyms_of(&prog), prog.ksym_names().unwrap());
     // Without BTF, sub-programs are all called "F"; the program keeps its name.
     let calls = ProgramSpec {
         func_names: &[],
@@ -193,8 +212,8 @@ fn programs_without_btf_are_named_after_themselves() {
         format!("bpf_prog_{}_shardrec_call", hex(&prog.tag)),
         format!("bpf_prog_{}_F", hex(&prog.prog_tags[1])),
     ];
-    assert_eq!(prog.ksym_names, expected);
-    assert_eq!(kallsyms_of(&prog), prog.ksym_names);
+    assert_eq!(prog.ksym_names().unwrap(), expected);
+    assert_eq!(kallsyms_of(&prog), prog.ksym_names().unwrap());
 }
 
 #[test]

@@ -25,7 +25,7 @@ pub fn describe<W: Write>(
     let mut next = bpf::next_prog_id(0)?;
     while let Some(id) = next {
         if let Some(info) = capturer.capture(id)? {
-            append_program(&info, layout, &sample_id, &mut records);
+            append_program(&info, layout, &sample_id, &mut records)?;
             count += 1;
         }
         next = bpf::next_prog_id(id)?;
@@ -33,12 +33,18 @@ pub fn describe<W: Write>(
     Ok((records, count))
 }
 
-fn append_program(info: &ProgInfo, layout: &SampleIdLayout, id: &SampleId, out: &mut Vec<u8>) {
+fn append_program(
+    info: &ProgInfo,
+    layout: &SampleIdLayout,
+    id: &SampleId,
+    out: &mut Vec<u8>,
+) -> io::Result<()> {
+    let names = info.ksym_names()?;
     let subs = info
         .jited_ksyms
         .iter()
         .zip(&info.jited_func_lens)
-        .zip(&info.ksym_names);
+        .zip(&names);
     for ((&addr, &len), name) in subs {
         if let Some(record) = ksymbol(addr, len, KSYMBOL_TYPE_BPF, 0, name).finish(layout, id) {
             out.extend_from_slice(&record);
@@ -47,4 +53,5 @@ fn append_program(info: &ProgInfo, layout: &SampleIdLayout, id: &SampleId, out: 
     if let Some(record) = bpf_event(BPF_EVENT_PROG_LOAD, 0, info.id, info.tag).finish(layout, id) {
         out.extend_from_slice(&record);
     }
+    Ok(())
 }

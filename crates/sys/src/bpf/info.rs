@@ -121,6 +121,16 @@ impl BpilArray {
         self.fields().1
     }
 
+    /// The record size the kernel checks a request's `*_rec_size` against:
+    /// `struct bpf_func_info` (8), `struct bpf_line_info` (16), a u64 (8).
+    fn abi_rec_size(self) -> u32 {
+        match self.rec_size() {
+            RecSize::Fixed(size) => size,
+            RecSize::Field(_) if self == BpilArray::LineInfo => 16,
+            RecSize::Field(_) => 8,
+        }
+    }
+
     fn rec_size(self) -> RecSize {
         match self {
             BpilArray::JitedInsns | BpilArray::XlatedInsns => RecSize::Fixed(1),
@@ -172,6 +182,20 @@ impl InfoBuf {
     /// Bytes the kernel writes for `array` given this info as the request.
     pub(crate) fn array_len(&self, array: BpilArray) -> usize {
         self.count(array) as usize * self.rec_size(array) as usize
+    }
+
+    /// A request that asks for `arrays` at room for `capacity(array)`
+    /// elements each, with the record sizes the kernel's ABI fixes: one
+    /// call then reads most programs whole.
+    pub(crate) fn guess(arrays: &[BpilArray], capacity: impl Fn(BpilArray) -> u32) -> InfoBuf {
+        let mut request = InfoBuf::zeroed();
+        for &array in arrays {
+            request.set_u32(array.count_offset(), capacity(array));
+            if let RecSize::Field(offset) = array.rec_size() {
+                request.set_u32(offset, array.abi_rec_size());
+            }
+        }
+        request
     }
 
     /// The request of a second pass: counts and record sizes of `arrays`

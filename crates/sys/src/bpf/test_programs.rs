@@ -70,3 +70,21 @@ pub fn hot_loop() -> ProgramSpec<'static> {
         func_names: &[(0, "shardrec_hot")],
     }
 }
+
+/// The instructions and function names of a socket filter whose main
+/// function calls `functions` sub-programs, each returning its number:
+/// more sub-programs than one info call makes room for, so a capture
+/// takes its second call. Build a [`ProgramSpec`] from them.
+pub fn many_functions(functions: usize) -> (Vec<u64>, Vec<(u32, String)>) {
+    let first = functions + 2;
+    let mut insns: Vec<u64> = (0..functions)
+        .map(|i| call_local((first + 2 * i - i - 1) as i32))
+        .collect();
+    insns.extend([mov64_imm(0, 0), exit()]);
+    let mut names = vec![(0, "shardrec_many".to_string())];
+    for i in 0..functions {
+        names.push((insns.len() as u32, format!("shardrec_f{i}")));
+        insns.extend([mov64_imm(0, i as i32), exit()]);
+    }
+    (insns, names)
+}
