@@ -2,7 +2,7 @@
 //! `bpf(2)` is called (see the shardrec-vip crate).
 
 use std::fs::File;
-use std::io;
+use std::io::{self, BufWriter};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 
 use shardrec_control::{Outcome, Report, VipStats};
@@ -10,7 +10,7 @@ use shardrec_format::SampleIdLayout;
 use shardrec_shard::RecordingDir;
 use shardrec_sys::{process, PerfEvent, RingBuffer};
 use shardrec_vip::capture::Capturer;
-use shardrec_vip::{existing, SideBand, Vip};
+use shardrec_vip::{existing, SideBand, Vip, BUFFER};
 
 use crate::helper::{self, HelperProcess};
 use crate::open::SideBandEvents;
@@ -98,15 +98,16 @@ fn run(
         .map(|&event| {
             Ok(SideBand {
                 event,
-                ring: RingBuffer::map(event, RING_PAGES)?,
+                ring: RingBuffer::map_populated(event, RING_PAGES)?,
             })
         })
         .collect::<io::Result<Vec<_>>>()?;
     for event in events {
         event.enable()?;
     }
-    let mut capturer = Capturer::new(bpf);
+    let mut capturer = Capturer::new(BufWriter::with_capacity(BUFFER, bpf));
     let (records, _) = existing::describe(&mut capturer, layout, event_id)?;
+    capturer.flush()?;
     Report::Ready { records }.write_to(report)?;
     Vip::new(rings, shard, capturer, File::from(control))?.run()
 }

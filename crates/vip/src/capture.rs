@@ -51,6 +51,11 @@ impl<W: Write> Capturer<W> {
         Ok(held)
     }
 
+    /// Writes out what `out` buffers.
+    pub fn flush(&mut self) -> io::Result<()> {
+        self.out.flush()
+    }
+
     /// Captures a program taken by [`Capturer::hold`].
     pub fn capture_held(&mut self, held: HeldProg) -> io::Result<ProgInfo> {
         let info = held.capture()?;

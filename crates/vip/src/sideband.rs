@@ -1,8 +1,14 @@
 //! The VIP loop: wait on every CPU's side-band ring, copy what arrived to
 //! `vip.shard`, and capture each program whose PROG_LOAD it reads.
+//!
+//! Programs are held and read the moment their PROG_LOAD is read; what
+//! the VIP writes (the records, the programs' info) is buffered and
+//! written at most [`FLUSH_AFTER`] later, as the writers hold a quiet
+//! ring's data: a program's load and unload otherwise cost four writes.
 
 use std::fs::File;
-use std::io::{self, Write};
+use std::io::{self, BufWriter, Write};
+use std::time::{Duration, Instant};
 
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
 use shardrec_control::{Command, VipStats};
@@ -25,8 +31,10 @@ pub struct SideBand<'a> {
 /// The VIP's state while it runs.
 pub struct Vip<'a> {
     rings: Vec<SideBand<'a>>,
-    shard: File,
-    capturer: Capturer<File>,
+    shard: BufWriter<File>,
+    capturer: Capturer<BufWriter<File>>,
+    /// When the oldest byte not yet written out was buffered.
+    unflushed_since: Option<Instant>,
     control: File,
     epoll: Epoll,
     /// Room for every ring's event and the control pipe's.
@@ -38,13 +46,21 @@ pub struct Vip<'a> {
 /// The epoll token of the control pipe; a ring's is its index.
 const CONTROL: u64 = u64::MAX;
 
+/// The longest the VIP keeps what it read before writing it.
+pub const FLUSH_AFTER: Duration = Duration::from_secs(1);
+
+/// Room of each buffer: a burst of loads larger than this is written at
+/// once.
+pub const BUFFER: usize = 256 << 10;
+
 impl<'a> Vip<'a> {
-    /// A VIP over `rings`, writing `shard`, capturing with `capturer`,
-    /// taking commands from `control` (end of file reads as Drain).
+    /// A VIP over `rings`, writing `shard`, capturing with `capturer`
+    /// (whose buffer it writes out in time), taking commands from
+    /// `control` (end of file reads as Drain).
     pub fn new(
         rings: Vec<SideBand<'a>>,
         shard: File,
-        capturer: Capturer<File>,
+        capturer: Capturer<BufWriter<File>>,
         control: File,
     ) -> io::Result<Self> {
         let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
@@ -58,8 +74,9 @@ impl<'a> Vip<'a> {
         Ok(Vip {
             events: vec![EpollEvent::empty(); rings.len() + 1],
             rings,
-            shard,
+            shard: BufWriter::with_capacity(BUFFER, shard),
             capturer,
+            unflushed_since: None,
             control,
             epoll,
             stats: VipStats::default(),
@@ -83,18 +100,30 @@ impl<'a> Vip<'a> {
             if command.is_some() {
                 break;
             }
+            if self
+                .unflushed_since
+                .is_some_and(|t| t.elapsed() >= FLUSH_AFTER)
+            {
+                self.flush()?;
+            }
         }
-        self.shard.sync_data()?;
+        self.flush()?;
+        self.shard.get_ref().sync_data()?;
         self.stats.captured = self.capturer.captured;
         self.stats.missed = self.capturer.missed;
         Ok(self.stats)
     }
 
-    /// Waits up to 100 ms for rings or the control pipe; fills `ready`
-    /// with the rings that woke and returns the coordinator's command if
-    /// one came.
+    /// Waits for rings or the control pipe (a ring wakes it on every
+    /// record), up to a second (as perf's side-band thread) or until
+    /// buffered bytes are due. Fills `ready` with the rings that woke and
+    /// returns the coordinator's command if one came.
     fn wait(&mut self, ready: &mut Vec<usize>) -> io::Result<Option<Command>> {
-        let count = match self.epoll.wait(&mut self.events, 100u16) {
+        let due = self
+            .unflushed_since
+            .map_or(FLUSH_AFTER, |t| FLUSH_AFTER.saturating_sub(t.elapsed()));
+        let timeout = due.as_millis().clamp(1, 1000) as u16;
+        let count = match self.epoll.wait(&mut self.events, timeout) {
             Ok(count) => count,
             Err(nix::errno::Errno::EINTR) => 0,
             Err(e) => return Err(e.into()),
@@ -136,9 +165,19 @@ impl<'a> Vip<'a> {
         for program in held {
             self.capturer.capture_held(program)?;
         }
-        self.shard.write_all(&buf)?;
-        self.stats.bytes += buf.len() as u64;
+        if !buf.is_empty() {
+            self.shard.write_all(&buf)?;
+            self.stats.bytes += buf.len() as u64;
+            self.unflushed_since.get_or_insert_with(Instant::now);
+        }
         self.buf = buf;
+        Ok(())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.shard.flush()?;
+        self.capturer.flush()?;
+        self.unflushed_since = None;
         Ok(())
     }
 
