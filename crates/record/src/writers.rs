@@ -194,7 +194,7 @@ fn run(
     // normal priority and none at SCHED_FIFO 1.
     process::prefer_wakeups();
     let owner = setup.cpu.ring_owner();
-    let ring = RingBuffer::map(owner, setup.options.ring_pages)?;
+    let ring = RingBuffer::map_populated(owner, setup.options.ring_pages)?;
     let config = WriterConfig {
         batch_bytes: crate::attrs::wakeup_watermark(ring.data_size()) as u64,
         sync_shard: setup.options.sync_shard,

@@ -14,6 +14,7 @@ const POLL: u64 = 1;
 const CONTROL: u64 = 3;
 const WRITE: u64 = 4;
 const CANCEL: u64 = 5;
+const WARM_UP: u64 = 6;
 
 /// How a writer behaves.
 #[derive(Clone, Copy, Debug)]
@@ -63,6 +64,9 @@ pub struct ShardWriter<'a> {
     in_flight: Option<InFlight>,
     /// A wakeup or a Flush came since the last write started.
     flush_wanted: bool,
+    /// The coordinator asked for the ring's data because it waited long:
+    /// a trickle, written at once.
+    quiet_flush: bool,
     batch_bytes: u64,
     /// Ring position of the shard's first byte.
     base: u64,
@@ -87,15 +91,18 @@ impl<'a> ShardWriter<'a> {
         control: OwnedFd,
         config: WriterConfig,
     ) -> io::Result<Self> {
+        let mut uring = IoUring::new(8)?;
+        warm_up(&mut uring, &shard)?;
         Ok(ShardWriter {
             ring,
             event,
             shard,
             control: File::from(control),
-            uring: IoUring::new(8)?,
+            uring,
             iov: Box::new([empty_iovec(); 2]),
             in_flight: None,
             flush_wanted: false,
+            quiet_flush: false,
             batch_bytes: config.batch_bytes,
             base: ring.tail(),
             stop: None,
@@ -138,6 +145,10 @@ impl<'a> ShardWriter<'a> {
                 continue;
             }
             self.flush_wanted = false;
+            if std::mem::take(&mut self.quiet_flush) && !draining && fill < self.batch_bytes {
+                self.write_directly()?;
+                continue;
+            }
             if !self.start_write()? && draining {
                 break;
             }
@@ -164,6 +175,31 @@ impl<'a> ShardWriter<'a> {
         });
         self.submit_write()?;
         Ok(true)
+    }
+
+    /// Writes what a quiet ring holds (less than a batch) with `pwritev`
+    /// from this process. Handed to io_uring, a write that the file system
+    /// cannot take without blocking (tmpfs before Linux 6.6) goes through a
+    /// worker thread: for a few kilobytes a second, the wakeup and switch
+    /// to that thread cost more than the copy (a quarter of the writers'
+    /// time in a 64-vCPU guest).
+    fn write_directly(&mut self) -> io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        let (tail, head) = (self.ring.tail(), self.ring.head());
+        let mut offset = tail - self.base;
+        // Two pieces when the bytes wrap around the ring's end.
+        for segment in self.ring.segments(tail, head) {
+            if !segment.is_empty() {
+                self.shard.write_all_at(segment, offset)?;
+                offset += segment.len() as u64;
+                self.stats.writes += 1;
+            }
+        }
+        self.stats.bytes += head - tail;
+        // SAFETY: the bytes up to `head` are in the shard, and no iovec
+        // points at them (no write is in flight).
+        unsafe { self.ring.release(head) };
+        Ok(())
     }
 
     /// Submits the part of the in-flight range not yet on disk, at the
@@ -272,6 +308,7 @@ impl<'a> ShardWriter<'a> {
         if command == Command::Flush {
             self.stats.flushes += 1;
             self.flush_wanted = true;
+            self.quiet_flush = true;
             return self.arm_control();
         }
         if command != Command::Start && self.stop.is_none() {
@@ -353,6 +390,29 @@ impl<'a> ShardWriter<'a> {
             self.uring.submit()?;
         }
     }
+}
+
+/// Writes nothing to `shard` through `uring`, and waits. Where the file
+/// system cannot take a write without blocking (tmpfs before Linux 6.6,
+/// as in the many-CPU guest), io_uring hands every write to a worker
+/// thread, which it creates at the first one: created here, before the
+/// recording starts, that thread costs nothing inside it (it was 0.2
+/// points of a 16-vCPU guest's samples). Elsewhere the write completes at
+/// once.
+fn warm_up(uring: &mut IoUring, shard: &File) -> io::Result<()> {
+    let entry = opcode::Write::new(types::Fd(shard.as_raw_fd()), std::ptr::null(), 0)
+        .offset(0)
+        .build()
+        .user_data(WARM_UP);
+    // SAFETY: a write of zero bytes reads no memory.
+    unsafe { uring.submission().push(&entry) }
+        .map_err(|_| io::Error::other("the io_uring submission queue is full"))?;
+    uring.submit_and_wait(1)?;
+    let result = uring.completion().next().map_or(0, |cqe| cqe.result());
+    if result < 0 {
+        return Err(io::Error::from_raw_os_error(-result));
+    }
+    Ok(())
 }
 
 fn empty_iovec() -> libc::iovec {
