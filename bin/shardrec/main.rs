@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use flags::{Action, MergeArgs, Parsed, RecordArgs};
 use shardrec_merge::{MergeError, MergeReport};
 use shardrec_record::RecordError;
+use shardrec_shard::scan::ScannedShard;
 
 /// Whatever ends a command before its work is done.
 #[derive(Debug, thiserror::Error)]
@@ -87,7 +88,7 @@ fn record(args: RecordArgs, command_line: &[String]) -> Result<ExitCode, Error> 
         // perf's --dry-run: the options are read and checked, nothing more.
         return Ok(ExitCode::SUCCESS);
     }
-    let report = shardrec_record::record(&config, command_line)?;
+    let mut report = shardrec_record::record(&config, command_line)?;
     if !quiet {
         eprint!("{report}");
     }
@@ -101,7 +102,8 @@ fn record(args: RecordArgs, command_line: &[String]) -> Result<ExitCode, Error> 
         threads,
         slice_bytes: None,
     };
-    let merged = merge_and_report(&report.dir, &config.output, quiet, &options)?;
+    let scanned = std::mem::take(&mut report.scanned);
+    let merged = merge_and_report(&report.dir, &config.output, quiet, &options, scanned)?;
     // A shard the merge could not read at all is a failure, even when the
     // workload succeeded (its status wins when it failed).
     let code = if merged || report.exit_code != 0 {
@@ -125,7 +127,7 @@ fn merge(args: &MergeArgs) -> Result<ExitCode, Error> {
         threads: args.threads,
         slice_bytes: None,
     };
-    let clean = merge_and_report(&args.dir, &args.output, args.quiet, &options)?;
+    let clean = merge_and_report(&args.dir, &args.output, args.quiet, &options, Vec::new())?;
     Ok(if clean {
         ExitCode::SUCCESS
     } else {
@@ -140,8 +142,9 @@ fn merge_and_report(
     output: &Path,
     quiet: bool,
     options: &shardrec_merge::MergeOptions,
+    scanned: Vec<ScannedShard>,
 ) -> Result<bool, Error> {
-    let report = shardrec_merge::merge(dir, output, options)?;
+    let report = shardrec_merge::merge_scanned(dir, output, options, scanned)?;
     print_damage(&report);
     if !quiet {
         eprint!("{report}");

@@ -34,7 +34,7 @@ use shardrec_format::header::RecordType;
 use shardrec_shard::RecordingDir;
 
 pub use report::{CpuSummary, MergeReport};
-use shardrec_shard::scan::ShardSummary;
+use shardrec_shard::scan::{ScannedShard, ShardSummary};
 use source::Shard;
 
 /// Why a merge could not produce its output.
@@ -75,6 +75,18 @@ pub struct MergeOptions {
 /// Merges the recording in `dir` into `output`, with a progress bar when
 /// asked for and stderr is a terminal.
 pub fn merge(dir: &Path, output: &Path, options: &MergeOptions) -> Result<MergeReport, MergeError> {
+    merge_scanned(dir, output, options, Vec::new())
+}
+
+/// [`merge`], taking the shards in `scanned` as they are instead of
+/// walking them again: the recorder's stop has just walked every CPU's
+/// shard to count what it holds, so its merge starts writing at once.
+pub fn merge_scanned(
+    dir: &Path,
+    output: &Path,
+    options: &MergeOptions,
+    scanned: Vec<ScannedShard>,
+) -> Result<MergeReport, MergeError> {
     let progress = options.progress;
     let started = Instant::now();
     let recording = RecordingDir::open(dir);
@@ -95,8 +107,7 @@ pub fn merge(dir: &Path, output: &Path, options: &MergeOptions) -> Result<MergeR
         paths.push(recording.vip_path());
     }
     paths.push(recording.synth_path());
-    let mut shards =
-        shardrec_shard::parallel::try_map(&paths, threads, |_, path| Shard::open(path, &layouts))?;
+    let mut shards = open_shards(&paths, &layouts, threads, scanned)?;
     let synth = shards.pop().expect("the synthesized state's shard");
     let bpf = bpf::read(&recording.bpf_path())?;
     let input_bytes = synth.summary.valid_len as u64
@@ -143,6 +154,39 @@ pub fn merge(dir: &Path, output: &Path, options: &MergeOptions) -> Result<MergeR
     report.bpf_programs = bpf.programs.len();
     report.bpf_torn_bytes = bpf.torn_bytes;
     Ok(report)
+}
+
+/// The shards at `paths`, in order: those in `scanned` as they are, the
+/// others opened and walked, a thread each.
+fn open_shards(
+    paths: &[PathBuf],
+    layouts: &shardrec_format::layouts::Layouts,
+    threads: usize,
+    mut scanned: Vec<ScannedShard>,
+) -> Result<Vec<Shard>, MergeError> {
+    let known: Vec<Option<ScannedShard>> = paths
+        .iter()
+        .map(|path| {
+            let at = scanned.iter().position(|s| &s.path == path)?;
+            Some(scanned.swap_remove(at))
+        })
+        .collect();
+    let unknown: Vec<&PathBuf> = paths
+        .iter()
+        .zip(&known)
+        .filter_map(|(path, known)| known.is_none().then_some(path))
+        .collect();
+    let mut opened =
+        shardrec_shard::parallel::try_map(&unknown, threads, |_, path| Shard::open(path, layouts))?
+            .into_iter();
+    let shards = known
+        .into_iter()
+        .map(|known| match known {
+            Some(scanned) => Shard::from_scanned(scanned),
+            None => opened.next().expect("a shard opened for each unknown path"),
+        })
+        .collect();
+    Ok(shards)
 }
 
 /// The first and last sample time over all shards.

@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use shardrec_format::layouts::Layouts;
-use shardrec_shard::scan::{summarize, ShardBytes, ShardSummary};
+use shardrec_shard::scan::{summarize, ScannedShard, ShardBytes, ShardSummary};
 
 use crate::MergeError;
 
@@ -24,9 +24,7 @@ impl Shard {
     /// mapped (not a regular file, unreadable) is empty and damaged from
     /// its first byte, so the other shards are still merged.
     pub fn open(path: &Path, layouts: &Layouts) -> Result<Shard, MergeError> {
-        let name = path
-            .file_name()
-            .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+        let name = file_name(path);
         let opened = match path.exists() {
             true => ShardBytes::open(path),
             false => Ok(ShardBytes::empty()),
@@ -54,8 +52,22 @@ impl Shard {
         })
     }
 
+    /// A shard the recorder's stop already walked.
+    pub fn from_scanned(scanned: ScannedShard) -> Shard {
+        Shard {
+            name: file_name(&scanned.path),
+            bytes: scanned.bytes,
+            summary: scanned.summary,
+        }
+    }
+
     /// The whole, valid records.
     pub fn valid(&self) -> &[u8] {
         &self.bytes.bytes()[..self.summary.valid_len]
     }
+}
+
+fn file_name(path: &Path) -> String {
+    path.file_name()
+        .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
 }

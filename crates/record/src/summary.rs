@@ -20,7 +20,7 @@ pub struct CpuReport {
 }
 
 /// The outcome of a recording.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct RecordReport {
     /// The shard directory.
     pub dir: PathBuf,
@@ -34,6 +34,9 @@ pub struct RecordReport {
     pub exit_code: i32,
     /// What the VIP saw of BPF programs, when it ran.
     pub bpf: Option<shardrec_control::VipStats>,
+    /// Every CPU's shard as the stop walked it, for the merge that
+    /// follows to take as it is (`shardrec_merge::merge_scanned`).
+    pub scanned: Vec<shardrec_shard::scan::ScannedShard>,
 }
 
 impl RecordReport {

@@ -13,6 +13,7 @@ use crate::time_index::{Bytes, TimeIndex};
 use crate::Error;
 
 /// A read-only view of a shard file (empty files have no mapping).
+#[derive(Debug)]
 pub struct ShardBytes {
     map: Option<memmap2::Mmap>,
 }
@@ -82,6 +83,31 @@ impl ShardBytes {
         if let Some(map) = &self.map {
             let _ = map.advise(memmap2::Advice::Sequential);
         }
+    }
+}
+
+/// A shard mapped and walked once: what the recorder's stop learns and
+/// hands to its merge, so the merge does not walk it again.
+#[derive(Debug)]
+pub struct ScannedShard {
+    /// Where it is.
+    pub path: std::path::PathBuf,
+    /// Its bytes.
+    pub bytes: ShardBytes,
+    /// What they hold.
+    pub summary: ShardSummary,
+}
+
+impl ScannedShard {
+    /// Maps and walks the shard at `path`.
+    pub fn scan(path: &Path, layouts: &Layouts) -> Result<ScannedShard, Error> {
+        let bytes = ShardBytes::open(path)?;
+        let summary = summarize(&bytes, layouts);
+        Ok(ScannedShard {
+            path: path.to_path_buf(),
+            bytes,
+            summary,
+        })
     }
 }
 

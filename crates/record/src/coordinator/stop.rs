@@ -8,7 +8,7 @@ use nix::sys::signal::{kill, Signal};
 use shardrec_control::Command;
 use shardrec_format::layouts::Layouts;
 use shardrec_shard::parallel;
-use shardrec_shard::scan::{self, ShardSummary};
+use shardrec_shard::scan::ScannedShard;
 use shardrec_shard::{CpuStats, Stats, StopReason};
 
 use super::Recording;
@@ -159,13 +159,14 @@ impl Recording<'_> {
             .collect();
         let scanned = scan_shards(&paths, &layouts)?;
         let mut cpus = Vec::new();
-        for (writer, (bytes, summary)) in self.writers.iter().zip(scanned) {
+        for (writer, scanned) in self.writers.iter().zip(&scanned) {
+            let (bytes, summary) = (scanned.bytes.bytes().len() as u64, &scanned.summary);
             let lost_read = lost_by_event
                 .iter()
                 .filter(|(cpu, _, _)| *cpu == writer.cpu())
                 .map(|(_, _, lost)| lost)
                 .sum();
-            let stats = CpuStats::new(writer.cpu(), bytes, &summary, lost_read);
+            let stats = CpuStats::new(writer.cpu(), bytes, summary, lost_read);
             cpus.push(CpuReport {
                 stats,
                 writer: writer.stats(),
@@ -189,6 +190,7 @@ impl Recording<'_> {
             stopped_by,
             exit_code: self.workload_code.unwrap_or(0),
             bpf: self.meta.stats.as_ref().and_then(|s| s.bpf),
+            scanned,
         })
     }
 
@@ -211,21 +213,14 @@ impl Recording<'_> {
     }
 }
 
-/// Scans every shard, a few at once: on a large host the shards are many
-/// and each scan waits on its own file's pages.
-fn scan_shards(
-    paths: &[PathBuf],
-    layouts: &Layouts,
-) -> Result<Vec<(u64, ShardSummary)>, RecordError> {
-    let threads = parallel::online_cpus().clamp(1, MAX_SCAN_THREADS);
-    parallel::try_map(paths, threads, |_, path| {
-        let bytes = scan::ShardBytes::open(path)?;
-        Ok((bytes.bytes().len() as u64, scan::summarize(&bytes, layouts)))
+/// Scans every shard, a thread per online CPU as the merge (each holds up
+/// to `scan::RELEASE_STEP` of its shard's pages mapped): on a large host
+/// the shards are many and each scan waits on its own file's pages.
+fn scan_shards(paths: &[PathBuf], layouts: &Layouts) -> Result<Vec<ScannedShard>, RecordError> {
+    parallel::try_map(paths, parallel::online_cpus(), |_, path| {
+        Ok(ScannedShard::scan(path, layouts)?)
     })
 }
-
-/// Each scan holds up to `scan::RELEASE_STEP` of its shard resident.
-const MAX_SCAN_THREADS: usize = 8;
 
 /// Whether process `pid` still runs: it exists and is not a zombie
 /// waiting for its parent (which `kill(pid, 0)` cannot tell).
