@@ -178,10 +178,14 @@ fn read_info(fd: &OwnedFd) -> io::Result<(Vec<u8>, Arrays)> {
     let arrays = buffers
         .into_iter()
         .map(|(array, words)| {
-            let mut bytes: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
             // Counts never change once a program is loaded; were one to
             // grow, the kernel filled only what the request asked for.
-            bytes.truncate(info.array_len(array).min(words.len() * 8));
+            let len = info.array_len(array).min(words.len() * 8);
+            let mut bytes: Vec<u8> = words[..len.div_ceil(8)]
+                .iter()
+                .flat_map(|w| w.to_ne_bytes())
+                .collect();
+            bytes.truncate(len);
             (array, bytes)
         })
         .collect();
