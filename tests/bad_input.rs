@@ -140,6 +140,33 @@ fn bad_ring_size_and_options() {
     assert_refused(&output, &scratch, "'xyz' is not a call-graph mode");
     let output = run(&scratch, &["--", "/no/such/program"]);
     assert_refused(&output, &scratch, "cannot run '/no/such/program'");
+    let output = run(&scratch, &["--threads=0", "--", "true"]);
+    assert_refused(&output, &scratch, "--threads: '0' is not a thread count");
+    let output = run(&scratch, &["--threads=fast", "--", "true"]);
+    assert_refused(&output, &scratch, "'fast' is neither a thread count");
+}
+
+#[test]
+fn bad_merge_threads_and_slices() {
+    let scratch = Scratch::new("bad-merge-opts");
+    for (args, message) in [
+        (&["--threads", "0"][..], "'0' is not a thread count"),
+        (&["--slice-size", "100"], "a slice needs at least 4K"),
+        (&["--slice-size", "3Q"], "'3Q' has an unknown size unit"),
+    ] {
+        let mut merge = shardrec();
+        merge
+            .arg("merge")
+            .args(args)
+            .arg(scratch.shards())
+            .arg("-o")
+            .arg(scratch.output());
+        let output = merge.output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(message), "{args:?}: {stderr}");
+        assert!(!scratch.output().exists());
+    }
 }
 
 /// shardrec as an unprivileged user, through setpriv, under `limits`

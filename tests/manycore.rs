@@ -119,6 +119,31 @@ fn record_and_merge_succeed_without_complaint() {
     );
 }
 
+/// The guest merges with a thread per vCPU over small slices (`init`
+/// passes `--slice-size 64K`), so the parallel merge runs at the rig's
+/// CPU count; the other tests read its output.
+#[test]
+fn the_merge_ran_in_parallel() {
+    let Some(guest) = Guest::from_env() else {
+        return;
+    };
+    let stderr = guest.text("merge.stderr");
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("time slices by"))
+        .unwrap_or_else(|| panic!("no slice count in the merge's summary:\n{stderr}"));
+    let numbers: Vec<usize> = line
+        .split_whitespace()
+        .filter_map(|word| word.parse().ok())
+        .collect();
+    let [slices, threads] = numbers[..] else {
+        panic!("unexpected summary line: {line}");
+    };
+    eprintln!("merge: {slices} slices by {threads} threads");
+    assert!(slices > 1, "{line}");
+    assert_eq!(threads, (guest.n as usize).min(slices), "{line}");
+}
+
 #[test]
 fn every_cpu_has_a_clean_shard_with_its_own_samples() {
     let Some(guest) = Guest::from_env() else {

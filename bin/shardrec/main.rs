@@ -125,7 +125,7 @@ fn merge(args: &MergeArgs) -> Result<ExitCode, Error> {
         progress: !args.quiet,
         compression_level: args.compression.level().map_err(RecordError::Usage)?,
         threads: args.threads,
-        slice_bytes: None,
+        slice_bytes: args.slice_size,
     };
     let clean = merge_and_report(&args.dir, &args.output, args.quiet, &options, Vec::new())?;
     Ok(if clean {

@@ -51,6 +51,18 @@ pub struct MergeArgs {
     /// Threads to merge with (default: one per online CPU); the output is the same whatever the number.
     #[arg(long = "threads", value_name = "N", value_parser = record::merge_thread_count)]
     pub threads: Option<usize>,
+    /// Record bytes per time slice, the unit of work of each thread (default: 32M, more with many shards); smaller slices spread a small recording over more threads.
+    #[arg(long = "slice-size", value_name = "SIZE", value_parser = slice_size)]
+    pub slice_size: Option<u64>,
+}
+
+/// `--slice-size`: a size (B/K/M/G) of at least 4K.
+fn slice_size(text: &str) -> Result<u64, String> {
+    let size = shardrec_record::options::parse_size(text)?;
+    match size >= 4096 {
+        true => Ok(size),
+        false => Err(format!("--slice-size {text}: a slice needs at least 4K")),
+    }
 }
 
 /// What the command line asks for, or why it cannot be done.

@@ -177,6 +177,27 @@ fn clockid(text: &str) -> Result<i32, String> {
         })
 }
 
+/// Parses a size in bytes with an optional B/K/M/G suffix (K = 1024).
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let (number, shift) = match text.chars().last().map(|c| c.to_ascii_uppercase()) {
+        Some('B') => (&text[..text.len() - 1], 0),
+        Some('K') => (&text[..text.len() - 1], 10),
+        Some('M') => (&text[..text.len() - 1], 20),
+        Some('G') => (&text[..text.len() - 1], 30),
+        Some(c) if c.is_ascii_alphabetic() => {
+            return Err(format!("'{text}' has an unknown size unit"))
+        }
+        _ => (text, 0),
+    };
+    let number: u64 = number
+        .parse()
+        .map_err(|_| format!("'{text}' is not a size"))?;
+    number
+        .checked_mul(1 << shift)
+        .ok_or_else(|| format!("'{text}' is too large"))
+}
+
 /// Parses `-m`: a number of pages (a power of two), or a size with a
 /// B/K/M/G suffix, as perf accepts; perf's `PAGES,AUXPAGES` form is read,
 /// but an AUX area (Intel PT, Arm SPE) is not recorded yet.
@@ -191,22 +212,9 @@ pub fn parse_ring_pages(text: &str, page_size: usize) -> Result<usize, String> {
         None => text,
     };
     let text = text.trim();
-    let unit = text.chars().last().filter(|c| c.is_ascii_alphabetic());
-    let pages = match unit.map(|c| c.to_ascii_uppercase()) {
-        Some(c) => {
-            let shift = match c {
-                'B' => 0,
-                'K' => 10,
-                'M' => 20,
-                'G' => 30,
-                _ => return Err(format!("'{text}' has an unknown size unit")),
-            };
-            let number: u64 = text[..text.len() - 1]
-                .parse()
-                .map_err(|_| format!("'{text}' is not a size"))?;
-            ((number << shift) / page_size as u64) as usize
-        }
-        None => text
+    let pages = match text.chars().last().is_some_and(|c| c.is_ascii_alphabetic()) {
+        true => (parse_size(text)? / page_size as u64) as usize,
+        false => text
             .parse()
             .map_err(|_| format!("'{text}' is not a number of pages"))?,
     };
