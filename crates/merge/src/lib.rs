@@ -136,7 +136,7 @@ pub fn merge_scanned(
     features.extend(bpf.features());
     features.extend(written.compressed.clone());
     let build_ids = written.hits.hit_files().count() + usize::from(written.hits.kernel_hit);
-    let slices = written.slices;
+    let threads = written.threads;
     writer.finish(&features).map_err(fail)?;
     output::publish(&tmp, output).map_err(fail)?;
     bar.finish();
@@ -150,7 +150,7 @@ pub fn merge_scanned(
         written,
         started,
     );
-    report.threads = threads.min(slices);
+    report.threads = threads;
     report.bpf_programs = bpf.programs.len();
     report.bpf_torn_bytes = bpf.torn_bytes;
     Ok(report)

@@ -40,6 +40,8 @@ pub struct Written {
     pub compressed: Option<(shardrec_perfdata::feature::Feature, Vec<u8>)>,
     /// Time slices merged.
     pub slices: usize,
+    /// Threads that merged them.
+    pub threads: usize,
 }
 
 /// How to write the data section.
@@ -92,7 +94,7 @@ pub fn write_data(
         shards: plan.shards,
         layouts: plan.layouts,
         compression: plan.compression,
-        threads: plan.threads,
+        threads: slices::threads_for(&slices, plan.threads),
         progress,
     };
     let mut totals = Totals::default();
@@ -102,6 +104,7 @@ pub fn write_data(
         totals += done.totals;
     }
     written.slices = slices.len();
+    written.threads = context.threads;
 
     let mut tail = DataOut::new(&mut writer, plan.compression)?;
     written.lost_samples_added = write_lost_samples(plan.meta, plan.shards, &mut tail)?;

@@ -108,6 +108,25 @@ fn cut(shift: u32, buckets: &BTreeMap<u64, Bytes>, target: u64) -> Vec<Slice> {
     slices
 }
 
+/// How many of `wanted` threads to merge `slices` with: no more than
+/// slices, and no more than a quarter of the memory available holds
+/// slices' worth of shard pages (each thread maps about one slice).
+pub fn threads_for(slices: &[Slice], wanted: usize) -> usize {
+    let largest = slices.iter().map(|s| s.bytes.input).max().unwrap_or(0);
+    let budget = mem_available().map_or(usize::MAX, |bytes| {
+        (bytes / 4 / largest.max(1)).max(1) as usize
+    });
+    wanted.min(slices.len()).min(budget).max(1)
+}
+
+/// `MemAvailable` of /proc/meminfo, in bytes.
+fn mem_available() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = meminfo.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
 /// The bytes of all of `slices` written uncompressed.
 pub fn total_len(slices: &[Slice]) -> u64 {
     slices.last().map_or(0, |s| s.offset + s.output_len())
