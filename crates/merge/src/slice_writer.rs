@@ -69,8 +69,9 @@ fn write_positioned<'a, W: Write + Seek>(
     file: &File,
 ) -> io::Result<Vec<SliceDone<'a>>> {
     let base = writer.reserve_data(slices::total_len(slices))?;
+    let turn = Mutex::new(());
     parallel::try_map(slices, context.threads, |index, slice| {
-        let sink = PositionedSink::new(file, base + slice.offset);
+        let sink = PositionedSink::new(file, &turn, base + slice.offset);
         let (mut sink, done) = merge_slice(context, slice, sink)?;
         sink.flush()?;
         if sink.len != slice.output_len() {
