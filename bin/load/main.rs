@@ -1,6 +1,9 @@
 //! `shardrec-load`: workloads of known shape for the tests and benchmarks.
 //!
 //! - `syscalls N`: exactly N `getppid` system calls, then exit;
+//! - `syscalls-busy N`: the same N calls from a thread pinned to one CPU
+//!   while a pinned spinner keeps every other CPU busy; only the calls are
+//!   timed;
 //! - `spin SECONDS`: one busy thread pinned to each online CPU;
 //! - `burn MILLIONS`: the same fixed work (MILLIONS million steps) in one
 //!   thread pinned to each online CPU;
@@ -18,9 +21,12 @@
 //!   (see `rusage.rs`), exiting with its status.
 //!
 //! `--report FILE` before the workload writes its start time, wall time
-//! and CPU to FILE on success (see `report.rs`).
+//! and CPU to FILE on success (see `report.rs`): the whole run's times, or
+//! those of its measured part where a workload says so.
 
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
 mod bpf;
@@ -29,7 +35,7 @@ mod report;
 mod rusage;
 
 fn main() -> ExitCode {
-    let start = report::Start::now();
+    let mut start = report::Start::now();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut words: Vec<&str> = args.iter().map(String::as_str).collect();
     if let ["rusage", file, command @ ..] = words.as_slice() {
@@ -49,7 +55,7 @@ fn main() -> ExitCode {
         }
         _ => None,
     };
-    let result = run(&words).and_then(|()| match report_to {
+    let result = run(&words, &mut start).and_then(|()| match report_to {
         Some(file) => start.write(file),
         None => Ok(()),
     });
@@ -62,12 +68,18 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(words: &[&str]) -> Result<(), String> {
+/// Runs the workload `words` name. `timed` is what `--report` reports: the
+/// whole run, unless the workload narrows it to its measured part.
+fn run(words: &[&str], timed: &mut report::Start) -> Result<(), String> {
     match words {
         ["syscalls", n] => n
             .parse()
             .map(syscalls)
             .map_err(|_| format!("bad count '{n}'")),
+        ["syscalls-busy", n] => match n.parse() {
+            Ok(n) => syscalls_busy(n, timed),
+            Err(_) => Err(format!("bad count '{n}'")),
+        },
         ["spin", secs] => secs
             .parse()
             .map(spin)
@@ -107,8 +119,9 @@ fn run(words: &[&str]) -> Result<(), String> {
             _ => Err(format!("bad count '{n}' or seconds '{secs}'")),
         },
         _ => Err(concat!(
-            "usage: shardrec-load [--report FILE] syscalls N | spin SECONDS | burn MILLIONS | hot SECONDS",
-            " | bpf-churn N | bpf-hold SECONDS | bpf-hot SECONDS | forks N | idle N SECONDS | threads SECONDS",
+            "usage: shardrec-load [--report FILE] syscalls N | syscalls-busy N | spin SECONDS",
+            " | burn MILLIONS | hot SECONDS | bpf-churn N | bpf-hold SECONDS | bpf-hot SECONDS",
+            " | forks N | idle N SECONDS | threads SECONDS",
             " | rusage FILE CMD ARGS..."
         )
         .to_string()),
@@ -121,6 +134,58 @@ fn syscalls(n: u64) {
     for _ in 0..n {
         std::hint::black_box(nix::unistd::getppid());
     }
+}
+
+/// `syscalls(n)` on a host with no idle CPU, the host shardrec is for: a
+/// recorder can no longer copy its ring on a CPU the workload leaves idle.
+/// This thread is pinned to the first allowed CPU and every other allowed
+/// CPU gets a pinned spinner. Only the calls are timed: the spinners are
+/// all running before they start and are stopped after they end, so the
+/// wall time is comparable with `syscalls`.
+fn syscalls_busy(n: u64, timed: &mut report::Start) -> Result<(), String> {
+    let cpus = allowed_cpus()?;
+    let (&mine, others) = cpus.split_first().ok_or("no CPU allowed")?;
+    pin_to(mine)?;
+    let stop = AtomicBool::new(false);
+    let running = Barrier::new(others.len() + 1);
+    std::thread::scope(|scope| {
+        for &cpu in others {
+            let (stop, running) = (&stop, &running);
+            scope.spawn(move || {
+                // Unpinned, a spinner still keeps some CPU busy: no error.
+                let _ = pin_to(cpu);
+                running.wait();
+                let mut x = 1;
+                while !stop.load(Ordering::Relaxed) {
+                    x = steps(x);
+                }
+            });
+        }
+        running.wait();
+        timed.restart();
+        syscalls(n);
+        timed.stop();
+        stop.store(true, Ordering::Relaxed);
+    });
+    Ok(())
+}
+
+/// The CPUs this process may run on: the online ones, less any a cpuset
+/// or the caller's affinity excludes.
+fn allowed_cpus() -> Result<Vec<usize>, String> {
+    let set = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0))
+        .map_err(|e| format!("sched_getaffinity: {e}"))?;
+    Ok((0..nix::sched::CpuSet::count())
+        .filter(|&cpu| set.is_set(cpu).unwrap_or(false))
+        .collect())
+}
+
+/// Pins the calling thread to `cpu`.
+fn pin_to(cpu: usize) -> Result<(), String> {
+    let mut set = nix::sched::CpuSet::new();
+    set.set(cpu).map_err(|e| format!("CPU {cpu}: {e}"))?;
+    nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set)
+        .map_err(|e| format!("pinning to CPU {cpu}: {e}"))
 }
 
 /// The caller the `-g` tests expect to find above `hot_loop`.
@@ -169,21 +234,23 @@ fn on_every_cpu(more: impl Fn(u64) -> bool + Sync) {
     std::thread::scope(|scope| {
         for cpu in 0..cpus {
             scope.spawn(move || {
-                let mut set = nix::sched::CpuSet::new();
-                if set.set(cpu).is_ok() {
-                    let _ = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set);
-                }
+                let _ = pin_to(cpu);
                 let mut x = 1u64;
                 let mut rounds = 0;
                 while more(rounds) {
-                    for _ in 0..10_000 {
-                        x = std::hint::black_box(
-                            x.wrapping_mul(6364136223846793005).wrapping_add(1),
-                        );
-                    }
+                    x = steps(x);
                     rounds += 1;
                 }
             });
         }
     });
+}
+
+/// One round of 10,000 steps of work the optimiser cannot remove.
+#[inline(always)]
+fn steps(mut x: u64) -> u64 {
+    for _ in 0..10_000 {
+        x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+    }
+    x
 }

@@ -7,10 +7,13 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use nix::sys::resource::{getrusage, Usage, UsageWho};
 
-/// Taken as the first thing in `main`.
+/// Taken as the first thing in `main`; a workload whose setup must not
+/// count moves it to where its measured part starts (`restart`) and ends
+/// (`stop`).
 pub struct Start {
     unix_ns: u128,
     instant: Instant,
+    end: Option<Instant>,
 }
 
 impl Start {
@@ -20,13 +23,26 @@ impl Start {
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_nanos()),
             instant: Instant::now(),
+            end: None,
         }
+    }
+
+    /// The measured part starts now.
+    pub fn restart(&mut self) {
+        *self = Start::now();
+    }
+
+    /// The measured part ended now; what follows (joining threads, say) is
+    /// left out of the elapsed time.
+    pub fn stop(&mut self) {
+        self.end = Some(Instant::now());
     }
 
     /// Writes one line of `key=value` words to `path`:
     /// `pid start_unix_ns elapsed_ns user_us sys_us maxrss_kb`.
     pub fn write(&self, path: &str) -> Result<(), String> {
-        let elapsed = self.instant.elapsed().as_nanos();
+        let end = self.end.unwrap_or_else(Instant::now);
+        let elapsed = end.duration_since(self.instant).as_nanos();
         let me = getrusage(UsageWho::RUSAGE_SELF).map_err(|e| e.to_string())?;
         let children = getrusage(UsageWho::RUSAGE_CHILDREN).map_err(|e| e.to_string())?;
         let micros = |u: &Usage, user: bool| {
