@@ -74,20 +74,34 @@ def recording(path, recorder_pid, workload_pid, report=True):
     if error:
         result["status"] = error
         return result
-    counts = perfdata.walk(path)
+    result["samples"] = samples
+    try:
+        counts = perfdata.walk(path)
+    except perfdata.NoZstd as e:
+        # A -z output without libzstd: perf's count only, no lost or own.
+        result["walk_error"] = str(e)
+        return with_report(result, path, report)
+    except ValueError as e:
+        result["status"] = f"perfdata.py: {e}"
+        return result
     own = counts.descendants(recorder_pid, exclude={workload_pid})
     result.update(
-        samples=samples,
         records=counts.records,
+        compressed_records=counts.compressed,
         lost=counts.lost(),
         lost_in_ring=counts.lost_in_ring,
         lost_samples=counts.lost_samples,
         own_samples=sum(counts.samples_by_pid[p] for p in own),
         own_pids=len(own),
-        bpf_programs=bpf_programs(path),
     )
+    result["bpf_programs"] = bpf_programs(path)
     if counts.samples != samples:
         result["status"] = f"perf read {samples} samples, the file holds {counts.samples}"
+    return with_report(result, path, report)
+
+
+def with_report(result, path, report):
+    """Adds the time of a plain `perf report`, if asked."""
     if report:
         result["report_s"] = perf_report_s(path)
         if result["report_s"] is None:

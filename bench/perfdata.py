@@ -5,8 +5,17 @@ their `lost` fields, and no per-pid sample counts; this walks the records
 of a perf.data file (or of perf's `--threads` directory: `data` plus
 `data.N`) and counts them. Only record headers and a few fixed offsets are
 read, so it needs no perf and takes a second or two per GB.
+
+`perf record -z` output holds PERF_RECORD_COMPRESSED records instead:
+their payloads are one zstd stream (flushed, not ended, at each record's
+end, so each payload reads only after the ones before it, and a record can
+continue into the next payload). They are inflated with libzstd through
+ctypes: the library perf links for -z, where no Python zstd module is
+installed. Without it, `walk` raises NoZstd.
 """
 
+import ctypes
+import ctypes.util
 import mmap
 import os
 import struct
@@ -19,9 +28,14 @@ AUXTRACE, COMPRESSED = 71, 81
 SAMPLE_IP, SAMPLE_TID, SAMPLE_IDENTIFIER = 1 << 0, 1 << 1, 1 << 16
 
 
+class NoZstd(Exception):
+    """The file is compressed and libzstd cannot be loaded."""
+
+
 @dataclass
 class Counts:
-    records: int = 0
+    records: int = 0  # uncompressed records (COMPRESSED ones not counted)
+    compressed: int = 0  # PERF_RECORD_COMPRESSED records
     samples: int = 0
     lost_records: int = 0  # PERF_RECORD_LOST records
     lost_in_ring: int = 0  # the sum of their `lost` fields
@@ -61,15 +75,24 @@ def walk(path):
             raise ValueError(f"{header}: not a perf.data file")
         attr_size, attrs_off, attrs_size, data_off, data_size = struct.unpack_from("<5Q", m, 16)
         pid_offset = _pid_offset(m, attrs_off, attrs_size, attr_size)
-        _walk(m, data_off, data_off + data_size, pid_offset, counts)
+        _walk_file(m, data_off, data_off + data_size, pid_offset, counts)
     if os.path.isdir(path):
         for name in sorted(os.listdir(path)):
             if name.startswith("data.") and os.path.getsize(os.path.join(path, name)):
                 with open(os.path.join(path, name), "rb") as f, mmap.mmap(
                     f.fileno(), 0, prot=mmap.PROT_READ
                 ) as m:
-                    _walk(m, 0, len(m), pid_offset, counts)
+                    _walk_file(m, 0, len(m), pid_offset, counts)
     return counts
+
+
+def _walk_file(m, pos, end, pid_offset, counts):
+    """Walks one file's records; its compressed records are one stream."""
+    stream = _Inflater()
+    _walk(m, pos, end, pid_offset, counts, stream)
+    if stream.pending:
+        cut = len(stream.pending)
+        raise ValueError(f"{cut} bytes of a record cut off at the end of the compressed records")
 
 
 def _pid_offset(m, attrs_off, attrs_size, attr_size):
@@ -87,13 +110,25 @@ def _pid_offset(m, attrs_off, attrs_size, attr_size):
     return offsets.pop()
 
 
-def _walk(m, pos, end, pid_offset, counts):
+def _walk(m, pos, end, pid_offset, counts, stream=None):
+    """Counts the whole records in m[pos:end]; returns where the first
+    incomplete one starts (`end` if none). `stream` inflates compressed
+    records; inside them it is None (they do not nest)."""
     unpack = struct.unpack_from
     by_pid = counts.samples_by_pid
     while pos + 8 <= end:
         kind, _misc, size = unpack("<IHH", m, pos)
         if size < 8:
             raise ValueError(f"record of size {size} at byte {pos}")
+        if pos + size > end:
+            break
+        if kind == COMPRESSED and stream is not None:
+            counts.compressed += 1
+            stream.feed(m[pos + 8 : pos + size])
+            done = _walk(stream.pending, 0, len(stream.pending), pid_offset, counts)
+            del stream.pending[:done]
+            pos += size
+            continue
         counts.records += 1
         if kind == SAMPLE:
             counts.samples += 1
@@ -111,5 +146,62 @@ def _walk(m, pos, end, pid_offset, counts):
         elif kind == AUXTRACE:
             pos += unpack("<Q", m, pos + 8)[0]
         elif kind == COMPRESSED:
-            raise ValueError("compressed records (perf record -z) are not supported")
+            raise ValueError(f"a compressed record inside compressed records, at byte {pos}")
         pos += size
+    return pos
+
+
+class _Buffer(ctypes.Structure):
+    """ZSTD_inBuffer and ZSTD_outBuffer: where, how large, how far done."""
+
+    _fields_ = [("ptr", ctypes.c_void_p), ("size", ctypes.c_size_t), ("pos", ctypes.c_size_t)]
+
+
+class _Inflater:
+    """One zstd decompression stream, made on the first compressed record:
+    `feed` appends what a payload inflates to to `pending`. A stream also
+    reads frames that end and others that follow (shardrec's merge ends
+    one per time slice)."""
+
+    OUT = 4 << 20
+
+    def __init__(self):
+        self.pending = bytearray()
+        self.lib = self.stream = None
+
+    def feed(self, payload):
+        if self.stream is None:
+            self._open()
+        lib, src = self.lib, ctypes.create_string_buffer(bytes(payload), len(payload))
+        inb = _Buffer(ctypes.cast(src, ctypes.c_void_p), len(payload), 0)
+        while True:
+            outb = _Buffer(ctypes.cast(self.out, ctypes.c_void_p), self.OUT, 0)
+            ret = lib.ZSTD_decompressStream(self.stream, ctypes.byref(outb), ctypes.byref(inb))
+            if lib.ZSTD_isError(ret):
+                raise ValueError(f"zstd: {lib.ZSTD_getErrorName(ret).decode()}")
+            self.pending += ctypes.string_at(self.out, outb.pos)
+            # A full output buffer may hide more output of the same input.
+            if inb.pos == inb.size and outb.pos < self.OUT:
+                return
+
+    def _open(self):
+        name = ctypes.util.find_library("zstd") or "libzstd.so.1"
+        try:
+            lib = ctypes.CDLL(name)
+        except OSError as e:
+            raise NoZstd(f"compressed records (perf record -z) and no libzstd: {e}") from e
+        lib.ZSTD_createDStream.restype = ctypes.c_void_p
+        lib.ZSTD_decompressStream.restype = ctypes.c_size_t
+        lib.ZSTD_decompressStream.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+        lib.ZSTD_isError.argtypes = [ctypes.c_size_t]
+        lib.ZSTD_getErrorName.restype = ctypes.c_char_p
+        lib.ZSTD_getErrorName.argtypes = [ctypes.c_size_t]
+        lib.ZSTD_freeDStream.argtypes = [ctypes.c_void_p]
+        self.lib, self.stream = lib, lib.ZSTD_createDStream()
+        if not self.stream:
+            raise MemoryError("ZSTD_createDStream")
+        self.out = ctypes.create_string_buffer(self.OUT)
+
+    def __del__(self):
+        if self.stream:
+            self.lib.ZSTD_freeDStream(self.stream)
