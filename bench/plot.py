@@ -1,10 +1,21 @@
 """bench/plot.svg: lost records and recorder CPU against the event rate,
-one point per run, drawn as plain SVG."""
+one point per run; bench/plot-to-perfdata.svg: the time from the
+workload's exit to a finished perf.data, per workload and recorder. Both
+drawn as plain SVG."""
 
 import math
+import statistics
 from html import escape
 
-COLORS = {"perf": "#1f77b4", "perf-threads": "#ff7f0e", "perf-aio": "#2ca02c", "perf-rt": "#9467bd", "shardrec": "#d62728"}
+COLORS = {
+    "perf": "#1f77b4",
+    "perf-threads": "#ff7f0e",
+    "perf-aio": "#2ca02c",
+    "perf-rt": "#9467bd",
+    "shardrec": "#d62728",
+    "perf-z": "#17becf",
+    "shardrec-z": "#8c564b",
+}
 SHAPES = ["circle", "square", "up", "diamond", "down", "cross"]
 # Startup runs a trivial workload: its rate and CPU per second mean nothing.
 SKIP = {"startup"}
@@ -16,7 +27,7 @@ def points(runs):
     every run, not medians, since losses come and go between repetitions."""
     found = []
     for r in runs:
-        measured = r["status"] == "ok" and "samples" in r and r["wall_s"] > 0
+        measured = r["status"] == "ok" and "lost" in r and r["wall_s"] > 0
         if measured and r["workload"] not in SKIP:
             offered = r["samples"] + r["lost"]
             found.append(
@@ -56,6 +67,68 @@ def svg(runs, host):
             py = TOP + PANEL_H * (1 - ys[col - 3] / ymax)
             out.append(marker(shape[w], px, py, COLORS.get(rec, "black"), f"{w}, {rec}"))
     out += legend(workloads, shape)
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
+def tail_svg(runs, host):
+    """Per workload, for each recorder, the median time from the workload's
+    exit to the recorder's exit (a finished perf.data) as a dot, and a line
+    from the fastest run to the slowest; log scale, as the times span
+    milliseconds to seconds."""
+    tails = {}
+    for r in runs:
+        if r["status"] == "ok" and r["recorder"] != "none" and r.get("tail_s") is not None:
+            tails.setdefault(r["workload"], {}).setdefault(r["recorder"], []).append(max(r["tail_s"], 1e-4))
+    ran = {rec for group in tails.values() for rec in group}
+    recorders = [rec for rec in COLORS if rec in ran] + sorted(ran - set(COLORS))
+    every = [t for group in tails.values() for v in group.values() for t in v] or [0.01, 1]
+    lo, hi = math.floor(math.log10(min(every))), math.ceil(math.log10(max(every)))
+    hi = max(hi, lo + 1)
+    step, gap, height = 16, 30, 300
+    widths = {w: step * len(group) + gap for w, group in tails.items()}
+    width = max(LEFT + sum(widths.values()) + 20, 640)
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{TOP + height + 110}"'
+        ' font-family="sans-serif" font-size="12">',
+        f'<rect width="{width}" height="{TOP + height + 110}" fill="white"/>',
+        text(width / 2, 22, "From the workload's exit to a finished perf.data", 15, "middle"),
+        text(width / 2, 40, f"{host['cpus']} × {host['cpu']}, Linux {host['kernel']}, {host['date']}; "
+             "median (dot) and min–max (line) per recorder", 11, "middle"),
+    ]
+
+    def y(v):
+        return TOP + height * (hi - math.log10(v)) / (hi - lo)
+
+    right = LEFT + sum(widths.values())
+    for d in range(lo, hi + 1):
+        for m in (1, 2, 5):
+            v = m * 10**d
+            if v > 10**hi:
+                break
+            color = "#ccc" if m == 1 else "#eee"
+            out.append(f'<line x1="{LEFT}" y1="{y(v):.1f}" x2="{right}" y2="{y(v):.1f}" stroke="{color}"/>')
+            if m == 1 or hi - lo <= 2:
+                out.append(text(LEFT - 6, y(v) + 4, f"{v:g} s", 11, "end"))
+    frame = f'x="{LEFT}" y="{TOP}" width="{right - LEFT}" height="{height}"'
+    out.append(f'<rect {frame} fill="none" stroke="#444"/>')
+    x = LEFT + gap / 2
+    for w, group in tails.items():
+        out.append(text(x + step * len(group) / 2 - step / 2, TOP + height + 16, w, 11, "middle"))
+        for rec in (r for r in recorders if r in group):
+            v, color = group[rec], COLORS.get(rec, "black")
+            out.append(f'<line x1="{x:.1f}" y1="{y(max(v)):.1f}" x2="{x:.1f}" y2="{y(min(v)):.1f}"'
+                       f' stroke="{color}" stroke-width="2"/>')
+            label = f"{w}, {rec}: median {statistics.median(v):.3g} s ({min(v):.3g}–{max(v):.3g})"
+            out.append(marker("circle", x, y(statistics.median(v)), color, label))
+            x += step
+        x += gap
+    lx, ly = LEFT, TOP + height + 50
+    for rec in recorders:
+        color = COLORS.get(rec, "black")
+        out += [marker("circle", lx, ly, color, rec), text(lx + 10, ly + 4, rec, 12)]
+        lx += 40 + 8 * len(rec)
+    out.append(text(LEFT, ly + 30, "time from the workload's exit to the recorder's exit, log scale", 11))
     out.append("</svg>")
     return "\n".join(out) + "\n"
 

@@ -1,11 +1,16 @@
 """The results as Markdown: medians with min–max per workload and recorder,
-and the ratio shardrec / each perf mode; written between markers in
-bench/README.md."""
+the ratio shardrec / each perf mode, and the merge's thread scaling;
+written between markers in bench/README.md."""
 
 import statistics
 
+from workloads import RECORDERS
+
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 PERF_MODES = ["perf", "perf-threads", "perf-aio", "perf-rt"]
+# The rows of the ratio table, (ours, theirs), wherever both ran: shardrec
+# against each perf mode; with -z, against perf -z and against plain perf.
+RATIOS = [("shardrec", m) for m in PERF_MODES] + [("shardrec-z", "perf-z"), ("shardrec-z", "perf")]
 
 # (key, column header, unit divisor). The derived wall_ratio is filled in
 # by `with_ratios`.
@@ -29,12 +34,14 @@ OUTPUT = [
 ]
 
 
-def tables(runs, host):
+def tables(runs, host, merges=()):
+    """Every table; `merges` are the runs of the merge-scaling step."""
     failed = sum(r["status"] != "ok" for r in runs)
     runs = with_ratios([r for r in runs if r["status"] == "ok"])
     groups = grouped(runs)
     workloads = list(dict.fromkeys(r["workload"] for r in runs))
-    recorders = list(dict.fromkeys(r["recorder"] for r in runs))
+    ran = {r["recorder"] for r in runs}
+    recorders = [r for r in RECORDERS if r in ran] + sorted(ran - set(RECORDERS))
     parts = [
         f"Measured {host['date']} on `{host['host']}`: {host['cpus']} × {host['cpu']}, "
         f"{host['memory_gb']} GB, {host['virt']} VM, Linux {host['kernel']}, {host['perf']}, "
@@ -52,6 +59,7 @@ def tables(runs, host):
     parts += bpf_note(groups, recorders)
     if failed:
         parts.append(f"{failed} runs failed and are left out; see runs.jsonl.")
+    parts += merge_tables(merges)
     return "\n\n".join(parts) + "\n"
 
 
@@ -110,6 +118,8 @@ def table(groups, workloads, recorders, columns):
     for w in workloads:
         for rec in recorders:
             group = groups.get((w, rec), [])
+            if not group:
+                continue  # a recorder this workload does not run under
             cells = [w, rec] + [cell(values(group, key), div) for key, _, div in columns]
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -139,15 +149,15 @@ def ratio_table(groups, workloads):
     skip = ("wall_s", "startup_s", "maxrss_kb", "merge_s")
     columns = [c for c in COST + OUTPUT if c[0] not in skip]
     columns.insert(0, ("startup_s", "start s", 1))
-    head = ["workload", "vs"] + [c[1] for c in columns]
+    head = ["workload", "recorder", "vs"] + [c[1] for c in columns]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for w in workloads:
-        for mode in PERF_MODES:
-            if (w, mode) not in groups or (w, "shardrec") not in groups:
+        for us, them in RATIOS:
+            if (w, them) not in groups or (w, us) not in groups:
                 continue
-            cells = [w, mode]
+            cells = [w, us, them]
             for key, _, _ in columns:
-                ours, theirs = median(groups, w, "shardrec", key), median(groups, w, mode, key)
+                ours, theirs = median(groups, w, us, key), median(groups, w, them, key)
                 cells.append(ratio(ours, theirs))
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -159,6 +169,44 @@ def ratio(ours, theirs):
     if theirs == 0:
         return "= (0)" if ours == 0 else "∞"
     return f"{ours / theirs:.2f}"
+
+
+def merge_tables(merges):
+    """The merge-scaling table: one row per thread count and compression,
+    from the `shardrec merge` runs over one kept DWARF recording."""
+    merges = [m for m in merges if m["status"] == "ok"]
+    if not merges:
+        return []
+    groups = {}
+    for m in merges:
+        groups.setdefault((m["compress"], m["threads"]), []).append(m)
+    input_gb = statistics.median(m["input_bytes"] for m in merges) / 1e9
+    head = ["merge", "threads", "wall s", "CPU s", "input GB/s", "× 1 thread", "out MB", "time slices"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for compress, threads in sorted(groups):
+        group = groups[(compress, threads)]
+        wall = statistics.median(values(group, "wall_s"))
+        one = groups.get((compress, 1))
+        speedup = statistics.median(values(one, "wall_s")) / wall if one else None
+        used = sorted(set(values(group, "threads_used")))
+        cells = [
+            "`-z`" if compress else "plain",
+            str(threads) + ("" if used in ([], [threads]) else f" ({'/'.join(map(str, used))} used)"),
+            cell(values(group, "wall_s"), 1),
+            cell(values(group, "cpu_s"), 1),
+            number(input_gb / wall),
+            "–" if speedup is None else f"{speedup:.2f}",
+            cell(values(group, "output_bytes"), 1e6),
+            cell(values(group, "slices"), 1),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    reps = max(len(g) for g in groups.values())
+    return [
+        "### Merge threads",
+        f"`shardrec merge --threads N` over the shards of one DWARF recording ({input_gb:.2f} GB),"
+        f" {reps} times each; caches dropped and the shards read back before each (see Method).",
+        "\n".join(lines),
+    ]
 
 
 def replace_section(path, text):

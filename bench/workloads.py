@@ -6,7 +6,9 @@ own default is 512 KiB, which would make the comparison about defaults),
 except in `dwarf-small`, which gives all of them 256 KiB.
 
 `perf-rt` is `perf record -r 1`: perf at SCHED_FIFO priority 1, as
-shardrec's writers run.
+shardrec's writers run. `perf-z` and `shardrec-z` add `-z` (zstd level 1)
+and run only where a workload lists them (`extra`): on the DWARF
+workloads, whose output is mostly bytes of stack.
 """
 
 import os
@@ -24,7 +26,11 @@ RECORDERS = {
     "perf-aio": ["perf", "record", "--aio"],
     "perf-rt": ["perf", "record", "-r", "1"],
     "shardrec": [SHARDREC, "record"],
+    "perf-z": ["perf", "record", "-z"],
+    "shardrec-z": [SHARDREC, "record", "-z"],
 }
+# The recorders every workload runs under; a workload adds its `extra`.
+EVERY_WORKLOAD = ["none", "perf", "perf-threads", "perf-aio", "perf-rt", "shardrec"]
 
 
 @dataclass
@@ -36,6 +42,10 @@ class Workload:
     idle: int = 0  # idle processes present during the run
     timeout: float = 120.0
     ring: list = None  # ring size options, when not RING
+    extra: tuple = ()  # recorders run for this workload only
+
+    def recorders(self):
+        return EVERY_WORKLOAD + list(self.extra)
 
 
 def workloads(scale, smoke):
@@ -50,14 +60,26 @@ def workloads(scale, smoke):
     def dwarf(name, about, ring=None):
         options = ["-e", "cpu-clock", "-F", "20000", "--call-graph", "dwarf", "-a"]
         load = ["burn", str(size(2_500, 100))]
-        return Workload(name, about, options, load, timeout=timeout, ring=ring)
+        # Output made of bytes, not records: where -z has something to save.
+        extra = ("perf-z", "shardrec-z")
+        return Workload(name, about, options, load, timeout=timeout, ring=ring, extra=extra)
+
+    syscalls = ["-e", "raw_syscalls:sys_enter", "-c", "1", "-a"]
 
     return [
         Workload(
             "syscalls",
             "raw_syscalls:sys_enter on every hit while one thread makes getppid calls",
-            ["-e", "raw_syscalls:sys_enter", "-c", "1", "-a"],
+            syscalls,
             ["syscalls", str(size(1_000_000, 20_000))],
+            timeout=timeout,
+        ),
+        Workload(
+            "syscalls-busy",
+            "the syscall storm while a pinned spinner keeps every other CPU busy",
+            syscalls,
+            # Only the calls are timed; the spinners start before them.
+            ["syscalls-busy", str(size(1_000_000, 20_000))],
             timeout=timeout,
         ),
         Workload(
@@ -101,8 +123,14 @@ def workloads(scale, smoke):
 
 def argv(recorder, workload, output, report):
     """The command line of one run: the recorder's, then the workload's."""
+    return command(RECORDERS[recorder], workload, output, report)
+
+
+def command(recorder, workload, output, report):
+    """The command line of `workload` under the recorder command `recorder`
+    (a list of words, or None for the workload alone)."""
     load = [LOAD, "--report", report] + workload.load
-    if RECORDERS[recorder] is None:
+    if recorder is None:
         return load
     ring = workload.ring or RING
-    return RECORDERS[recorder] + ["-o", output] + ring + workload.options + ["--"] + load
+    return recorder + ["-o", output] + ring + workload.options + ["--"] + load
