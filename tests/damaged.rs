@@ -106,19 +106,67 @@ fn a_shard_of_random_bytes_is_an_error_not_a_panic() {
     );
 }
 
+/// Samples perf script finds in the merged output.
+fn samples_in(scratch: &Scratch) -> usize {
+    let script = perf(&["script", "-F", "cpu,time"], &scratch.output());
+    assert_no_complaint(&script, "perf script");
+    String::from_utf8_lossy(&script.stdout).lines().count()
+}
+
 #[test]
-fn a_missing_or_garbled_meta_is_a_clear_error() {
+fn a_damaged_meta_is_survived_from_its_copy_at_start() {
+    if !require_root() {
+        return;
+    }
+    let _serial = serial();
+    let (scratch, _) = recorded("meta-copy");
+    let meta = scratch.shards().join("meta");
+    let good = std::fs::read(&meta).unwrap();
+    assert!(merge(&scratch).status.success());
+    let samples = samples_in(&scratch);
+    assert!(samples > 0);
+    let flipped = {
+        let mut bytes = good.clone();
+        bytes[good.len() / 2] ^= 0x04;
+        bytes
+    };
+    for (damage, bytes) in [
+        ("a flipped byte", Some(flipped)),
+        ("cut in half", Some(good[..good.len() / 2].to_vec())),
+        ("deleted", None),
+    ] {
+        match bytes {
+            Some(bytes) => std::fs::write(&meta, bytes).unwrap(),
+            None => std::fs::remove_file(&meta).unwrap(),
+        }
+        let output = merge(&scratch);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "{damage}: {stderr}");
+        assert!(
+            stderr.contains("merged from meta.start")
+                && stderr.contains("per-event loss counts read at stop are not in perf.data"),
+            "{damage}: {stderr}"
+        );
+        assert_eq!(samples_in(&scratch), samples, "{damage}");
+    }
+}
+
+#[test]
+fn a_meta_lost_with_its_copy_is_a_clear_error() {
     if !require_root() {
         return;
     }
     let _serial = serial();
     let (scratch, _) = recorded("meta");
     std::fs::write(scratch.shards().join("meta"), b"\xc1garbage").unwrap();
+    std::fs::remove_file(scratch.shards().join("meta.start")).unwrap();
     let output = merge(&scratch);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success());
     assert!(
-        stderr.contains("meta: not a shardrec meta file"),
+        stderr.contains("meta: not a shardrec meta file")
+            && stderr.contains("its copy from the start cannot be read either")
+            && stderr.contains("meta.start: No such file or directory"),
         "{stderr}"
     );
     assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");

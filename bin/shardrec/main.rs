@@ -50,7 +50,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("shardrec: {}", chain(&error));
+            eprintln!("shardrec: {}", shardrec_shard::with_causes(&error));
             match error {
                 Error::Record(RecordError::Usage(_) | RecordError::UnknownEvent { .. }) => {
                     ExitCode::from(USAGE)
@@ -59,18 +59,6 @@ fn main() -> ExitCode {
             }
         }
     }
-}
-
-/// An error and its causes on one line, each after a colon.
-fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut cause = error.source();
-    while let Some(error) = cause {
-        text.push_str(": ");
-        text.push_str(&error.to_string());
-        cause = error.source();
-    }
-    text
 }
 
 /// Records, then merges unless told not to; exits with the workload's status.
@@ -154,6 +142,11 @@ fn merge_and_report(
 }
 
 fn print_damage(report: &MergeReport) {
+    if let Some(why) = &report.meta_damage {
+        eprintln!(
+            "shardrec: warning: {why}; merged from meta.start, its copy written at start, which lacks the stop's statistics: the kernel's per-event loss counts read at stop are not in perf.data (the rings' own LOST records are)"
+        );
+    }
     if report.bpf_torn_bytes > 0 {
         eprintln!(
             "shardrec: warning: the bpf file is cut short: {} bytes after its last whole entry dropped",

@@ -90,7 +90,7 @@ pub fn merge_scanned(
     let progress = options.progress;
     let started = Instant::now();
     let recording = RecordingDir::open(dir);
-    let meta = recording.read_meta()?;
+    let (meta, meta_damage) = recording.read_surviving_meta()?;
     let layouts = meta.layouts();
     let threads = options
         .threads
@@ -151,6 +151,7 @@ pub fn merge_scanned(
         started,
     );
     report.threads = threads;
+    report.meta_damage = meta_damage.map(|e| shardrec_shard::with_causes(&e));
     report.bpf_programs = bpf.programs.len();
     report.bpf_torn_bytes = bpf.torn_bytes;
     Ok(report)

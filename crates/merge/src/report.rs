@@ -51,6 +51,9 @@ pub struct MergeReport {
     pub threads: usize,
     /// Time slices the records were merged in.
     pub slices: usize,
+    /// Why `meta` could not be read, when the merge worked from
+    /// `meta.start` instead.
+    pub meta_damage: Option<String>,
 }
 
 impl MergeReport {

@@ -193,7 +193,7 @@ impl<'a> Recording<'a> {
             .chain(self.helpers().map(|h| h.pid.as_raw()))
             .collect();
         self.exclude_recorder()?;
-        self.dir.write_meta(&self.meta)?;
+        self.dir.write_start_meta(&self.meta)?;
         Ok(())
     }
 

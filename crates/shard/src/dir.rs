@@ -5,7 +5,7 @@ use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-use crate::{Error, Meta};
+use crate::{with_causes, Error, Meta};
 
 /// A recording directory: `meta`, `cpuNNN.shard`, `synth.shard`, ...
 #[derive(Clone, Debug)]
@@ -77,6 +77,11 @@ impl RecordingDir {
         self.path.join("meta")
     }
 
+    /// The copy of `meta` written at start and never rewritten.
+    pub fn start_meta_path(&self) -> PathBuf {
+        self.path.join("meta.start")
+    }
+
     /// Creates a new file in the directory: 0600, failing if it exists or is
     /// a symlink, close-on-exec.
     pub fn create_file(&self, path: &Path) -> Result<File, Error> {
@@ -91,37 +96,68 @@ impl RecordingDir {
 
     /// Writes `meta` atomically: a temporary file, synced, renamed over it.
     pub fn write_meta(&self, meta: &Meta) -> Result<(), Error> {
-        let tmp = self.path.join("meta.tmp");
+        self.write_meta_file(meta, &self.meta_path())
+    }
+
+    /// Writes `meta` as it is at start twice: as `meta`, which the stop
+    /// rewrites, and as `meta.start`, which nothing rewrites, so that one
+    /// damaged copy cannot cost the recording (everything the merge needs
+    /// is known at start; the stop adds statistics).
+    pub fn write_start_meta(&self, meta: &Meta) -> Result<(), Error> {
+        self.write_meta_file(meta, &self.start_meta_path())?;
+        self.write_meta(meta)
+    }
+
+    fn write_meta_file(&self, meta: &Meta, path: &Path) -> Result<(), Error> {
+        let mut tmp = path.as_os_str().to_owned();
+        tmp.push(".tmp");
+        let tmp = PathBuf::from(tmp);
         let _ = std::fs::remove_file(&tmp);
-        let bytes = rmp_serde::to_vec_named(meta).map_err(|e| Error::Io {
-            path: tmp.clone(),
-            source: std::io::Error::other(e),
-        })?;
+        let bytes = crate::meta_file::encode(meta).map_err(Error::io(&tmp))?;
         let mut file = self.create_file(&tmp)?;
         file.write_all(&bytes).map_err(Error::io(&tmp))?;
         file.sync_all().map_err(Error::io(&tmp))?;
-        let path = self.meta_path();
-        std::fs::rename(&tmp, &path).map_err(Error::io(&path))
+        std::fs::rename(&tmp, path).map_err(Error::io(path))
     }
 
     /// Reads `meta`.
     pub fn read_meta(&self) -> Result<Meta, Error> {
-        let path = self.meta_path();
-        let bytes = std::fs::read(&path).map_err(Error::io(&path))?;
-        let meta: Meta = rmp_serde::from_slice(&bytes).map_err(|e| Error::BadMeta {
-            path: path.clone(),
-            reason: e.to_string(),
-        })?;
-        if meta.version != crate::META_VERSION {
-            return Err(Error::BadMeta {
-                path,
-                reason: format!(
-                    "format version {}, this shardrec reads {}",
-                    meta.version,
-                    crate::META_VERSION
-                ),
-            });
-        }
-        Ok(meta)
+        read_meta_file(&self.meta_path())
     }
+
+    /// Reads `meta`, or where it is damaged or missing, `meta.start`: the
+    /// meta and, when it came from `meta.start`, why `meta` could not be
+    /// read. Both unreadable is an error that names both.
+    pub fn read_surviving_meta(&self) -> Result<(Meta, Option<Error>), Error> {
+        let damaged = match self.read_meta() {
+            Ok(meta) => return Ok((meta, None)),
+            Err(error) => error,
+        };
+        match read_meta_file(&self.start_meta_path()) {
+            Ok(meta) => Ok((meta, Some(damaged))),
+            Err(start) => Err(Error::MetaLost {
+                meta: with_causes(&damaged),
+                start: with_causes(&start),
+            }),
+        }
+    }
+}
+
+fn read_meta_file(path: &Path) -> Result<Meta, Error> {
+    let bytes = std::fs::read(path).map_err(Error::io(path))?;
+    let meta: Meta = crate::meta_file::decode(&bytes).map_err(|reason| Error::BadMeta {
+        path: path.to_path_buf(),
+        reason,
+    })?;
+    if meta.version != crate::META_VERSION {
+        return Err(Error::BadMeta {
+            path: path.to_path_buf(),
+            reason: format!(
+                "format version {}, this shardrec reads {}",
+                meta.version,
+                crate::META_VERSION
+            ),
+        });
+    }
+    Ok(meta)
 }

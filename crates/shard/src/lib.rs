@@ -19,6 +19,7 @@
 pub mod bpf_file;
 mod dir;
 mod meta;
+mod meta_file;
 pub mod parallel;
 pub mod scan;
 pub mod time_index;
@@ -48,6 +49,26 @@ pub enum Error {
         /// What did not decode.
         reason: String,
     },
+    /// Neither `meta` nor its copy from the start can be read.
+    #[error("{meta}, and its copy from the start cannot be read either ({start}): the recording's events and CPUs are unknown")]
+    MetaLost {
+        /// Why `meta` cannot be read.
+        meta: String,
+        /// Why `meta.start` cannot be read.
+        start: String,
+    },
+}
+
+/// An error and its causes on one line, each after a colon.
+pub fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(error) = cause {
+        text.push_str(": ");
+        text.push_str(&error.to_string());
+        cause = error.source();
+    }
+    text
 }
 
 impl Error {
