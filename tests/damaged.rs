@@ -255,3 +255,134 @@ fn a_shard_that_is_not_a_regular_file_is_named_and_not_mapped() {
     let script = perf(&["script", "-F", "cpu"], &scratch.output());
     assert!(!script.stdout.is_empty(), "no samples from cpu001.shard");
 }
+
+/// Processes whose command line names `path`.
+fn processes_naming(path: &std::path::Path) -> usize {
+    let needle = path.to_string_lossy().into_owned();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .filter(|cmdline| String::from_utf8_lossy(cmdline).contains(&needle))
+        .count()
+}
+
+/// A small tmpfs, unmounted (and removed) on drop.
+struct SmallDisk(std::path::PathBuf);
+
+impl SmallDisk {
+    fn mount(name: &str, size: &str) -> SmallDisk {
+        let path = std::env::temp_dir().join(format!("shardrec-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&path).unwrap();
+        let status = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(&path)
+            .status()
+            .unwrap();
+        assert!(status.success(), "mounting a tmpfs at {}", path.display());
+        SmallDisk(path)
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+#[test]
+fn a_full_disk_cuts_the_recording_cleanly_and_the_shards_merge_elsewhere() {
+    if !require_root() {
+        return;
+    }
+    let _serial = serial();
+    let disk = SmallDisk::mount("full", "24m");
+    let output = disk.0.join("perf.data");
+    let dir = disk.0.join("perf.data.shards");
+    // DWARF stacks at 20 kHz on every CPU: far more than 24 MB a second.
+    let mut record = shardrec();
+    record
+        .args([
+            "record",
+            "-q",
+            "-a",
+            "--call-graph",
+            "dwarf",
+            "-F",
+            "20000",
+            "-o",
+        ])
+        .arg(&output)
+        .args(["--", load(), "burn", "3000"]);
+    let recorded = run(record);
+    let stderr = String::from_utf8_lossy(&recorded.stderr);
+    assert_eq!(recorded.status.code(), Some(1), "{stderr}");
+    let expected = format!(
+        "No space left on device (os error 28). Every record written before that is in {}; merge them onto a disk with room: shardrec merge {} -o OTHER",
+        dir.display(),
+        dir.display()
+    );
+    assert!(
+        stderr.contains("shardrec: the recording was cut: cpu"),
+        "{stderr}"
+    );
+    assert!(stderr.contains(&expected), "{stderr}");
+    assert!(!output.exists(), "no perf.data on the full disk");
+    assert_eq!(
+        processes_naming(&disk.0),
+        0,
+        "a process of the recording still runs"
+    );
+    // meta was rewritten at stop (its reserved room given back), and says why.
+    let meta = shardrec_shard::RecordingDir::open(&dir)
+        .read_meta()
+        .unwrap();
+    let stats = meta.stats.expect("the stop's statistics");
+    assert!(
+        String::from(stats.stopped_by.clone()).starts_with("shard cut: cpu"),
+        "{:?}",
+        stats.stopped_by
+    );
+    // Merged elsewhere: whole records only, every sample still in a ring
+    // at the cut counted as lost, and perf reads it (its one complaint
+    // is the loss itself).
+    let elsewhere = Scratch::new("full-merged");
+    let mut merge = shardrec();
+    merge
+        .args(["merge", "-q"])
+        .arg(&dir)
+        .arg("-o")
+        .arg(elsewhere.output());
+    let merged = run(merge);
+    assert!(
+        merged.status.success(),
+        "{}",
+        String::from_utf8_lossy(&merged.stderr)
+    );
+    let stats_text = perf(&["report", "--stats"], &elsewhere.output());
+    let text = String::from_utf8_lossy(&stats_text.stdout);
+    let count = |what: &str| -> u64 {
+        text.lines()
+            .find(|l| l.trim_start().starts_with(what))
+            .and_then(|l| l.split_whitespace().nth(2))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    };
+    let samples = count("SAMPLE events:");
+    let lost_in_meta: u64 = stats.lost_by_event.iter().map(|&(_, _, n)| n).sum();
+    assert!(samples > 0, "{text}");
+    assert!(
+        lost_in_meta > 0,
+        "the samples left in the rings are counted"
+    );
+    assert!(count("LOST_SAMPLES events:") > 0, "{text}");
+    let report = perf(&["report", "--stdio"], &elsewhere.output());
+    let complaints: Vec<_> = String::from_utf8_lossy(&report.stderr)
+        .lines()
+        .filter(|l| !l.trim().is_empty() && *l != "Warning:" && !l.contains("samples and lost"))
+        .map(str::to_string)
+        .collect();
+    assert!(complaints.is_empty(), "{complaints:?}");
+    drop(disk);
+}

@@ -81,6 +81,15 @@ fn record(args: RecordArgs, command_line: &[String]) -> Result<ExitCode, Error> 
         eprint!("{report}");
     }
     let code = ExitCode::from(report.exit_code.clamp(0, 255) as u8);
+    if let shardrec_shard::StopReason::ShardCut(what) = &report.stopped_by {
+        // The disk that is full holds the shards: merging there would
+        // fail too, and the shards are what the recording leaves.
+        let dir = report.dir.display();
+        eprintln!(
+            "shardrec: the recording was cut: {what}. Every record written before that is in {dir}; merge them onto a disk with room: shardrec merge {dir} -o OTHER"
+        );
+        return Ok(ExitCode::from(1));
+    }
     if config.no_merge {
         return Ok(code);
     }

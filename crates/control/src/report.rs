@@ -47,6 +47,10 @@ pub struct WriterStats {
     pub flushes: u64,
     /// The most bytes seen waiting in the ring at once.
     pub peak_fill: u64,
+    /// The errno that cut the shard (a full disk, a quota, an I/O error):
+    /// the writer stopped there, its shard holding every whole record
+    /// written before.
+    pub cut: Option<i32>,
 }
 
 /// What the VIP saw and captured (also kept in a recording's `meta`, where

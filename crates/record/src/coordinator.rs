@@ -194,6 +194,7 @@ impl<'a> Recording<'a> {
             .collect();
         self.exclude_recorder()?;
         self.dir.write_start_meta(&self.meta)?;
+        self.dir.reserve_meta_room(&self.meta)?;
         Ok(())
     }
 

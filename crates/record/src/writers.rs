@@ -1,11 +1,15 @@
 //! Writer processes: one per CPU, pinned, each streaming its ring.
 
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
 use shardrec_control::{Command, Outcome, Report, WriterStats};
+use shardrec_format::header::RecordType;
+use shardrec_format::layouts::{FieldReader, Layouts};
+use shardrec_format::walk::RecordWalker;
 use shardrec_sys::{cpu, process, PerfEvent, RingBuffer};
 use shardrec_writer::{ShardWriter, WriterConfig};
 
@@ -176,9 +180,31 @@ impl Writer {
         self.stats.unwrap_or_default()
     }
 
-    /// Bytes still in its ring: none after a drain, some after a Quit.
+    /// Bytes still in its ring: none after a drain, some after a Quit or
+    /// a shard cut by a full disk.
     pub fn unwritten(&self) -> u64 {
         self.events.ring.head() - self.events.ring.tail()
+    }
+
+    /// The samples still in its ring, by event id: what a writer that
+    /// could not write them leaves, counted as lost so that nothing goes
+    /// unaccounted for. Only read after the writer has exited.
+    pub fn unwritten_samples(&self, layouts: &Layouts) -> BTreeMap<u64, u64> {
+        let ring = &self.events.ring;
+        let [first, second] = ring.segments(ring.tail(), ring.head());
+        // A record may wrap around the ring's end: walk a copy.
+        let bytes = [first, second].concat();
+        let mut fields = FieldReader::new(layouts);
+        let mut samples = BTreeMap::new();
+        for record in RecordWalker::new(&bytes) {
+            if record.header.type_ != RecordType::SAMPLE {
+                continue;
+            }
+            if let Some(id) = fields.sample_id(record.bytes, record.header.type_) {
+                *samples.entry(id.id).or_default() += 1;
+            }
+        }
+        samples
     }
 }
 

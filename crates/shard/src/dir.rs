@@ -108,6 +108,25 @@ impl RecordingDir {
         self.write_meta(meta)
     }
 
+    /// Keeps room for rewriting `meta` at stop (`meta.reserve`, twice its
+    /// size now and 64 KiB more, in written blocks), so that a disk the
+    /// shards filled cannot cost the recording its meta.
+    pub fn reserve_meta_room(&self, meta: &Meta) -> Result<(), Error> {
+        let path = self.path.join("meta.reserve");
+        let len = crate::meta_file::encode(meta)
+            .map_err(Error::io(&path))?
+            .len();
+        let mut file = self.create_file(&path)?;
+        file.write_all(&vec![0; 2 * len + (64 << 10)])
+            .map_err(Error::io(&path))?;
+        file.sync_all().map_err(Error::io(&path))
+    }
+
+    /// Gives back the room [`RecordingDir::reserve_meta_room`] kept.
+    pub fn release_meta_room(&self) {
+        let _ = std::fs::remove_file(self.path.join("meta.reserve"));
+    }
+
     fn write_meta_file(&self, meta: &Meta, path: &Path) -> Result<(), Error> {
         let mut tmp = path.as_os_str().to_owned();
         tmp.push(".tmp");

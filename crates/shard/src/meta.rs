@@ -191,7 +191,13 @@ pub enum StopReason {
     HelperFailed(String),
     /// `stop` on the `--control` channel.
     ControlStop,
+    /// A shard could not be written (the disk full, a quota, an I/O
+    /// error): what, why, and when, as one sentence.
+    ShardCut(String),
 }
+
+/// How a [`StopReason::ShardCut`] reads.
+const SHARD_CUT: &str = "shard cut: ";
 
 impl std::fmt::Display for StopReason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -201,6 +207,7 @@ impl std::fmt::Display for StopReason {
             StopReason::Signal(name) => f.write_str(name),
             StopReason::HelperFailed(name) => write!(f, "{name} failed"),
             StopReason::ControlStop => f.write_str("stop on the control channel"),
+            StopReason::ShardCut(what) => write!(f, "{SHARD_CUT}{what}"),
         }
     }
 }
@@ -220,6 +227,9 @@ impl TryFrom<String> for StopReason {
             "target processes exited" => StopReason::TargetsExited,
             "stop on the control channel" => StopReason::ControlStop,
             signal if signal.starts_with("SIG") => StopReason::Signal(text),
+            cut if cut.starts_with(SHARD_CUT) => {
+                StopReason::ShardCut(cut[SHARD_CUT.len()..].to_string())
+            }
             _ => match text.strip_suffix(" failed") {
                 Some(name) => StopReason::HelperFailed(name.to_string()),
                 None => return Err(format!("unknown stop reason {text:?}")),
@@ -316,6 +326,10 @@ mod tests {
             (StopReason::TargetsExited, "target processes exited"),
             (StopReason::Signal("SIGINT".into()), "SIGINT"),
             (StopReason::ControlStop, "stop on the control channel"),
+            (
+                StopReason::ShardCut("cpu001.shard at 1.20 s: No space left on device".into()),
+                "shard cut: cpu001.shard at 1.20 s: No space left on device",
+            ),
             (
                 StopReason::HelperFailed("writer of CPU 3".into()),
                 "writer of CPU 3 failed",

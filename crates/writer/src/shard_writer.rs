@@ -147,6 +147,9 @@ impl<'a> ShardWriter<'a> {
             self.flush_wanted = false;
             if std::mem::take(&mut self.quiet_flush) && !draining && fill < self.batch_bytes {
                 self.write_directly()?;
+                if self.stop == Some(Command::Quit) {
+                    break;
+                }
                 continue;
             }
             if !self.start_write()? && draining {
@@ -190,7 +193,9 @@ impl<'a> ShardWriter<'a> {
         // Two pieces when the bytes wrap around the ring's end.
         for segment in self.ring.segments(tail, head) {
             if !segment.is_empty() {
-                self.shard.write_all_at(segment, offset)?;
+                if let Err(error) = self.shard.write_all_at(segment, offset) {
+                    return self.write_failed(error);
+                }
                 offset += segment.len() as u64;
                 self.stats.writes += 1;
             }
@@ -199,6 +204,24 @@ impl<'a> ShardWriter<'a> {
         // SAFETY: the bytes up to `head` are in the shard, and no iovec
         // points at them (no write is in flight).
         unsafe { self.ring.release(head) };
+        Ok(())
+    }
+
+    /// A write failed. Where the storage is what failed (full, over quota,
+    /// an I/O error), the shard is cut back to the start of the failed
+    /// write, so it ends with the last whole record written, and the
+    /// writer stops there: its report says why, and the coordinator stops
+    /// the recording cleanly (the kernel counts what the ring drops from
+    /// then on). Anything else is an error of the writer.
+    fn write_failed(&mut self, error: io::Error) -> io::Result<()> {
+        let errno = error.raw_os_error().unwrap_or(0);
+        if !matches!(errno, libc::ENOSPC | libc::EDQUOT | libc::EIO | libc::EFBIG) {
+            return Err(error);
+        }
+        let from = self.in_flight.take().map_or(self.ring.tail(), |f| f.from);
+        self.shard.set_len(from - self.base)?;
+        self.stats.cut = Some(errno);
+        self.stop = Some(Command::Quit);
         Ok(())
     }
 
@@ -231,7 +254,7 @@ impl<'a> ShardWriter<'a> {
             return self.submit_write();
         }
         if result < 0 {
-            return Err(io::Error::from_raw_os_error(-result));
+            return self.write_failed(io::Error::from_raw_os_error(-result));
         }
         if result == 0 {
             return Err(io::Error::new(

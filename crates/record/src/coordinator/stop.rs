@@ -20,6 +20,10 @@ use crate::summary::{CpuReport, RecordReport};
 use crate::writers::Writer;
 use crate::RecordError;
 
+/// How a helper ended: a writer's shard cut by a storage error (and the
+/// errno), or nothing to say.
+type HelperEnd = Result<Option<(PathBuf, i32)>, RecordError>;
+
 impl Recording<'_> {
     /// Waits for a reason to stop. A writer that dies is a failure, but the
     /// others are still stopped cleanly so their shards are complete.
@@ -60,28 +64,48 @@ impl Recording<'_> {
             if self.workload.as_ref().is_some_and(|w| w.pid == ended.pid) {
                 self.workload_code = Some(ended.code);
                 outcome.get_or_insert((StopReason::WorkloadExited, None));
-            } else if let Some((name, report)) = self.helper_ended(ended.pid) {
-                // While recording, a helper never ends on its own: even a
-                // clean report is a failure here.
-                let error = report.err().unwrap_or_else(|| RecordError::Helper {
-                    name: name.clone(),
-                    message: format!("exited early with status {}", ended.code),
+            } else if let Some((name, ended_as)) = self.helper_ended(ended.pid) {
+                outcome = Some(match ended_as {
+                    Ok(Some((shard, errno))) => (self.shard_cut(&shard, errno), None),
+                    // While recording, a helper never ends on its own: even
+                    // a clean report is a failure here.
+                    Ok(None) => {
+                        let message = format!("exited early with status {}", ended.code);
+                        let error = RecordError::Helper {
+                            name: name.clone(),
+                            message,
+                        };
+                        (StopReason::HelperFailed(name), Some(error))
+                    }
+                    Err(error) => (StopReason::HelperFailed(name), Some(error)),
                 });
-                outcome = Some((StopReason::HelperFailed(name), Some(error)));
             }
         }
         outcome
     }
 
-    /// The helper `pid` has exited: its name and final report.
-    fn helper_ended(&mut self, pid: nix::unistd::Pid) -> Option<(String, Result<(), RecordError>)> {
+    /// Why the recording stops when a writer could not write its shard.
+    fn shard_cut(&self, shard: &std::path::Path, errno: i32) -> StopReason {
+        let name = shard.file_name().unwrap_or_default().to_string_lossy();
+        let at = unix_ns().saturating_sub(self.meta.start_unix_ns) as f64 / 1e9;
+        let why = std::io::Error::from_raw_os_error(errno);
+        StopReason::ShardCut(format!("{name} at {at:.2} s: {why}"))
+    }
+
+    /// The helper `pid` has exited: its name and how it ended, which for a
+    /// writer that stopped at a storage error is its shard and the errno.
+    fn helper_ended(&mut self, pid: nix::unistd::Pid) -> Option<(String, HelperEnd)> {
         let is_it = |p: Option<&HelperProcess>| p.is_some_and(|p| p.pid == pid);
         if let Some(writer) = self.writers.iter_mut().find(|w| is_it(w.process())) {
             let name = writer.process().map(|p| p.name.clone()).unwrap_or_default();
-            return Some((name, writer.ended().map(drop)));
+            let shard = self.dir.shard_path(writer.cpu());
+            let cut = writer
+                .ended()
+                .map(|stats| stats.cut.map(|errno| (shard, errno)));
+            return Some((name, cut));
         }
         let vip = self.vip.as_mut().filter(|v| v.helper.pid == pid)?;
-        Some((vip.helper.name.clone(), vip.ended().map(drop)))
+        Some((vip.helper.name.clone(), vip.ended().map(|_| None)))
     }
 
     fn targets_gone(&self) -> bool {
@@ -151,7 +175,12 @@ impl Recording<'_> {
     ) -> Result<RecordReport, RecordError> {
         let elapsed = started.elapsed();
         let layouts = self.meta.layouts();
-        let lost_by_event = self.read_lost_counts();
+        let mut lost_by_event = self.read_lost_counts();
+        for writer in &self.writers {
+            for (id, samples) in writer.unwritten_samples(&layouts) {
+                add_lost(&mut lost_by_event, writer.cpu(), id, samples);
+            }
+        }
         let paths: Vec<PathBuf> = self
             .writers
             .iter()
@@ -182,6 +211,9 @@ impl Recording<'_> {
             stopped_by: stopped_by.clone(),
             stop_unix_ns: unix_ns(),
         });
+        // The room kept at start is given back first: on a full disk, that
+        // is what lets meta be written.
+        self.dir.release_meta_room();
         self.dir.write_meta(&self.meta)?;
         Ok(RecordReport {
             dir: self.dir.path().to_path_buf(),
@@ -210,6 +242,14 @@ impl Recording<'_> {
             })
         });
         counts.collect()
+    }
+}
+
+/// Adds `lost` samples of event `id` on `cpu` to the per-event counts.
+fn add_lost(counts: &mut Vec<(u32, u64, u64)>, cpu: u32, id: u64, lost: u64) {
+    match counts.iter_mut().find(|(c, i, _)| (*c, *i) == (cpu, id)) {
+        Some((_, _, count)) => *count += lost,
+        None => counts.push((cpu, id, lost)),
     }
 }
 
