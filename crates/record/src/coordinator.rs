@@ -72,6 +72,8 @@ struct Recording<'a> {
     /// When the rings were last looked at for data waiting (a writer
     /// sleeps until its watermark or a command).
     rings_seen: Instant,
+    /// Stopping: a writer that ends now has drained, or was told to quit.
+    stopping: bool,
 }
 
 impl<'a> Recording<'a> {
@@ -138,6 +140,7 @@ impl<'a> Recording<'a> {
             enable_at: None,
             quiet: config.quiet,
             rings_seen: Instant::now(),
+            stopping: false,
         })
     }
 

@@ -17,6 +17,10 @@ pub struct CpuReport {
     /// Bytes left in the ring when the writer stopped (only after a
     /// second stop signal made it quit without draining).
     pub unwritten: u64,
+    /// When its writer died and was replaced (since the start).
+    pub replaced_at: Vec<Duration>,
+    /// Whether its writer died too often and was not replaced again.
+    pub given_up: bool,
 }
 
 /// The outcome of a recording.
@@ -83,6 +87,23 @@ impl fmt::Display for RecordReport {
                 f,
                 "  BPF programs: {} loaded, {} unloaded, {} captured, {} missed (gone before capture)",
                 bpf.loaded, bpf.unloaded, bpf.captured, bpf.missed
+            )?;
+        }
+        for cpu in self.cpus.iter().filter(|c| !c.replaced_at.is_empty()) {
+            let times: Vec<String> = cpu
+                .replaced_at
+                .iter()
+                .map(|t| format!("{:.2} s", t.as_secs_f64()))
+                .collect();
+            let end = match cpu.given_up {
+                true => ", then died again and was given up on",
+                false => "",
+            };
+            writeln!(
+                f,
+                "  the writer of CPU {} died and was replaced at {}{end}",
+                cpu.stats.cpu,
+                times.join(", ")
             )?;
         }
         let unwritten: u64 = self.cpus.iter().map(|c| c.unwritten).sum();

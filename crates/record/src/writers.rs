@@ -29,7 +29,18 @@ pub struct Writer {
     seen_tail: u64,
     /// Since when the ring has held data the writer has not written.
     waiting_since: Option<Instant>,
+    /// The ring position of the shard's first byte.
+    base: u64,
+    /// How its process was started, for a replacement.
+    options: Option<WriterOptions>,
+    /// When its process died and was replaced (since the recording began).
+    pub replaced_at: Vec<Duration>,
+    /// Whether it died too often and its CPU went unrecorded from then on.
+    pub given_up: bool,
 }
+
+/// A writer that dies this often is not replaced again.
+pub const MAX_REPLACEMENTS: usize = 3;
 
 /// How every writer runs.
 #[derive(Clone, Copy, Debug)]
@@ -48,6 +59,7 @@ struct WriterSetup<'a> {
     cpu: &'a CpuEvents,
     side_band: Option<&'a PerfEvent>,
     options: WriterOptions,
+    base: u64,
 }
 
 impl WriterSetup<'_> {
@@ -64,9 +76,13 @@ impl Writer {
         Writer {
             seen_tail: events.ring.tail(),
             waiting_since: None,
+            base: events.ring.tail(),
             events,
             process: None,
             stats: None,
+            options: None,
+            replaced_at: Vec::new(),
+            given_up: false,
         }
     }
 
@@ -108,10 +124,12 @@ impl Writer {
         options: WriterOptions,
         shard: File,
     ) -> Result<(), RecordError> {
+        self.options = Some(options);
         let setup = WriterSetup {
             cpu: &self.events,
             side_band,
             options,
+            base: self.base,
         };
         let process = HelperProcess::spawn(
             format!("writer of CPU {}", self.events.cpu),
@@ -132,6 +150,34 @@ impl Writer {
         )?;
         self.process = Some(process);
         Ok(())
+    }
+
+    /// Replaces a process that died while recording: a new one, pinned
+    /// and prioritized as the first, goes on from the ring's tail into
+    /// `shard` (the same file, cut back to the tail's offset: bytes the
+    /// dead one wrote past it are still in the ring). The events stay
+    /// enabled throughout; what the ring could not hold meanwhile the
+    /// kernel counts as lost.
+    pub fn replace(
+        &mut self,
+        side_band: Option<&PerfEvent>,
+        shard: File,
+        since_start: Duration,
+    ) -> Result<(), RecordError> {
+        let options = WriterOptions {
+            enable: false,
+            ..self.options.expect("a writer spawned before")
+        };
+        let keep = self.events.ring.tail() - self.base;
+        shard
+            .set_len(keep)
+            .map_err(RecordError::system("cutting a dead writer's shard back"))?;
+        self.replaced_at.push(since_start);
+        self.spawn(side_band, options, shard)?;
+        let process = self.process.as_mut().expect("just spawned");
+        process.wait_ready()?;
+        process.send(Command::Start);
+        process.wait_started()
     }
 
     /// Its process, once spawned.
@@ -186,6 +232,25 @@ impl Writer {
         self.events.ring.head() - self.events.ring.tail()
     }
 
+    /// Writes what its ring holds into `shard` from the coordinator, for a
+    /// writer given up on: the kernel kept recording into the ring, and
+    /// whatever it still holds at stop is not lost. Only after the events
+    /// are disabled and with no writer process left.
+    pub fn write_remaining(&self, shard: &File) -> io::Result<u64> {
+        use std::os::unix::fs::FileExt;
+        let ring = &self.events.ring;
+        let (tail, head) = (ring.tail(), ring.head());
+        let mut offset = tail - self.base;
+        for segment in ring.segments(tail, head) {
+            shard.write_all_at(segment, offset)?;
+            offset += segment.len() as u64;
+        }
+        // SAFETY: no writer process is left to read the ring, and the
+        // bytes up to `head` are in the shard.
+        unsafe { ring.release(head) };
+        Ok(head - tail)
+    }
+
     /// The samples still in its ring, by event id: what a writer that
     /// could not write them leaves, counted as lost so that nothing goes
     /// unaccounted for. Only read after the writer has exited.
@@ -230,8 +295,9 @@ fn run(
     // set up by every writer at once after Start, it took a contended
     // kernel lock inside the recording (1% of a 64-CPU guest's samples).
     let mut start = File::from(control.try_clone()?);
-    let writer =
-        ShardWriter::new(&ring, owner, shard, control, config)?.disabling_at_stop(setup.events());
+    let writer = ShardWriter::new(&ring, owner, shard, control, config)?
+        .starting_at(setup.base)
+        .disabling_at_stop(setup.events());
     Report::Ready {
         records: Vec::new(),
     }

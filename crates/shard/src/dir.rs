@@ -94,6 +94,17 @@ impl RecordingDir {
             .map_err(Error::io(path))
     }
 
+    /// Opens an existing file of the directory for writing (never through
+    /// a symlink, close-on-exec): a dead writer's shard, for its
+    /// replacement.
+    pub fn reopen_file(&self, path: &Path) -> Result<File, Error> {
+        OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(path)
+            .map_err(Error::io(path))
+    }
+
     /// Writes `meta` atomically: a temporary file, synced, renamed over it.
     pub fn write_meta(&self, meta: &Meta) -> Result<(), Error> {
         self.write_meta_file(meta, &self.meta_path())

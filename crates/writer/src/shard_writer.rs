@@ -114,6 +114,15 @@ impl<'a> ShardWriter<'a> {
         })
     }
 
+    /// Writes the ring from where it is into a shard whose first byte holds
+    /// ring position `base` (by default, where the ring was when the writer
+    /// was made): a writer that replaces a dead one goes on at the shard
+    /// offset of the ring's tail.
+    pub fn starting_at(mut self, base: u64) -> Self {
+        self.base = base;
+        self
+    }
+
     /// Disables `events` when a stop (or the end of the control pipe)
     /// comes, so the last drain reaches an end. Run from the writer's own
     /// CPU, that is a local call for each CPU-bound event.

@@ -2,7 +2,7 @@
 //! recorded.
 
 use std::path::PathBuf;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, Signal};
 use shardrec_control::Command;
@@ -17,12 +17,18 @@ use crate::meta::unix_ns;
 use crate::plan::Scope;
 use crate::signals::{self, Signals, Wake};
 use crate::summary::{CpuReport, RecordReport};
-use crate::writers::Writer;
+use crate::writers::{Writer, MAX_REPLACEMENTS};
 use crate::RecordError;
 
-/// How a helper ended: a writer's shard cut by a storage error (and the
-/// errno), or nothing to say.
-type HelperEnd = Result<Option<(PathBuf, i32)>, RecordError>;
+/// How a helper ended while recording.
+enum Ended {
+    /// A writer stopped at a storage error: its shard and the errno.
+    Cut(PathBuf, i32),
+    /// A writer died (killed, crashed): the index of its writer.
+    WriterDied(usize),
+    /// The VIP failed.
+    Failed(RecordError),
+}
 
 impl Recording<'_> {
     /// Waits for a reason to stop. A writer that dies is a failure, but the
@@ -65,20 +71,16 @@ impl Recording<'_> {
                 self.workload_code = Some(ended.code);
                 outcome.get_or_insert((StopReason::WorkloadExited, None));
             } else if let Some((name, ended_as)) = self.helper_ended(ended.pid) {
-                outcome = Some(match ended_as {
-                    Ok(Some((shard, errno))) => (self.shard_cut(&shard, errno), None),
-                    // While recording, a helper never ends on its own: even
-                    // a clean report is a failure here.
-                    Ok(None) => {
-                        let message = format!("exited early with status {}", ended.code);
-                        let error = RecordError::Helper {
-                            name: name.clone(),
-                            message,
-                        };
-                        (StopReason::HelperFailed(name), Some(error))
+                match ended_as {
+                    Ended::Cut(shard, errno) => {
+                        outcome = Some((self.shard_cut(&shard, errno), None))
                     }
-                    Err(error) => (StopReason::HelperFailed(name), Some(error)),
-                });
+                    Ended::WriterDied(_) if self.stopping => {}
+                    Ended::WriterDied(index) => self.replace_writer(index),
+                    Ended::Failed(error) => {
+                        outcome = Some((StopReason::HelperFailed(name), Some(error)));
+                    }
+                }
             }
         }
         outcome
@@ -87,25 +89,76 @@ impl Recording<'_> {
     /// Why the recording stops when a writer could not write its shard.
     fn shard_cut(&self, shard: &std::path::Path, errno: i32) -> StopReason {
         let name = shard.file_name().unwrap_or_default().to_string_lossy();
-        let at = unix_ns().saturating_sub(self.meta.start_unix_ns) as f64 / 1e9;
         let why = std::io::Error::from_raw_os_error(errno);
-        StopReason::ShardCut(format!("{name} at {at:.2} s: {why}"))
+        StopReason::ShardCut(format!(
+            "{name} at {:.2} s: {why}",
+            self.since_start().as_secs_f64()
+        ))
     }
 
-    /// The helper `pid` has exited: its name and how it ended, which for a
-    /// writer that stopped at a storage error is its shard and the errno.
-    fn helper_ended(&mut self, pid: nix::unistd::Pid) -> Option<(String, HelperEnd)> {
+    fn since_start(&self) -> Duration {
+        Duration::from_nanos(unix_ns().saturating_sub(self.meta.start_unix_ns))
+    }
+
+    /// A writer died while recording: a new one takes over its ring and
+    /// shard, up to [`MAX_REPLACEMENTS`] times; after that, or if the
+    /// replacement cannot start, its CPU goes unrecorded and the rest of
+    /// the recording goes on.
+    fn replace_writer(&mut self, index: usize) {
+        let since = self.since_start();
+        let writer = &mut self.writers[index];
+        let cpu = writer.cpu();
+        if writer.replaced_at.len() >= MAX_REPLACEMENTS {
+            writer.given_up = true;
+            eprintln!(
+                "shardrec: warning: the writer of CPU {cpu} died {} times and is not replaced again ({:.2} s): its ring is written at the stop, and what it cannot hold until then is counted as lost",
+                MAX_REPLACEMENTS + 1,
+                since.as_secs_f64()
+            );
+            return;
+        }
+        let path = self.dir.shard_path(cpu);
+        let side_band = self.side_band.as_ref().map(|s| &s.events[index].1);
+        let replaced = self
+            .dir
+            .reopen_file(&path)
+            .map_err(RecordError::from)
+            .and_then(|shard| writer.replace(side_band, shard, since));
+        if let Err(error) = replaced {
+            writer.given_up = true;
+            eprintln!(
+                "shardrec: warning: the writer of CPU {cpu} died and could not be replaced ({}) at {:.2} s: its ring is written at the stop, and what it cannot hold until then is counted as lost",
+                shardrec_shard::with_causes(&error),
+                since.as_secs_f64()
+            );
+        }
+    }
+
+    /// The helper `pid` has exited: its name and how it ended.
+    fn helper_ended(&mut self, pid: nix::unistd::Pid) -> Option<(String, Ended)> {
         let is_it = |p: Option<&HelperProcess>| p.is_some_and(|p| p.pid == pid);
-        if let Some(writer) = self.writers.iter_mut().find(|w| is_it(w.process())) {
+        if let Some(index) = self.writers.iter().position(|w| is_it(w.process())) {
+            let writer = &mut self.writers[index];
             let name = writer.process().map(|p| p.name.clone()).unwrap_or_default();
             let shard = self.dir.shard_path(writer.cpu());
-            let cut = writer
-                .ended()
-                .map(|stats| stats.cut.map(|errno| (shard, errno)));
-            return Some((name, cut));
+            let ended = match writer.ended() {
+                Ok(stats) => match stats.cut {
+                    Some(errno) => Ended::Cut(shard, errno),
+                    None => Ended::WriterDied(index),
+                },
+                Err(_) => Ended::WriterDied(index),
+            };
+            return Some((name, ended));
         }
         let vip = self.vip.as_mut().filter(|v| v.helper.pid == pid)?;
-        Some((vip.helper.name.clone(), vip.ended().map(|_| None)))
+        let name = vip.helper.name.clone();
+        // While recording, a helper never ends on its own: even a clean
+        // report is a failure here.
+        let error = vip.ended().err().unwrap_or_else(|| RecordError::Helper {
+            name: name.clone(),
+            message: "exited early".to_string(),
+        });
+        Some((name, Ended::Failed(error)))
     }
 
     fn targets_gone(&self) -> bool {
@@ -119,6 +172,7 @@ impl Recording<'_> {
     /// disables them. The VIP drains once no side-band record can come. A
     /// second stop signal makes everyone quit at once.
     pub(super) fn stop(&mut self, signals: &mut Signals) -> Result<(), RecordError> {
+        self.stopping = true;
         for (i, writer) in self.writers.iter_mut().enumerate() {
             writer.drain(self.side_band.as_ref().map(|s| &s.events[i].1));
         }
@@ -140,6 +194,19 @@ impl Recording<'_> {
             }
         }
         self.end_workload();
+        self.write_given_up_rings()
+    }
+
+    /// The rings of the writers given up on, written by the coordinator
+    /// now that every event is disabled.
+    fn write_given_up_rings(&self) -> Result<(), RecordError> {
+        for writer in self.writers.iter().filter(|w| w.given_up) {
+            let path = self.dir.shard_path(writer.cpu());
+            let shard = self.dir.reopen_file(&path)?;
+            writer
+                .write_remaining(&shard)
+                .map_err(RecordError::system(format!("writing {}", path.display())))?;
+        }
         Ok(())
     }
 
@@ -200,6 +267,8 @@ impl Recording<'_> {
                 stats,
                 writer: writer.stats(),
                 unwritten: writer.unwritten(),
+                replaced_at: writer.replaced_at.clone(),
+                given_up: writer.given_up,
             });
         }
         let synth_bytes = std::fs::metadata(self.dir.synth_path()).map_or(0, |m| m.len());

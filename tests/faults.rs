@@ -1,0 +1,183 @@
+//! Faults during a recording lose nothing: a writer killed while recording
+//! is replaced and its CPU keeps its samples.
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::*;
+use nix::sys::signal::{kill, Signal};
+use nix::time::{clock_gettime, ClockId};
+use nix::unistd::Pid;
+
+/// The writer of CPU `cpu` among `coordinator`'s children: a `shardrec`
+/// process pinned to that CPU alone.
+fn writer_of(coordinator: u32, cpu: u32) -> Option<i32> {
+    let children = std::fs::read_dir(format!("/proc/{coordinator}/task"))
+        .ok()?
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("children")).ok())
+        .flat_map(|list| {
+            list.split_whitespace()
+                .filter_map(|pid| pid.parse::<i32>().ok())
+                .collect::<Vec<_>>()
+        });
+    children.into_iter().find(|pid| {
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        comm.trim() == "shardrec"
+            && status.lines().any(|l| {
+                l.starts_with("Cpus_allowed_list:")
+                    && l.split_whitespace().nth(1) == Some(&cpu.to_string())
+            })
+    })
+}
+
+fn monotonic_s() -> f64 {
+    let now = clock_gettime(ClockId::CLOCK_MONOTONIC).unwrap();
+    now.tv_sec() as f64 + now.tv_nsec() as f64 / 1e9
+}
+
+/// Processes whose command line names `path`.
+fn processes_naming(path: &Path) -> usize {
+    let needle = path.to_string_lossy().into_owned();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .filter(|cmdline| String::from_utf8_lossy(cmdline).contains(&needle))
+        .count()
+}
+
+#[test]
+fn a_writer_killed_twice_is_replaced_and_its_cpu_keeps_its_samples() {
+    let Some((_serial, scratch)) = recording_test("faults-writer") else {
+        return;
+    };
+    let mut record = shardrec();
+    record
+        .args([
+            "record",
+            "-a",
+            "-k",
+            "monotonic",
+            "-e",
+            "cpu-clock",
+            "-F",
+            "1000",
+            "-o",
+        ])
+        .arg(scratch.output())
+        .args(["--", load(), "spin", "3"])
+        .stderr(std::process::Stdio::piped());
+    let child = record.spawn().unwrap();
+    let coordinator = child.id();
+    let mut kills = Vec::new();
+    for _ in 0..2 {
+        std::thread::sleep(Duration::from_millis(1000));
+        let writer = writer_of(coordinator, 0).expect("the writer of CPU 0");
+        kills.push(monotonic_s());
+        kill(Pid::from_raw(writer), Signal::SIGKILL).unwrap();
+    }
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("the writer of CPU 0 died and was replaced at"),
+        "{stderr}"
+    );
+    assert_eq!(
+        processes_naming(&scratch.0),
+        0,
+        "a process of the recording still runs"
+    );
+    let script = perf(&["script", "-F", "cpu,time"], &scratch.output());
+    assert_no_complaint(&script, "perf script");
+    let mut times: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+    for line in String::from_utf8_lossy(&script.stdout).lines() {
+        let mut fields = line.split_whitespace();
+        let cpu: usize = fields
+            .next()
+            .unwrap()
+            .trim_matches(['[', ']'])
+            .parse()
+            .unwrap();
+        let time: f64 = fields
+            .next()
+            .unwrap()
+            .trim_end_matches(':')
+            .parse()
+            .unwrap();
+        if cpu < 2 {
+            times[cpu].push(time);
+        }
+    }
+    for kill in &kills {
+        assert!(
+            times[0].iter().any(|t| t > kill && *t <= kill + 0.1),
+            "no sample of CPU 0 within 100 ms after the kill at {kill}"
+        );
+    }
+    // CPU 1's writer was left alone: CPU 0 has as many samples, within 5%.
+    let (killed, undisturbed) = (times[0].len() as f64, times[1].len() as f64);
+    assert!(
+        (killed - undisturbed).abs() <= undisturbed * 0.05,
+        "CPU 0 {killed} samples, CPU 1 {undisturbed}"
+    );
+}
+
+#[test]
+fn a_writer_that_keeps_dying_is_given_up_on_and_the_rest_records_on() {
+    let Some((_serial, scratch)) = recording_test("faults-given-up") else {
+        return;
+    };
+    let mut record = shardrec();
+    record
+        .args(["record", "-a", "-e", "cpu-clock", "-F", "1000", "-o"])
+        .arg(scratch.output())
+        .args(["--", load(), "spin", "3"])
+        .stderr(std::process::Stdio::piped());
+    let child = record.spawn().unwrap();
+    let coordinator = child.id();
+    let mut killed = 0;
+    while killed < 4 {
+        std::thread::sleep(Duration::from_millis(300));
+        if let Some(writer) = writer_of(coordinator, 0) {
+            kill(Pid::from_raw(writer), Signal::SIGKILL).unwrap();
+            killed += 1;
+        }
+    }
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("the writer of CPU 0 died 4 times and is not replaced again"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("then died again and was given up on"),
+        "{stderr}"
+    );
+    assert_eq!(
+        processes_naming(&scratch.0),
+        0,
+        "a process of the recording still runs"
+    );
+    // The ring, which the kernel kept filling, was written at the stop:
+    // CPU 0 has as many samples as CPU 1, within 5%.
+    let script = perf(&["script", "-F", "cpu"], &scratch.output());
+    assert_no_complaint(&script, "perf script");
+    let on = |cpu: &str| {
+        String::from_utf8_lossy(&script.stdout)
+            .lines()
+            .filter(|l| l.trim() == cpu)
+            .count() as f64
+    };
+    let (given_up, undisturbed) = (on("[000]"), on("[001]"));
+    assert!(undisturbed > 2500.0, "CPU 1: {undisturbed} samples");
+    assert!(
+        (given_up - undisturbed).abs() <= undisturbed * 0.05,
+        "CPU 0 {given_up} samples, CPU 1 {undisturbed}"
+    );
+}
