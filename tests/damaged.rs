@@ -256,17 +256,6 @@ fn a_shard_that_is_not_a_regular_file_is_named_and_not_mapped() {
     assert!(!script.stdout.is_empty(), "no samples from cpu001.shard");
 }
 
-/// Processes whose command line names `path`.
-fn processes_naming(path: &std::path::Path) -> usize {
-    let needle = path.to_string_lossy().into_owned();
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
-        .filter(|cmdline| String::from_utf8_lossy(cmdline).contains(&needle))
-        .count()
-}
-
 /// A small tmpfs, unmounted (and removed) on drop.
 struct SmallDisk(std::path::PathBuf);
 

@@ -3,7 +3,6 @@
 
 mod common;
 
-use std::path::Path;
 use std::time::Duration;
 
 use common::*;
@@ -11,43 +10,27 @@ use nix::sys::signal::{kill, Signal};
 use nix::time::{clock_gettime, ClockId};
 use nix::unistd::Pid;
 
-/// The writer of CPU `cpu` among `coordinator`'s children: a `shardrec`
-/// process pinned to that CPU alone.
+/// The writer of CPU `cpu` among `coordinator`'s children: the
+/// `shardrec` process pinned to that CPU alone.
 fn writer_of(coordinator: u32, cpu: u32) -> Option<i32> {
-    let children = std::fs::read_dir(format!("/proc/{coordinator}/task"))
-        .ok()?
-        .flatten()
-        .filter_map(|task| std::fs::read_to_string(task.path().join("children")).ok())
-        .flat_map(|list| {
-            list.split_whitespace()
-                .filter_map(|pid| pid.parse::<i32>().ok())
-                .collect::<Vec<_>>()
-        });
-    children.into_iter().find(|pid| {
-        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-        comm.trim() == "shardrec"
-            && status.lines().any(|l| {
-                l.starts_with("Cpus_allowed_list:")
-                    && l.split_whitespace().nth(1) == Some(&cpu.to_string())
-            })
-    })
+    let pinned = format!("{cpu}");
+    children_named_shardrec(coordinator)
+        .into_iter()
+        .find(|pid| cpus_allowed(*pid).is_some_and(|list| list == pinned))
+}
+
+/// The CPUs a process may run on, as /proc lists them (`0`, `0-1`).
+fn cpus_allowed(pid: i32) -> Option<String> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("Cpus_allowed_list:"))?;
+    Some(line.split_whitespace().nth(1)?.to_string())
 }
 
 fn monotonic_s() -> f64 {
     let now = clock_gettime(ClockId::CLOCK_MONOTONIC).unwrap();
     now.tv_sec() as f64 + now.tv_nsec() as f64 / 1e9
-}
-
-/// Processes whose command line names `path`.
-fn processes_naming(path: &Path) -> usize {
-    let needle = path.to_string_lossy().into_owned();
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
-        .filter(|cmdline| String::from_utf8_lossy(cmdline).contains(&needle))
-        .count()
 }
 
 #[test]
@@ -180,4 +163,77 @@ fn a_writer_that_keeps_dying_is_given_up_on_and_the_rest_records_on() {
         (given_up - undisturbed).abs() <= undisturbed * 0.05,
         "CPU 0 {given_up} samples, CPU 1 {undisturbed}"
     );
+}
+
+/// The VIP among `coordinator`'s children: the `shardrec` process that
+/// may run on more than one CPU (each writer is pinned to its own).
+fn vip_of(coordinator: u32) -> Option<i32> {
+    children_named_shardrec(coordinator)
+        .into_iter()
+        .find(|pid| cpus_allowed(*pid).is_some_and(|list| list.contains(['-', ','])))
+}
+
+fn children_named_shardrec(coordinator: u32) -> Vec<i32> {
+    std::fs::read_dir(format!("/proc/{coordinator}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("children")).ok())
+        .flat_map(|list| {
+            list.split_whitespace()
+                .filter_map(|pid| pid.parse::<i32>().ok())
+                .collect::<Vec<_>>()
+        })
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|c| c.trim() == "shardrec")
+        })
+        .collect()
+}
+
+#[test]
+fn a_vip_killed_while_programs_load_is_restarted_and_programs_are_captured() {
+    let Some((_serial, scratch)) = recording_test("faults-vip") else {
+        return;
+    };
+    let mut record = shardrec();
+    record
+        .args(["record", "-a", "-e", "cpu-clock", "-o"])
+        .arg(scratch.output())
+        .args(["--", load(), "bpf-churn", "600"])
+        .stderr(std::process::Stdio::piped());
+    let child = record.spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let vip = vip_of(child.id()).expect("the VIP");
+    kill(Pid::from_raw(vip), Signal::SIGKILL).unwrap();
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("the VIP died and was restarted at"),
+        "{stderr}"
+    );
+    assert_eq!(
+        processes_naming(&scratch.0),
+        0,
+        "a process of the recording still runs"
+    );
+    // The side-band records of the whole run are there (the rings kept
+    // them while no VIP ran), and nearly every program's info: only those
+    // loaded and unloaded in the gap can be missing.
+    let header = perf(&["report", "--header-only", "-I"], &scratch.output());
+    let infos = String::from_utf8_lossy(&header.stdout)
+        .lines()
+        .filter(|l| l.starts_with("# bpf_prog_info "))
+        .count();
+    assert!(infos >= 570, "{infos} programs with info of 600");
+    let stats = perf(&["report", "--stats"], &scratch.output());
+    let text = String::from_utf8_lossy(&stats.stdout);
+    let bpf_events: u64 = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("BPF_EVENT events:"))
+        .and_then(|l| l.split_whitespace().nth(2))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(bpf_events >= 1200, "{bpf_events} BPF_EVENT records: {text}");
 }

@@ -381,3 +381,14 @@ impl Drop for TestCgroup {
         let _ = std::fs::remove_dir(&self.0);
     }
 }
+
+/// Processes whose command line names `path`: what a test checks is gone.
+pub fn processes_naming(path: &Path) -> usize {
+    let needle = path.to_string_lossy().into_owned();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .filter(|cmdline| String::from_utf8_lossy(cmdline).contains(&needle))
+        .count()
+}

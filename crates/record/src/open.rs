@@ -46,6 +46,10 @@ pub struct SideBandEvents {
     pub sample_type: u64,
     /// `(cpu, event, id)` per CPU.
     pub events: Vec<(u32, PerfEvent, u64)>,
+    /// Each event's ring, mapped by the coordinator too: the kernel drops
+    /// a ring when its last mapping goes, so without this one the records
+    /// waiting in a ring would go with a VIP that dies.
+    _rings: Vec<RingBuffer>,
 }
 
 /// Opens the side-band events, or says why there are none: a kernel
@@ -83,15 +87,19 @@ pub fn open_side_band(plan: &Plan) -> Result<SideBandEvents, String> {
                     _ => format!("opening the side-band event on CPU {cpu}: {e}"),
                 })?;
             let id = event.id().map_err(|e| e.to_string())?;
-            Ok((cpu, event, id))
+            let ring = RingBuffer::map(&event, crate::vip::RING_PAGES)
+                .map_err(|e| format!("mapping the side-band ring of CPU {cpu}: {e}"))?;
+            Ok(((cpu, event, id), ring))
         },
     )
     .into_iter()
-    .collect::<Result<_, String>>()?;
+    .collect::<Result<Vec<_>, String>>()?;
+    let (events, rings) = events.into_iter().unzip();
     Ok(SideBandEvents {
         sample_type: attr.sample_type(),
         attr,
         events,
+        _rings: rings,
     })
 }
 

@@ -38,6 +38,8 @@ pub struct RecordReport {
     pub exit_code: i32,
     /// What the VIP saw of BPF programs, when it ran.
     pub bpf: Option<shardrec_control::VipStats>,
+    /// When the VIP died and was restarted (since the start).
+    pub vip_restarted_at: Vec<Duration>,
     /// Every CPU's shard as the stop walked it, for the merge that
     /// follows to take as it is (`shardrec_merge::merge_scanned`).
     pub scanned: Vec<shardrec_shard::scan::ScannedShard>,
@@ -103,6 +105,18 @@ impl fmt::Display for RecordReport {
                 f,
                 "  the writer of CPU {} died and was replaced at {}{end}",
                 cpu.stats.cpu,
+                times.join(", ")
+            )?;
+        }
+        if !self.vip_restarted_at.is_empty() {
+            let times: Vec<String> = self
+                .vip_restarted_at
+                .iter()
+                .map(|t| format!("{:.2} s", t.as_secs_f64()))
+                .collect();
+            writeln!(
+                f,
+                "  the VIP died and was restarted at {} (programs loaded and unloaded while none ran were not captured)",
                 times.join(", ")
             )?;
         }

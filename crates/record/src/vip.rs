@@ -26,7 +26,12 @@ pub struct VipProcess {
     pub helper: HelperProcess,
     /// What it reported at exit.
     pub stats: Option<VipStats>,
+    /// When a VIP died and was restarted (since the recording began).
+    pub restarted_at: Vec<std::time::Duration>,
 }
+
+/// A VIP that dies this often is not restarted again.
+pub const MAX_RESTARTS: usize = 3;
 
 /// Forks the VIP over the side-band events. Returns it once it has
 /// described the programs already loaded, with those records.
@@ -36,6 +41,51 @@ pub fn spawn(
 ) -> Result<(VipProcess, Vec<u8>), RecordError> {
     let shard = dir.create_file(&dir.vip_path())?;
     let bpf = dir.create_file(&dir.bpf_path())?;
+    start(events, shard, bpf)
+}
+
+/// Restarts a VIP that died: its shard and `bpf` file cut back to their
+/// last whole record and entry, and a new VIP appending to them. It maps
+/// the same rings, so the side-band records that came meanwhile are
+/// still there; the programs loaded meanwhile and still loaded it
+/// captures as it captures those loaded before a recording (their records
+/// are in the rings, so the ones it describes are dropped). Programs
+/// loaded and unloaded while no VIP ran are not captured.
+pub fn restart(events: &SideBandEvents, dir: &RecordingDir) -> Result<VipProcess, RecordError> {
+    let whole_records = |bytes: &[u8]| {
+        shardrec_format::walk::RecordWalker::new(bytes)
+            .last()
+            .map_or(0, |r| r.offset + r.bytes.len())
+    };
+    let whole_entries = |bytes: &[u8]| bytes.len() - shardrec_shard::bpf_file::read(bytes).1;
+    let shard = reopen_whole(dir, &dir.vip_path(), whole_records)?;
+    let bpf = reopen_whole(dir, &dir.bpf_path(), whole_entries)?;
+    let (vip, _described) = start(events, shard, bpf)?;
+    Ok(vip)
+}
+
+/// `path` cut back to the length `whole` finds whole in it, open for
+/// appending.
+fn reopen_whole(
+    dir: &RecordingDir,
+    path: &std::path::Path,
+    whole: impl Fn(&[u8]) -> usize,
+) -> Result<File, RecordError> {
+    use std::io::Seek;
+    let what = || format!("reopening {}", path.display());
+    let bytes = std::fs::read(path).map_err(RecordError::system(what()))?;
+    let mut file = dir.reopen_file(path)?;
+    file.set_len(whole(&bytes) as u64)
+        .and_then(|()| file.seek(io::SeekFrom::End(0)))
+        .map_err(RecordError::system(what()))?;
+    Ok(file)
+}
+
+fn start(
+    events: &SideBandEvents,
+    shard: File,
+    bpf: File,
+) -> Result<(VipProcess, Vec<u8>), RecordError> {
     let layout = SampleIdLayout::new(events.sample_type);
     let first_id = events.events.first().map_or(0, |(_, _, id)| *id);
     let fds: Vec<&PerfEvent> = events.events.iter().map(|(_, event, _)| event).collect();
@@ -59,6 +109,7 @@ pub fn spawn(
         VipProcess {
             helper,
             stats: None,
+            restarted_at: Vec::new(),
         },
         records,
     ))

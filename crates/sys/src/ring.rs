@@ -26,6 +26,12 @@ pub struct RingBuffer {
     data_size: usize,
 }
 
+/// How far a [`RingBuffer::copy_unread`] copied.
+#[must_use = "the copied bytes stay in the ring until released"]
+pub struct Copied {
+    head: u64,
+}
+
 impl RingBuffer {
     /// Maps `data_pages` (a power of two) data pages plus the metadata page.
     ///
@@ -102,6 +108,26 @@ impl RingBuffer {
         // cannot name their lifetime), and `head` was read above.
         unsafe { self.release(head) };
         result
+    }
+
+    /// Appends a copy of the unread bytes to `into`, leaving them in the
+    /// ring until [`release_copied`](Self::release_copied): a reader that
+    /// dies before it has put its copy somewhere safe leaves them for the
+    /// next one.
+    pub fn copy_unread(&self, into: &mut Vec<u8>) -> Copied {
+        let head = self.head();
+        let [first, second] = self.segments(self.tail(), head);
+        into.extend_from_slice(first);
+        into.extend_from_slice(second);
+        Copied { head }
+    }
+
+    /// Gives back to the kernel the bytes a [`copy_unread`](Self::copy_unread)
+    /// copied.
+    pub fn release_copied(&mut self, copied: Copied) {
+        // SAFETY: `&mut self` means no slice of the ring is borrowed, and
+        // the bytes up to `copied.head` were copied out.
+        unsafe { self.release(copied.head) }
     }
 
     /// The bytes in `[from, to)` as at most two slices (two when they wrap

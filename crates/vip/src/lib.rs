@@ -13,4 +13,4 @@ pub mod capture;
 pub mod existing;
 mod sideband;
 
-pub use sideband::{SideBand, Vip, BUFFER, FLUSH_AFTER};
+pub use sideband::{SideBand, Vip, BUFFER};

@@ -2,13 +2,14 @@
 //! `vip.shard`, and capture each program whose PROG_LOAD it reads.
 //!
 //! Programs are held and read the moment their PROG_LOAD is read; what
-//! the VIP writes (the records, the programs' info) is buffered and
-//! written at most [`FLUSH_AFTER`] later, as the writers hold a quiet
-//! ring's data: a program's load and unload otherwise cost four writes.
+//! one wakeup brings (the records, the programs' info and BTF) is written
+//! with one write to each file before the VIP sleeps again. It is written
+//! at once because what the VIP takes from a ring is gone from it: a VIP
+//! that dies loses only what it was handling, and the one that replaces
+//! it finds the rest in the rings.
 
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
-use std::time::{Duration, Instant};
 
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
 use shardrec_control::{Command, VipStats};
@@ -33,8 +34,6 @@ pub struct Vip<'a> {
     rings: Vec<SideBand<'a>>,
     shard: BufWriter<File>,
     capturer: Capturer<BufWriter<File>>,
-    /// When the oldest byte not yet written out was buffered.
-    unflushed_since: Option<Instant>,
     control: File,
     epoll: Epoll,
     /// Room for every ring's event and the control pipe's.
@@ -45,9 +44,6 @@ pub struct Vip<'a> {
 
 /// The epoll token of the control pipe; a ring's is its index.
 const CONTROL: u64 = u64::MAX;
-
-/// The longest the VIP keeps what it read before writing it.
-pub const FLUSH_AFTER: Duration = Duration::from_secs(1);
 
 /// Room of each buffer: a burst of loads larger than this is written at
 /// once.
@@ -76,7 +72,6 @@ impl<'a> Vip<'a> {
             rings,
             shard: BufWriter::with_capacity(BUFFER, shard),
             capturer,
-            unflushed_since: None,
             control,
             epoll,
             stats: VipStats::default(),
@@ -100,14 +95,7 @@ impl<'a> Vip<'a> {
             if command.is_some() {
                 break;
             }
-            if self
-                .unflushed_since
-                .is_some_and(|t| t.elapsed() >= FLUSH_AFTER)
-            {
-                self.flush()?;
-            }
         }
-        self.flush()?;
         self.shard.get_ref().sync_data()?;
         self.stats.captured = self.capturer.captured;
         self.stats.missed = self.capturer.missed;
@@ -115,15 +103,11 @@ impl<'a> Vip<'a> {
     }
 
     /// Waits for rings or the control pipe (a ring wakes it on every
-    /// record), up to a second (as perf's side-band thread) or until
-    /// buffered bytes are due. Fills `ready` with the rings that woke and
-    /// returns the coordinator's command if one came.
+    /// record), up to a second (as perf's side-band thread). Fills `ready`
+    /// with the rings that woke and returns the coordinator's command if
+    /// one came.
     fn wait(&mut self, ready: &mut Vec<usize>) -> io::Result<Option<Command>> {
-        let due = self
-            .unflushed_since
-            .map_or(FLUSH_AFTER, |t| FLUSH_AFTER.saturating_sub(t.elapsed()));
-        let timeout = due.as_millis().clamp(1, 1000) as u16;
-        let count = match self.epoll.wait(&mut self.events, timeout) {
+        let count = match self.epoll.wait(&mut self.events, 1000u16) {
             Ok(count) => count,
             Err(nix::errno::Errno::EINTR) => 0,
             Err(e) => return Err(e.into()),
@@ -142,22 +126,20 @@ impl<'a> Vip<'a> {
         Command::read_from(&mut self.control).map(Some)
     }
 
-    /// Takes the new records of the `ready` rings, freeing each ring at
-    /// once and holding every program a PROG_LOAD announces by a fd as
-    /// soon as it is read; only then reads the held programs' info, and
-    /// appends the records to the shard. A program that lives for
-    /// milliseconds is thus caught if it is still there when the VIP first
-    /// sees it, however many rings and programs came with it.
+    /// Copies the new records of the `ready` rings, holding every program
+    /// a PROG_LOAD announces by a fd as soon as it is read; only then reads
+    /// the held programs' info, appends the records to the shard (one write
+    /// to each file), and frees the rings. A program
+    /// that lives for milliseconds is thus caught if it is still there when
+    /// the VIP first sees it, however many rings and programs came with it.
     fn drain(&mut self, ready: &[usize]) -> io::Result<()> {
         let mut buf = std::mem::take(&mut self.buf);
         buf.clear();
         let mut held = Vec::new();
+        let mut copied = Vec::with_capacity(ready.len());
         for &index in ready {
             let start = buf.len();
-            self.rings[index].ring.consume(|[first, second]| {
-                buf.extend_from_slice(first);
-                buf.extend_from_slice(second);
-            });
+            copied.push((index, self.rings[index].ring.copy_unread(&mut buf)));
             for record in RecordWalker::new(&buf[start..]) {
                 held.extend(self.observe(record.header.type_, record.bytes)?);
             }
@@ -167,17 +149,16 @@ impl<'a> Vip<'a> {
         }
         if !buf.is_empty() {
             self.shard.write_all(&buf)?;
+            self.shard.flush()?;
             self.stats.bytes += buf.len() as u64;
-            self.unflushed_since.get_or_insert_with(Instant::now);
+        }
+        self.capturer.flush()?;
+        // Only now, with the records in the shard, may the kernel reuse
+        // their room: a VIP killed before leaves them to the next one.
+        for (index, copy) in copied {
+            self.rings[index].ring.release_copied(copy);
         }
         self.buf = buf;
-        Ok(())
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        self.shard.flush()?;
-        self.capturer.flush()?;
-        self.unflushed_since = None;
         Ok(())
     }
 

@@ -17,6 +17,7 @@ use crate::meta::unix_ns;
 use crate::plan::Scope;
 use crate::signals::{self, Signals, Wake};
 use crate::summary::{CpuReport, RecordReport};
+use crate::vip;
 use crate::writers::{Writer, MAX_REPLACEMENTS};
 use crate::RecordError;
 
@@ -26,8 +27,8 @@ enum Ended {
     Cut(PathBuf, i32),
     /// A writer died (killed, crashed): the index of its writer.
     WriterDied(usize),
-    /// The VIP failed.
-    Failed(RecordError),
+    /// The VIP died, and why.
+    VipDied(RecordError),
 }
 
 impl Recording<'_> {
@@ -75,10 +76,12 @@ impl Recording<'_> {
                     Ended::Cut(shard, errno) => {
                         outcome = Some((self.shard_cut(&shard, errno), None))
                     }
-                    Ended::WriterDied(_) if self.stopping => {}
+                    Ended::WriterDied(_) | Ended::VipDied(_) if self.stopping => {}
                     Ended::WriterDied(index) => self.replace_writer(index),
-                    Ended::Failed(error) => {
-                        outcome = Some((StopReason::HelperFailed(name), Some(error)));
+                    Ended::VipDied(error) => {
+                        if let Err(error) = self.restart_vip(error) {
+                            outcome = Some((StopReason::HelperFailed(name), Some(error)));
+                        }
                     }
                 }
             }
@@ -158,7 +161,25 @@ impl Recording<'_> {
             name: name.clone(),
             message: "exited early".to_string(),
         });
-        Some((name, Ended::Failed(error)))
+        Some((name, Ended::VipDied(error)))
+    }
+
+    /// The VIP died while recording: a new one takes over its rings and
+    /// files, up to [`vip::MAX_RESTARTS`] times. Past that, or if it cannot
+    /// start, the recording ends (cleanly) with `died`, why the VIP died.
+    fn restart_vip(&mut self, died: RecordError) -> Result<(), RecordError> {
+        let since = self.since_start();
+        let (Some(events), Some(old)) = (self.side_band.as_ref(), self.vip.as_mut()) else {
+            return Err(died);
+        };
+        if old.restarted_at.len() >= vip::MAX_RESTARTS {
+            return Err(died);
+        }
+        let mut restarted = vip::restart(events, &self.dir)?;
+        restarted.restarted_at = std::mem::take(&mut old.restarted_at);
+        restarted.restarted_at.push(since);
+        self.vip = Some(restarted);
+        Ok(())
     }
 
     fn targets_gone(&self) -> bool {
@@ -292,6 +313,11 @@ impl Recording<'_> {
             exit_code: self.workload_code.unwrap_or(0),
             bpf: self.meta.stats.as_ref().and_then(|s| s.bpf),
             scanned,
+            vip_restarted_at: self
+                .vip
+                .as_ref()
+                .map(|v| v.restarted_at.clone())
+                .unwrap_or_default(),
         })
     }
 
