@@ -237,3 +237,131 @@ fn a_vip_killed_while_programs_load_is_restarted_and_programs_are_captured() {
         .unwrap_or(0);
     assert!(bpf_events >= 1200, "{bpf_events} BPF_EVENT records: {text}");
 }
+
+/// What a recording with an injected fault must end in.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Ends {
+    /// Exit 0 and a perf.data with every record of the shards.
+    Clean,
+    /// Exit 0, a warning naming the failure, the shards whole.
+    Warned,
+    /// Exit 1, "the recording was cut", the shards merge elsewhere.
+    Cut,
+    /// Exit 1 with this in the one error line; the shards merge.
+    Failed(&'static str),
+}
+
+/// The fault-injection matrix (`SHARDREC_FAULTS`, see
+/// `shardrec_control::fault`): each fault, in the process it hits, ends
+/// in a readable perf.data or a clear message, leaves no process behind,
+/// and loses no record written before it.
+#[test]
+fn every_injected_fault_ends_readable_or_clear_and_loses_nothing_written() {
+    let scenarios: [(&str, &[&str], Ends); 9] = [
+        ("writer.write=ENOSPC@2", &[], Ends::Cut),
+        ("writer.write=EIO@2", &[], Ends::Cut),
+        ("writer.write=EDQUOT@1", &[], Ends::Cut),
+        ("writer.write=EINTR@1", &[], Ends::Clean),
+        ("writer.write=short@1", &[], Ends::Clean),
+        ("writer.sync=EIO", &["--no-merge"], Ends::Warned),
+        ("vip.write=EIO@1", &[], Ends::Clean),
+        (
+            "meta.write=ENOSPC@3",
+            &[],
+            Ends::Failed("meta.tmp: No space left on device"),
+        ),
+        (
+            "merge.write=ENOSPC@5",
+            &[],
+            Ends::Failed("perf.data: No space left on device"),
+        ),
+    ];
+    for (fault, args, ends) in scenarios {
+        let Some((_serial, scratch)) = recording_test("faults-matrix") else {
+            return;
+        };
+        let mut record = shardrec();
+        record
+            .env("SHARDREC_FAULTS", fault)
+            // Small rings (64 KiB, a write every 16 KiB), so that every
+            // writer makes many writes and the Nth one is always reached.
+            .args([
+                "record",
+                "-q",
+                "--keep-shards",
+                "-a",
+                "-m",
+                "16",
+                "-F",
+                "4000",
+                "-g",
+                "-o",
+            ])
+            .arg(scratch.output())
+            .args(args)
+            .args(["--", load(), "burn", "200"]);
+        let recorded = run(record);
+        let stderr = String::from_utf8_lossy(&recorded.stderr).into_owned();
+        assert_eq!(
+            processes_naming(&scratch.0),
+            0,
+            "{fault}: a process still runs"
+        );
+        let code = recorded.status.code();
+        match ends {
+            Ends::Clean => assert!(
+                code == Some(0) && stderr.is_empty(),
+                "{fault}: {code:?} {stderr}"
+            ),
+            Ends::Warned => assert!(
+                code == Some(0) && stderr.contains("failed while stopping"),
+                "{fault}: {code:?} {stderr}"
+            ),
+            Ends::Cut => assert!(
+                code == Some(1)
+                    && stderr.contains("the recording was cut:")
+                    && stderr.contains("shardrec merge"),
+                "{fault}: {code:?} {stderr}"
+            ),
+            Ends::Failed(message) => assert!(
+                code != Some(0)
+                    && stderr.trim_end().lines().count() == 1
+                    && stderr.contains(message),
+                "{fault}: {code:?} {stderr}"
+            ),
+        }
+        assert!(
+            !scratch.0.join("perf.data.tmp").exists(),
+            "{fault}: a half-written perf.data.tmp"
+        );
+        // Whatever the fault, the shards merge (without it) into a
+        // perf.data holding every whole record they hold.
+        let mut merge = shardrec();
+        merge
+            .args(["merge", "-q"])
+            .arg(scratch.shards())
+            .arg("-o")
+            .arg(scratch.output());
+        let merged = run(merge);
+        assert!(
+            merged.status.success(),
+            "{fault}: {}",
+            String::from_utf8_lossy(&merged.stderr)
+        );
+        let in_shards = Recording::read(&scratch.shards()).samples().count();
+        let script = perf(&["script", "-F", "cpu"], &scratch.output());
+        let in_file = String::from_utf8_lossy(&script.stdout).lines().count();
+        assert_eq!(
+            in_file, in_shards,
+            "{fault}: samples in perf.data against the shards"
+        );
+        let meta = shardrec_shard::RecordingDir::open(scratch.shards())
+            .read_surviving_meta()
+            .unwrap()
+            .0;
+        let lost: u64 = meta
+            .stats
+            .map_or(0, |s| s.lost_by_event.iter().map(|&(_, _, n)| n).sum());
+        eprintln!("fault {fault}: {ends:?}, {in_file} samples, {lost} counted as lost");
+    }
+}

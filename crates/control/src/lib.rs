@@ -22,6 +22,7 @@
 //! ```
 
 mod command;
+pub mod fault;
 mod report;
 
 pub use command::Command;

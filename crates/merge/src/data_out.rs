@@ -6,6 +6,7 @@ use std::fs::File;
 use std::io::{self, Seek, Write};
 use std::os::unix::fs::FileExt;
 
+use shardrec_control::fault::Fault;
 use shardrec_format::header::{RecordHeader, RecordType};
 use shardrec_format::layouts::{FieldReader, Layouts};
 use shardrec_perfdata::compressed::{self, RecordCompressor, Totals};
@@ -21,7 +22,17 @@ pub trait RecordSink {
 
 impl<W: Write + Seek> RecordSink for PerfDataWriter<W> {
     fn put(&mut self, bytes: &[u8]) -> io::Result<()> {
+        injected_fault()?;
         self.write_record(bytes)
+    }
+}
+
+/// What `SHARDREC_FAULTS` makes of a write of the merge, for a test (see
+/// [`shardrec_control::fault`]).
+fn injected_fault() -> io::Result<()> {
+    match shardrec_control::fault::inject("merge.write").and_then(Fault::error) {
+        Some(error) => Err(error),
+        None => Ok(()),
     }
 }
 
@@ -72,6 +83,7 @@ impl<'f> PositionedSink<'f> {
 
     /// Writes what is buffered.
     pub fn flush(&mut self) -> io::Result<()> {
+        injected_fault()?;
         let turn = self.turn.lock().unwrap_or_else(|p| p.into_inner());
         self.file.write_all_at(&self.buf, self.at)?;
         drop(turn);

@@ -121,6 +121,11 @@ pub fn merge_scanned(
         source,
     };
     let (file, tmp) = output::create_temp(output).map_err(fail)?;
+    // A merge that fails leaves no half-written NAME.tmp behind.
+    let fail = |source| {
+        let _ = std::fs::remove_file(&tmp);
+        fail(source)
+    };
     let plan = output::DataPlan {
         meta: &meta,
         layouts: &layouts,

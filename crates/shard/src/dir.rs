@@ -145,6 +145,11 @@ impl RecordingDir {
         let _ = std::fs::remove_file(&tmp);
         let bytes = crate::meta_file::encode(meta).map_err(Error::io(&tmp))?;
         let mut file = self.create_file(&tmp)?;
+        if let Some(error) = shardrec_control::fault::inject("meta.write")
+            .and_then(shardrec_control::fault::Fault::error)
+        {
+            return Err(Error::io(&tmp)(error));
+        }
         file.write_all(&bytes).map_err(Error::io(&tmp))?;
         file.sync_all().map_err(Error::io(&tmp))?;
         std::fs::rename(&tmp, path).map_err(Error::io(path))

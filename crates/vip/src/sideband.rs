@@ -12,6 +12,7 @@ use std::fs::File;
 use std::io::{self, BufWriter, Write};
 
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
+use shardrec_control::fault::{self, Fault};
 use shardrec_control::{Command, VipStats};
 use shardrec_format::header::RecordType;
 use shardrec_format::records::{parse_bpf_event, BPF_EVENT_PROG_LOAD, BPF_EVENT_PROG_UNLOAD};
@@ -148,6 +149,9 @@ impl<'a> Vip<'a> {
             self.capturer.capture_held(program)?;
         }
         if !buf.is_empty() {
+            if let Some(error) = fault::inject("vip.write").and_then(Fault::error) {
+                return Err(error);
+            }
             self.shard.write_all(&buf)?;
             self.shard.flush()?;
             self.stats.bytes += buf.len() as u64;

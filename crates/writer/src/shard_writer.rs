@@ -7,6 +7,7 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use io_uring::{cqueue, opcode, types, IoUring};
 use shardrec_sys::{PerfEvent, RingBuffer};
 
+use shardrec_control::fault::{self, Fault};
 use shardrec_control::{Command, WriterStats};
 
 // user_data of each kind of request.
@@ -167,6 +168,9 @@ impl<'a> ShardWriter<'a> {
         }
         self.cancel_poll()?;
         if self.sync_shard {
+            if let Some(error) = fault::inject("writer.sync").and_then(Fault::error) {
+                return Err(error);
+            }
             self.shard.sync_data()?;
         }
         Ok(self.stats)
@@ -202,6 +206,10 @@ impl<'a> ShardWriter<'a> {
         // Two pieces when the bytes wrap around the ring's end.
         for segment in self.ring.segments(tail, head) {
             if !segment.is_empty() {
+                let injected = fault::inject("writer.write").and_then(Fault::error);
+                if let Some(error) = injected {
+                    return self.write_failed(error);
+                }
                 if let Err(error) = self.shard.write_all_at(segment, offset) {
                     return self.write_failed(error);
                 }
@@ -323,7 +331,7 @@ impl<'a> ShardWriter<'a> {
                 }
             }
             CONTROL => self.control_ready()?,
-            WRITE => self.write_done(result)?,
+            WRITE => self.write_done(injected(result))?,
             _ => {}
         }
         Ok(())
@@ -421,6 +429,16 @@ impl<'a> ShardWriter<'a> {
             }
             self.uring.submit()?;
         }
+    }
+}
+
+/// A write's result, or what `SHARDREC_FAULTS` makes of it for a test
+/// (see [`shardrec_control::fault`]).
+fn injected(result: i32) -> i32 {
+    match fault::inject("writer.write") {
+        Some(Fault::Errno(errno)) => -errno,
+        Some(Fault::Short) if result > 1 => result / 2,
+        _ => result,
     }
 }
 

@@ -25,10 +25,11 @@ use crate::RecordError;
 enum Ended {
     /// A writer stopped at a storage error: its shard and the errno.
     Cut(PathBuf, i32),
-    /// A writer died (killed, crashed): the index of its writer.
-    WriterDied(usize),
-    /// The VIP died, and why.
-    VipDied(RecordError),
+    /// A writer ended (killed, crashed, or done at a stop): the index of
+    /// its writer, and what it said went wrong, if anything.
+    WriterDied(usize, Option<RecordError>),
+    /// The VIP ended, and what it said went wrong, if anything.
+    VipDied(Option<RecordError>),
 }
 
 impl Recording<'_> {
@@ -76,9 +77,23 @@ impl Recording<'_> {
                     Ended::Cut(shard, errno) => {
                         outcome = Some((self.shard_cut(&shard, errno), None))
                     }
-                    Ended::WriterDied(_) | Ended::VipDied(_) if self.stopping => {}
-                    Ended::WriterDied(index) => self.replace_writer(index),
+                    Ended::WriterDied(_, Some(error)) | Ended::VipDied(Some(error))
+                        if self.stopping =>
+                    {
+                        eprintln!(
+                            "shardrec: warning: the {name} failed while stopping: {}",
+                            shardrec_shard::with_causes(&error)
+                        );
+                    }
+                    Ended::WriterDied(..) | Ended::VipDied(None) if self.stopping => {}
+                    Ended::WriterDied(index, _) => self.replace_writer(index),
                     Ended::VipDied(error) => {
+                        // While recording, the VIP never ends on its own:
+                        // even a clean report is a failure here.
+                        let error = error.unwrap_or_else(|| RecordError::Helper {
+                            name: name.clone(),
+                            message: "exited early".to_string(),
+                        });
                         if let Err(error) = self.restart_vip(error) {
                             outcome = Some((StopReason::HelperFailed(name), Some(error)));
                         }
@@ -147,21 +162,14 @@ impl Recording<'_> {
             let ended = match writer.ended() {
                 Ok(stats) => match stats.cut {
                     Some(errno) => Ended::Cut(shard, errno),
-                    None => Ended::WriterDied(index),
+                    None => Ended::WriterDied(index, None),
                 },
-                Err(_) => Ended::WriterDied(index),
+                Err(error) => Ended::WriterDied(index, Some(error)),
             };
             return Some((name, ended));
         }
         let vip = self.vip.as_mut().filter(|v| v.helper.pid == pid)?;
-        let name = vip.helper.name.clone();
-        // While recording, a helper never ends on its own: even a clean
-        // report is a failure here.
-        let error = vip.ended().err().unwrap_or_else(|| RecordError::Helper {
-            name: name.clone(),
-            message: "exited early".to_string(),
-        });
-        Some((name, Ended::VipDied(error)))
+        Some((vip.helper.name.clone(), Ended::VipDied(vip.ended().err())))
     }
 
     /// The VIP died while recording: a new one takes over its rings and
@@ -262,6 +270,18 @@ impl Recording<'_> {
         started: Instant,
     ) -> Result<RecordReport, RecordError> {
         let elapsed = started.elapsed();
+        // A shard cut while draining cuts the recording as much as one cut
+        // before the stop: it is what the user must hear of.
+        let cut = self
+            .writers
+            .iter()
+            .find_map(|w| Some((w.cpu(), w.stats().cut?)));
+        let stopped_by = match (cut, &stopped_by) {
+            (Some((cpu, errno)), reason) if !matches!(reason, StopReason::ShardCut(_)) => {
+                self.shard_cut(&self.dir.shard_path(cpu), errno)
+            }
+            _ => stopped_by,
+        };
         let layouts = self.meta.layouts();
         let mut lost_by_event = self.read_lost_counts();
         for writer in &self.writers {
