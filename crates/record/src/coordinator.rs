@@ -8,6 +8,7 @@ use shardrec_shard::{EventMeta, Meta, RecordingDir};
 use shardrec_synth::{Synthesizer, Tasks};
 
 mod counting;
+mod recovery;
 mod stop;
 
 use crate::helper::HelperProcess;
