@@ -12,6 +12,8 @@
 //! and `SHARDREC_FUZZ_SEED=S SHARDREC_FUZZ_CASE=N` replays it alone.
 
 use std::alloc::{GlobalAlloc, Layout, System};
+
+use shardrec_testkit::Noise;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -30,7 +32,7 @@ struct Bounded;
 unsafe impl GlobalAlloc for Bounded {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         if layout.size() > MAX_ALLOCATION {
-            oversized(layout.size());
+            oversized();
         }
         // SAFETY: the caller's layout, passed on.
         unsafe { System.alloc(layout) }
@@ -43,7 +45,7 @@ unsafe impl GlobalAlloc for Bounded {
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         if new_size > MAX_ALLOCATION {
-            oversized(new_size);
+            oversized();
         }
         // SAFETY: as `alloc` and `dealloc`.
         unsafe { System.realloc(ptr, layout, new_size) }
@@ -56,29 +58,12 @@ static ALLOCATOR: Bounded = Bounded;
 /// The case being run, for the messages of an abort.
 static CASE: AtomicU64 = AtomicU64::new(u64::MAX);
 
-fn oversized(size: usize) -> ! {
+fn oversized() -> ! {
     // No allocation here: formatting a message would recurse.
     let message = b"fuzz_merge: an allocation over 1 GiB; the case is in target/fuzz-failures/\n";
     // SAFETY: writes a static buffer to stderr.
     unsafe { libc::write(2, message.as_ptr().cast(), message.len()) };
-    let _ = size;
     std::process::abort();
-}
-
-/// xorshift64*: small, and the same cases from the same seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
 }
 
 fn repo() -> PathBuf {
@@ -118,9 +103,9 @@ const EDGES: [u64; 10] = [
 ];
 
 /// Damages `bytes` one way, chosen by `rng`.
-fn mutate(bytes: &mut Vec<u8>, rng: &mut Rng) {
+fn mutate(bytes: &mut Vec<u8>, rng: &mut Noise) {
     if bytes.is_empty() {
-        bytes.extend((0..8 + rng.below(64)).map(|_| rng.next() as u8));
+        bytes.extend((0..8 + rng.below(64)).map(|_| rng.next_u64() as u8));
         return;
     }
     let at = rng.below(bytes.len());
@@ -148,12 +133,12 @@ fn mutate(bytes: &mut Vec<u8>, rng: &mut Rng) {
             let len = rng.below(bytes.len() - at).min(4096);
             bytes.drain(at..at + len);
         }
-        _ => bytes[at] = rng.next() as u8,
+        _ => bytes[at] = rng.next_u64() as u8,
     }
 }
 
 /// Copies `seed` into `dir`, damaging one to three of its files.
-fn make_case(seed: &Path, dir: &Path, rng: &mut Rng) {
+fn make_case(seed: &Path, dir: &Path, rng: &mut Noise) {
     let _ = std::fs::remove_dir_all(dir);
     std::fs::create_dir_all(dir).unwrap();
     let mut files: Vec<PathBuf> = std::fs::read_dir(seed)
@@ -233,7 +218,7 @@ fn the_merge_survives_damaged_recordings() {
     let mut case = 0u64;
     while only.map_or(Instant::now() < deadline, |n| case <= n) {
         // Each case from its own generator, so one replays alone.
-        let mut rng = Rng(seed ^ (case + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+        let mut rng = Noise(seed ^ (case + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
         let source = &seeds[rng.below(seeds.len())];
         let options = shardrec_merge::MergeOptions {
             threads: Some(1 + rng.below(3)),

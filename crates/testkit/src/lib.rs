@@ -40,3 +40,22 @@ pub fn is_root() -> bool {
         })
         .unwrap_or(false)
 }
+
+/// xorshift64*: deterministic noise for fuzzing tests, without a
+/// dependency; the same seed gives the same sequence.
+pub struct Noise(pub u64);
+
+impl Noise {
+    /// The next 64 bits (the seed must not be 0).
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// A number below `n` (0 when `n` is 0).
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n.max(1) as u64) as usize
+    }
+}

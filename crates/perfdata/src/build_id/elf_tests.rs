@@ -1,6 +1,7 @@
 //! `elf_build_id` on hand-built images, and on broken ones (no panics).
 
 use super::elf_build_id;
+use shardrec_testkit::Noise;
 
 const ID: [u8; 20] = [
     0x15, 0xdf, 0xff, 0x32, 0x39, 0xaa, 0x7c, 0x3b, 0x16, 0xa7, 0x1e, 0x6b, 0x2e, 0x3b, 0x6e, 0x40,
@@ -152,21 +153,6 @@ fn every_truncation_is_none() {
     }
 }
 
-/// xorshift64*: deterministic noise without a dependency.
-struct Noise(u64);
-
-impl Noise {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
-
 #[test]
 fn fuzz_never_panics() {
     let mut noise = Noise(0x5eed_1234_abcd_ef01);
@@ -180,7 +166,7 @@ fn fuzz_never_panics() {
             0 | 1 => {
                 for _ in 0..1 + noise.below(4) {
                     let at = noise.below(bytes.len());
-                    bytes[at] = noise.next() as u8;
+                    bytes[at] = noise.next_u64() as u8;
                 }
             }
             // Set a whole field to an extreme value.
@@ -193,7 +179,7 @@ fn fuzz_never_panics() {
             _ => {
                 let len = 16 + noise.below(300);
                 bytes.truncate(16);
-                bytes.extend((16..len).map(|_| noise.next() as u8));
+                bytes.extend((16..len).map(|_| noise.next_u64() as u8));
             }
         }
         bytes.truncate(noise.below(bytes.len() + 1).max(bytes.len() / 2));
