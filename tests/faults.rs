@@ -14,7 +14,7 @@ use nix::unistd::Pid;
 /// `shardrec` process pinned to that CPU alone.
 fn writer_of(coordinator: u32, cpu: u32) -> Option<i32> {
     let pinned = format!("{cpu}");
-    children_named_shardrec(coordinator)
+    helpers_of(coordinator)
         .into_iter()
         .find(|pid| cpus_allowed(*pid).is_some_and(|list| list == pinned))
 }
@@ -168,27 +168,9 @@ fn a_writer_that_keeps_dying_is_given_up_on_and_the_rest_records_on() {
 /// The VIP among `coordinator`'s children: the `shardrec` process that
 /// may run on more than one CPU (each writer is pinned to its own).
 fn vip_of(coordinator: u32) -> Option<i32> {
-    children_named_shardrec(coordinator)
+    helpers_of(coordinator)
         .into_iter()
         .find(|pid| cpus_allowed(*pid).is_some_and(|list| list.contains(['-', ','])))
-}
-
-fn children_named_shardrec(coordinator: u32) -> Vec<i32> {
-    std::fs::read_dir(format!("/proc/{coordinator}/task"))
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|task| std::fs::read_to_string(task.path().join("children")).ok())
-        .flat_map(|list| {
-            list.split_whitespace()
-                .filter_map(|pid| pid.parse::<i32>().ok())
-                .collect::<Vec<_>>()
-        })
-        .filter(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/comm"))
-                .is_ok_and(|c| c.trim() == "shardrec")
-        })
-        .collect()
 }
 
 #[test]

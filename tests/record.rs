@@ -469,7 +469,7 @@ fn a_process_whose_threads_come_and_go_is_recorded() {
 }
 
 /// A process's voluntary context switches so far (each is a wakeup).
-fn wakeups(pid: u32) -> u64 {
+fn wakeups(pid: i32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     status
         .lines()
@@ -491,16 +491,7 @@ fn writers_of_quiet_rings_do_not_wake() {
         .args(["--", "sleep", "2.5"]);
     let mut recorder = command.spawn().unwrap();
     std::thread::sleep(std::time::Duration::from_millis(800));
-    let children =
-        std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", recorder.id())).unwrap();
-    let mut helpers: Vec<u32> = children
-        .split_whitespace()
-        .filter_map(|p| p.parse().ok())
-        .filter(|p| {
-            std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == "shardrec")
-        })
-        .collect();
-    helpers.sort_unstable();
+    let helpers = helpers_of(recorder.id());
     // The writers are forked first, one per CPU; the VIP after them.
     let cpus = shardrec_sys::cpu::online().unwrap().len();
     let writers = &helpers[..cpus];

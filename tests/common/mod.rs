@@ -392,3 +392,26 @@ pub fn processes_naming(path: &Path) -> usize {
         .filter(|cmdline| String::from_utf8_lossy(cmdline).contains(&needle))
         .count()
 }
+
+/// The helper processes (writers, VIP) of the shardrec coordinator
+/// `coordinator`: its children still named `shardrec`, in pid order (the
+/// writers are forked first, one per CPU, the VIP after them).
+pub fn helpers_of(coordinator: u32) -> Vec<i32> {
+    let mut helpers: Vec<i32> = std::fs::read_dir(format!("/proc/{coordinator}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("children")).ok())
+        .flat_map(|list| {
+            list.split_whitespace()
+                .filter_map(|pid| pid.parse::<i32>().ok())
+                .collect::<Vec<_>>()
+        })
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|c| c.trim() == "shardrec")
+        })
+        .collect();
+    helpers.sort_unstable();
+    helpers
+}
