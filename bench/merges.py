@@ -19,6 +19,7 @@ import shutil
 import subprocess
 import time
 
+import measure
 import runner
 import workloads
 
@@ -117,13 +118,10 @@ def merge(shards, output, threads, compress, timeout):
 
 
 def parse_summary(stderr):
-    """The merge's own time and how it split the work, from its summary:
-    `[ shardrec merge: ... in X s ]` and `merged in N time slices by M
+    """The merge's own time (as measure.py reads it from any shardrec
+    summary) and how it split the work: `merged in N time slices by M
     threads`."""
-    found = {}
-    own = re.search(r"\[ shardrec merge: .* in ([\d.]+) s \]", stderr)
-    if own:
-        found["merge_s"] = float(own.group(1))
+    found = {k: v for k, v in measure.shardrec_summary(stderr).items() if k == "merge_s"}
     split = re.search(r"merged in (\d+) time slices? by (\d+) threads?", stderr)
     if split:
         found["slices"], found["threads_used"] = int(split.group(1)), int(split.group(2))
