@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use shardrec_format::layouts::Layouts;
-use shardrec_shard::scan::{summarize, ScannedShard, ShardBytes, ShardSummary};
+use shardrec_shard::scan::{ScannedShard, ShardBytes, ShardSummary};
 
 use crate::MergeError;
 
@@ -24,32 +24,28 @@ impl Shard {
     /// mapped (not a regular file, unreadable) is empty and damaged from
     /// its first byte, so the other shards are still merged.
     pub fn open(path: &Path, layouts: &Layouts) -> Result<Shard, MergeError> {
-        let name = file_name(path);
-        let opened = match path.exists() {
-            true => ShardBytes::open(path),
-            false => Ok(ShardBytes::empty()),
-        };
-        let (bytes, summary) = match opened {
-            Ok(bytes) => {
-                let summary = summarize(&bytes, layouts);
-                (bytes, summary)
-            }
+        if !path.exists() {
+            return Ok(Shard {
+                name: file_name(path),
+                bytes: ShardBytes::empty(),
+                summary: ShardSummary::default(),
+            });
+        }
+        match ScannedShard::scan(path, layouts) {
+            Ok(scanned) => Ok(Shard::from_scanned(scanned)),
             Err(error) => {
                 let reason = match error {
                     shardrec_shard::Error::Io { source, .. } => source.to_string(),
                     other => other.to_string(),
                 };
                 let dropped = std::fs::metadata(path).map_or(0, |m| m.len() as usize);
-                let summary =
-                    ShardSummary::unreadable(dropped, format!("cannot be read: {reason}"));
-                (ShardBytes::empty(), summary)
+                Ok(Shard {
+                    name: file_name(path),
+                    bytes: ShardBytes::empty(),
+                    summary: ShardSummary::unreadable(dropped, format!("cannot be read: {reason}")),
+                })
             }
-        };
-        Ok(Shard {
-            name,
-            bytes,
-            summary,
-        })
+        }
     }
 
     /// A shard the recorder's stop already walked.
