@@ -237,14 +237,9 @@ impl Writer {
     /// whatever it still holds at stop is not lost. Only after the events
     /// are disabled and with no writer process left.
     pub fn write_remaining(&self, shard: &File) -> io::Result<u64> {
-        use std::os::unix::fs::FileExt;
         let ring = &self.events.ring;
-        let (tail, head) = (ring.tail(), ring.head());
-        let mut offset = tail - self.base;
-        for segment in ring.segments(tail, head) {
-            shard.write_all_at(segment, offset)?;
-            offset += segment.len() as u64;
-        }
+        let tail = ring.tail();
+        let head = ring.write_unread_at(shard, tail - self.base)?;
         // SAFETY: no writer process is left to read the ring, and the
         // bytes up to `head` are in the shard.
         unsafe { ring.release(head) };

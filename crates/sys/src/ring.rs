@@ -122,6 +122,21 @@ impl RingBuffer {
         Copied { head }
     }
 
+    /// Writes the unread bytes into `file` from `offset` (two writes where
+    /// they wrap around the ring's end), leaving them in the ring; returns
+    /// the head they reach, for the caller to release once nothing else
+    /// reads them.
+    pub fn write_unread_at(&self, file: &std::fs::File, offset: u64) -> io::Result<u64> {
+        use std::os::unix::fs::FileExt;
+        let head = self.head();
+        let mut offset = offset;
+        for segment in self.segments(self.tail(), head) {
+            file.write_all_at(segment, offset)?;
+            offset += segment.len() as u64;
+        }
+        Ok(head)
+    }
+
     /// Gives back to the kernel the bytes a [`copy_unread`](Self::copy_unread)
     /// copied.
     pub fn release_copied(&mut self, copied: Copied) {

@@ -200,23 +200,16 @@ impl<'a> ShardWriter<'a> {
     /// to that thread cost more than the copy (a quarter of the writers'
     /// time in a 64-vCPU guest).
     fn write_directly(&mut self) -> io::Result<()> {
-        use std::os::unix::fs::FileExt;
-        let (tail, head) = (self.ring.tail(), self.ring.head());
-        let mut offset = tail - self.base;
-        // Two pieces when the bytes wrap around the ring's end.
-        for segment in self.ring.segments(tail, head) {
-            if !segment.is_empty() {
-                let injected = fault::inject("writer.write").and_then(Fault::error);
-                if let Some(error) = injected {
-                    return self.write_failed(error);
-                }
-                if let Err(error) = self.shard.write_all_at(segment, offset) {
-                    return self.write_failed(error);
-                }
-                offset += segment.len() as u64;
-                self.stats.writes += 1;
-            }
-        }
+        let tail = self.ring.tail();
+        let written = match fault::inject("writer.write").and_then(Fault::error) {
+            Some(error) => Err(error),
+            None => self.ring.write_unread_at(&self.shard, tail - self.base),
+        };
+        let head = match written {
+            Ok(head) => head,
+            Err(error) => return self.write_failed(error),
+        };
+        self.stats.writes += 1;
         self.stats.bytes += head - tail;
         // SAFETY: the bytes up to `head` are in the shard, and no iovec
         // points at them (no write is in flight).
