@@ -226,6 +226,55 @@ fn no_permission_for_cpu_wide_events() {
 }
 
 #[test]
+fn a_filter_without_permission_for_bpf_records_nothing() {
+    if !require_root() {
+        return;
+    }
+    let (_nobody, scratch) = nobody_scratch("bad-filter-perm");
+    let output = run_as(
+        as_nobody(&[]),
+        &scratch,
+        &["-e", "cpu-clock:u", "--filter", "pid == 1", "--", "true"],
+    );
+    assert_refused(
+        &output,
+        &scratch,
+        "--filter on a sampling event needs BPF (root, or CAP_BPF with CAP_PERFMON)",
+    );
+    assert!(!scratch.output().exists());
+}
+
+#[test]
+fn a_filter_the_verifier_refuses_records_nothing() {
+    let Some((_serial, scratch)) = recording_test("bad-filter-verifier") else {
+        return;
+    };
+    let mut command = shardrec();
+    command.env("SHARDREC_FAULTS", "filter.load=EIO");
+    let output = run_as(
+        command,
+        &scratch,
+        &[
+            "-a",
+            "-e",
+            "cpu-clock",
+            "--filter",
+            "pid == 1",
+            "--",
+            "true",
+        ],
+    );
+    assert_refused(
+        &output,
+        &scratch,
+        "the kernel's verifier refused the --filter program",
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("its log ends: R0 !read_ok"), "{stderr}");
+    assert!(!scratch.output().exists());
+}
+
+#[test]
 fn locked_memory_limit() {
     if !require_root() {
         return;
@@ -482,11 +531,31 @@ fn event_syntax_and_filter_errors_are_usage_errors() {
         ),
         (
             &["--filter", "common_pid==1", "-e", "cpu-clock"],
-            "--filter 'common_pid==1' should follow a -e tracepoint",
+            "--filter 'common_pid==1' should follow a -e event",
         ),
         (
             &["-e", "cpu-clock", "--filter", "x==1"],
-            "should follow a -e tracepoint",
+            "--filter 'x==1': unknown term 'x'; terms: ip user kernel pid",
+        ),
+        (
+            &["-e", "cpu-clock", "--filter", "pid == abc"],
+            "'pid' takes a number, not 'abc' (at 'abc', column 8)",
+        ),
+        (
+            &["-e", "cpu-clock", "--filter", "pid == 1 || cpu == 0"],
+            "'||' goes inside parentheses, as in perf: (A || B) (at '||', column 10)",
+        ),
+        (
+            &["-e", "cpu-clock", "--filter", "uid == no-such-user"],
+            "no user named 'no-such-user' on this host",
+        ),
+        (
+            &["-e", "cpu-clock", "--filter", "addr > 4096"],
+            "'addr' is the sample's data address: record it with -d",
+        ),
+        (
+            &["-e", "cpu-clock", "--filter", "pid == 1", "--no-bpf-event"],
+            "--filter on a sampling event is loaded by the VIP, which --no-bpf-event turns off",
         ),
         (
             &["-e", "sched:sched_switch", "--filter", "no_such_field == 1"],

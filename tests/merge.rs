@@ -5,34 +5,7 @@ mod common;
 use std::collections::HashMap;
 
 use common::*;
-use linux_perf_data::{PerfFileReader, PerfFileRecord};
 use shardrec_format::header::RecordType;
-
-/// Counts samples with linux-perf-data, parsing every record on the way.
-fn samples_by_linux_perf_data(file: &std::path::Path) -> u64 {
-    let reader = std::io::BufReader::new(std::fs::File::open(file).unwrap());
-    let PerfFileReader {
-        mut perf_file,
-        mut record_iter,
-    } = PerfFileReader::parse_file(reader).expect("linux-perf-data reads the header");
-    let mut samples = 0;
-    while let Some(record) = record_iter.next_record(&mut perf_file).expect("a record") {
-        match record {
-            PerfFileRecord::EventRecord { record, .. } => {
-                record.parse().expect("linux-perf-data parses the record");
-                if record.record_type.0 == RecordType::SAMPLE.0 {
-                    samples += 1;
-                }
-            }
-            PerfFileRecord::UserRecord(record) => {
-                record
-                    .parse()
-                    .expect("linux-perf-data parses the user record");
-            }
-        }
-    }
-    samples
-}
 
 #[test]
 fn a_cpu_clock_recording_reads_cleanly_everywhere() {

@@ -415,3 +415,30 @@ pub fn helpers_of(coordinator: u32) -> Vec<i32> {
     helpers.sort_unstable();
     helpers
 }
+
+/// Counts samples with linux-perf-data, parsing every record on the way.
+pub fn samples_by_linux_perf_data(file: &std::path::Path) -> u64 {
+    let reader = std::io::BufReader::new(std::fs::File::open(file).unwrap());
+    let linux_perf_data::PerfFileReader {
+        mut perf_file,
+        mut record_iter,
+    } = linux_perf_data::PerfFileReader::parse_file(reader)
+        .expect("linux-perf-data reads the header");
+    let mut samples = 0;
+    while let Some(record) = record_iter.next_record(&mut perf_file).expect("a record") {
+        match record {
+            linux_perf_data::PerfFileRecord::EventRecord { record, .. } => {
+                record.parse().expect("linux-perf-data parses the record");
+                if record.record_type.0 == RecordType::SAMPLE.0 {
+                    samples += 1;
+                }
+            }
+            linux_perf_data::PerfFileRecord::UserRecord(record) => {
+                record
+                    .parse()
+                    .expect("linux-perf-data parses the user record");
+            }
+        }
+    }
+    samples
+}

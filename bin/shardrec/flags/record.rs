@@ -275,7 +275,7 @@ impl EventArgs {
             .collect::<Result<Vec<_>, _>>()?;
         for (filter, target) in self.filter.iter().zip(&self.filter_targets) {
             let Some(event) = target.and_then(|i| events.get_mut(i)) else {
-                return Err(format!("--filter '{filter}' should follow a -e tracepoint"));
+                return Err(format!("--filter '{filter}' should follow a -e event"));
             };
             event.filter = Some(filter.clone());
         }

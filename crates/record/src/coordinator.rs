@@ -17,6 +17,7 @@ use crate::open;
 use crate::open::SideBandEvents;
 use crate::plan::{Plan, Scope};
 use crate::run_control::ControlChannel;
+use crate::sample_filters::{self, ActiveFilter};
 use crate::signals::Signals;
 use crate::summary::RecordReport;
 use crate::vip::{self, VipProcess};
@@ -47,6 +48,32 @@ pub fn record(config: &RecordConfig, command_line: &[String]) -> Result<RecordRe
     result
 }
 
+/// The side-band events, when the kernel and privileges allow them;
+/// none with --no-bpf-event (so no VIP either). A `--filter` on a sampling
+/// event needs the VIP that loads it: without one, nothing is recorded.
+fn side_band(config: &RecordConfig, plan: &Plan) -> Result<Option<SideBandEvents>, RecordError> {
+    let filtered = plan.sample_filters().next().is_some();
+    if config.no_bpf_event {
+        return match filtered {
+            true => Err(RecordError::Usage(
+                "--filter on a sampling event is loaded by the VIP, which --no-bpf-event turns off"
+                    .into(),
+            )),
+            false => Ok(None),
+        };
+    }
+    match open::open_side_band(plan) {
+        Ok(events) => Ok(Some(events)),
+        Err(why) if filtered => Err(RecordError::Kernel(format!(
+            "--filter on a sampling event needs BPF (root, or CAP_BPF with CAP_PERFMON): {why}"
+        ))),
+        Err(why) => {
+            eprintln!("shardrec: warning: BPF programs will not be captured: {why}");
+            Ok(None)
+        }
+    }
+}
+
 /// A recording from the moment its directory exists.
 struct Recording<'a> {
     plan: &'a Plan,
@@ -56,6 +83,8 @@ struct Recording<'a> {
     /// The side-band events, when the kernel and privileges allow them.
     side_band: Option<SideBandEvents>,
     vip: Option<VipProcess>,
+    /// The `--filter` programs on sampling events, attached.
+    filters: Vec<ActiveFilter>,
     workload: Option<&'a mut Workload>,
     workload_code: Option<i32>,
     meta: Meta,
@@ -94,15 +123,7 @@ impl<'a> Recording<'a> {
         let workload_pid = workload.as_ref().map(|w| w.pid.as_raw());
         let target_pid = workload_pid.filter(|_| plan.scope == Scope::Workload);
         let (cpus, tasks) = open::open_all(plan, attrs, target_pid)?;
-        // --no-bpf-event: no side-band events, so no VIP either.
-        let side_band = match config.no_bpf_event {
-            true => None,
-            false => open::open_side_band(plan)
-                .map_err(|why| {
-                    eprintln!("shardrec: warning: BPF programs will not be captured: {why}")
-                })
-                .ok(),
-        };
+        let side_band = side_band(config, plan)?;
         let dir = RecordingDir::create(RecordingDir::for_output(&config.output))?;
         let mut meta = initial_meta(
             config,
@@ -133,6 +154,7 @@ impl<'a> Recording<'a> {
             writers,
             side_band,
             vip: None,
+            filters: Vec::new(),
             workload,
             workload_code: None,
             meta,
@@ -181,10 +203,13 @@ impl<'a> Recording<'a> {
             let side_band = self.side_band.as_ref().map(|s| &s.events[i].1);
             writer.spawn(side_band, options, shard)?;
         }
+        let programs = sample_filters::programs(self.plan)?;
         let existing_bpf = match &self.side_band {
             Some(side_band) => {
-                let (vip, records) = vip::spawn(side_band, &self.dir)?;
+                let (vip, records, fds) = vip::spawn(side_band, &self.dir, &programs)?;
                 self.vip = Some(vip);
+                let cpus: Vec<_> = self.writers.iter().map(|w| &w.events).collect();
+                self.filters = sample_filters::attach(self.plan, &cpus, &programs, fds)?;
                 records
             }
             None => Vec::new(),

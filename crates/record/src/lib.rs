@@ -31,6 +31,7 @@ mod open;
 pub mod options;
 mod plan;
 mod run_control;
+mod sample_filters;
 mod signals;
 mod summary;
 mod tracing_files;

@@ -148,7 +148,37 @@ impl Plan {
         let mut attrs = crate::attrs::build(&plan);
         crate::negotiate::negotiate(&mut plan, &mut attrs, config.verbose)?;
         plan.attrs = attrs;
+        plan.check_sample_filters()?;
         Ok(plan)
+    }
+
+    /// The events with a sample filter, by index.
+    pub fn sample_filters(&self) -> impl Iterator<Item = (usize, &shardrec_filter::SampleFilter)> {
+        self.events
+            .iter()
+            .enumerate()
+            .filter_map(|(i, e)| Some((i, e.sample_filter.as_ref()?)))
+    }
+
+    /// A filter's `addr` is the sample's data address, there only when
+    /// samples carry it (as perf's filters ask of each term's field).
+    fn check_sample_filters(&self) -> Result<(), RecordError> {
+        if self.sample_filters().count() > shardrec_sys::fds::MAX_FDS / 2 {
+            return Err(RecordError::Usage(format!(
+                "more than {} events with a --filter",
+                shardrec_sys::fds::MAX_FDS / 2
+            )));
+        }
+        for (i, filter) in self.sample_filters() {
+            let has_addr = self.attrs[i].sample_type() & abi::PERF_SAMPLE_ADDR as u64 != 0;
+            if filter.uses(shardrec_filter::Field::Addr) && !has_addr {
+                return Err(RecordError::Usage(format!(
+                    "--filter '{}': 'addr' is the sample's data address: record it with -d",
+                    filter.text
+                )));
+            }
+        }
+        Ok(())
     }
 }
 

@@ -38,6 +38,8 @@ pub struct RecordReport {
     pub exit_code: i32,
     /// What the VIP saw of BPF programs, when it ran.
     pub bpf: Option<shardrec_control::VipStats>,
+    /// What each `--filter` on a sampling event kept and dropped.
+    pub filters: Vec<shardrec_shard::FilterStats>,
     /// When the VIP died and was restarted (since the start).
     pub vip_restarted_at: Vec<Duration>,
     /// Every CPU's shard as the stop walked it, for the merge that
@@ -89,6 +91,16 @@ impl fmt::Display for RecordReport {
                 f,
                 "  BPF programs: {} loaded, {} unloaded, {} captured, {} missed (gone before capture)",
                 bpf.loaded, bpf.unloaded, bpf.captured, bpf.missed
+            )?;
+        }
+        for filter in &self.filters {
+            writeln!(
+                f,
+                "  --filter '{}' on {}: {} samples kept, {} dropped in the kernel (filtered out, not lost)",
+                filter.filter,
+                filter.event,
+                filter.kept(),
+                filter.dropped()
             )?;
         }
         for cpu in self.cpus.iter().filter(|c| !c.replaced_at.is_empty()) {

@@ -6,6 +6,7 @@ use std::io::{self, BufWriter};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 
 use shardrec_control::{Outcome, Report, VipStats};
+use shardrec_filter::FilterProgram;
 use shardrec_format::SampleIdLayout;
 use shardrec_shard::RecordingDir;
 use shardrec_sys::{process, PerfEvent, RingBuffer};
@@ -33,15 +34,18 @@ pub struct VipProcess {
 /// A VIP that dies this often is not restarted again.
 pub const MAX_RESTARTS: usize = 3;
 
-/// Forks the VIP over the side-band events. Returns it once it has
-/// described the programs already loaded, with those records.
+/// Forks the VIP over the side-band events, loading the `--filter`
+/// `programs`. Returns it once it has described the programs already
+/// loaded, with those records and, for each filter, the descriptors of
+/// its program and counters map.
 pub fn spawn(
     events: &SideBandEvents,
     dir: &RecordingDir,
-) -> Result<(VipProcess, Vec<u8>), RecordError> {
+    programs: &[FilterProgram],
+) -> Result<(VipProcess, Vec<u8>, Vec<OwnedFd>), RecordError> {
     let shard = dir.create_file(&dir.vip_path())?;
     let bpf = dir.create_file(&dir.bpf_path())?;
-    start(events, shard, bpf)
+    start(events, shard, bpf, programs)
 }
 
 /// Restarts a VIP that died: its shard and `bpf` file cut back to their
@@ -60,7 +64,8 @@ pub fn restart(events: &SideBandEvents, dir: &RecordingDir) -> Result<VipProcess
     let whole_entries = |bytes: &[u8]| bytes.len() - shardrec_shard::bpf_file::read(bytes).1;
     let shard = reopen_whole(dir, &dir.vip_path(), whole_records)?;
     let bpf = reopen_whole(dir, &dir.bpf_path(), whole_entries)?;
-    let (vip, _described) = start(events, shard, bpf)?;
+    // The filters stay attached to their events: a new VIP loads none.
+    let (vip, _described, _) = start(events, shard, bpf, &[])?;
     Ok(vip)
 }
 
@@ -85,10 +90,13 @@ fn start(
     events: &SideBandEvents,
     shard: File,
     bpf: File,
-) -> Result<(VipProcess, Vec<u8>), RecordError> {
+    programs: &[FilterProgram],
+) -> Result<(VipProcess, Vec<u8>, Vec<OwnedFd>), RecordError> {
     let layout = SampleIdLayout::new(events.sample_type);
     let first_id = events.events.first().map_or(0, |(_, _, id)| *id);
     let fds: Vec<&PerfEvent> = events.events.iter().map(|(_, event, _)| event).collect();
+    let (ours, theirs) = shardrec_sys::fds::socket_pair()
+        .map_err(RecordError::system("making the VIP's descriptor socket"))?;
     let mut helper = HelperProcess::spawn("VIP".into(), move |control, mut report| {
         let mut keep: Vec<RawFd> = fds.iter().map(|e| e.as_fd().as_raw_fd()).collect();
         keep.extend([
@@ -96,15 +104,28 @@ fn start(
             bpf.as_raw_fd(),
             control.as_raw_fd(),
             report.as_raw_fd(),
+            theirs.as_raw_fd(),
         ]);
+        let files = VipFiles {
+            shard,
+            bpf,
+            control,
+            filters: theirs,
+        };
         // SAFETY: this forked child uses only the kept descriptors and
         // leaves through `exit_now`, never dropping what it inherited.
         let outcome = unsafe { process::close_fds_except(&keep) }
-            .and_then(|()| run(&fds, shard, bpf, control, &mut report, &layout, first_id))
+            .and_then(|()| run(&fds, files, programs, &mut report, &layout, first_id))
             .map(Outcome::Vip);
         helper::finish(&mut report, outcome)
     })?;
     let records = helper.wait_ready()?;
+    let filters = match programs.is_empty() {
+        true => Vec::new(),
+        false => shardrec_sys::fds::receive(ours.as_fd()).map_err(RecordError::system(
+            "receiving the --filter programs from the VIP",
+        ))?,
+    };
     Ok((
         VipProcess {
             helper,
@@ -112,7 +133,17 @@ fn start(
             restarted_at: Vec::new(),
         },
         records,
+        filters,
     ))
+}
+
+/// The files a VIP writes and reads.
+struct VipFiles {
+    shard: File,
+    bpf: File,
+    control: OwnedFd,
+    /// Where the loaded filters' descriptors go.
+    filters: OwnedFd,
 }
 
 impl VipProcess {
@@ -129,18 +160,33 @@ impl VipProcess {
     }
 }
 
-/// The VIP's body: map the rings, enable the side-band events (before the
-/// walk, so no program loads unseen between the two), describe the loaded
-/// programs, hand those records over, then watch.
+/// The VIP's body: load the filters and hand them over, map the rings,
+/// enable the side-band events (before the walk, so no program loads
+/// unseen between the two), describe the loaded programs, hand those
+/// records over, then watch.
 fn run(
     events: &[&PerfEvent],
-    shard: File,
-    bpf: File,
-    control: OwnedFd,
+    files: VipFiles,
+    programs: &[FilterProgram],
     report: &mut File,
     layout: &SampleIdLayout,
     event_id: u64,
 ) -> io::Result<VipStats> {
+    let VipFiles {
+        shard,
+        bpf,
+        control,
+        filters,
+    } = files;
+    if !programs.is_empty() {
+        let loaded = programs
+            .iter()
+            .map(shardrec_vip::filters::load)
+            .collect::<io::Result<Vec<_>>>()?;
+        let fds: Vec<_> = loaded.iter().flat_map(|f| f.fds()).collect();
+        shardrec_sys::fds::send(filters.as_fd(), &fds)?;
+    }
+    drop(filters);
     // A program may live a millisecond: the VIP must run as soon as it is
     // woken, even when every CPU is busy.
     process::prefer_wakeups();

@@ -26,7 +26,8 @@ pub mod time_index;
 
 pub use dir::RecordingDir;
 pub use meta::{
-    dropped, ClockRef, CpuStats, EventMeta, Host, Meta, Stats, StopReason, Topology, META_VERSION,
+    dropped, ClockRef, CpuStats, EventMeta, FilterStats, Host, Meta, Stats, StopReason, Topology,
+    META_VERSION,
 };
 
 /// What can go wrong with a recording directory. Each variant's message

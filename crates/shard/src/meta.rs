@@ -168,10 +168,37 @@ pub struct Stats {
     pub lost_by_event: Vec<(u32, u64, u64)>,
     /// What the VIP saw of BPF programs, when it ran.
     pub bpf: Option<VipStats>,
+    /// What each `--filter` on a sampling event kept and dropped.
+    #[serde(default)]
+    pub filters: Vec<FilterStats>,
     /// Why recording stopped.
     pub stopped_by: StopReason,
     /// Wall-clock stop (ns since the Unix epoch).
     pub stop_unix_ns: u64,
+}
+
+/// What one event's sample filter did: samples it dropped in the kernel
+/// are not lost (they were never wanted).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FilterStats {
+    /// The event's name.
+    pub event: String,
+    /// The filter as given.
+    pub filter: String,
+    /// `(cpu, kept, dropped)` for each CPU that ran it.
+    pub per_cpu: Vec<(u32, u64, u64)>,
+}
+
+impl FilterStats {
+    /// Samples kept, over all CPUs.
+    pub fn kept(&self) -> u64 {
+        self.per_cpu.iter().map(|c| c.1).sum()
+    }
+
+    /// Samples dropped, over all CPUs.
+    pub fn dropped(&self) -> u64 {
+        self.per_cpu.iter().map(|c| c.2).sum()
+    }
 }
 
 /// Why a recording stopped. In `meta` it is the text that [`Display`]

@@ -26,6 +26,7 @@ mod btf;
 mod info;
 pub mod insn;
 mod load;
+mod mapped_array;
 mod syscall;
 pub mod test_programs;
 
@@ -34,6 +35,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 pub use info::BpilArray;
 pub use load::{load_program, prog_type, ProgramSpec};
+pub use mapped_array::MappedArray;
 
 use info::{field, InfoBuf};
 

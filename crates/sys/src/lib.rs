@@ -32,6 +32,7 @@ mod attr;
 pub mod bpf;
 pub mod cpu;
 mod event;
+pub mod fds;
 pub mod process;
 pub mod ring;
 pub mod tracefs;

@@ -11,6 +11,7 @@
 
 pub mod capture;
 pub mod existing;
+pub mod filters;
 mod sideband;
 
 pub use sideband::{SideBand, Vip, BUFFER};

@@ -181,6 +181,7 @@ impl Recording<'_> {
             synth_bytes,
             lost_by_event,
             bpf: self.vip.as_ref().and_then(|v| v.stats),
+            filters: self.filters.iter().map(|f| f.stats(self.plan)).collect(),
             stopped_by: stopped_by.clone(),
             stop_unix_ns: unix_ns(),
         });
@@ -195,6 +196,12 @@ impl Recording<'_> {
             stopped_by,
             exit_code: self.workload_code.unwrap_or(0),
             bpf: self.meta.stats.as_ref().and_then(|s| s.bpf),
+            filters: self
+                .meta
+                .stats
+                .as_ref()
+                .map(|s| s.filters.clone())
+                .unwrap_or_default(),
             scanned,
             vip_restarted_at: self
                 .vip

@@ -60,6 +60,9 @@ pub struct EventSpec {
     pub leader: Option<usize>,
     /// An ftrace filter (`--filter`), for a tracepoint.
     pub filter: Option<String>,
+    /// A sample filter (`--filter` after a sampling event), run in the
+    /// kernel at each overflow.
+    pub sample_filter: Option<shardrec_filter::SampleFilter>,
     /// `-G`: counted only in this cgroup.
     pub cgroup: Option<Cgroup>,
     /// A tracepoint's system and name (its display name may be `name=`'s).
@@ -82,6 +85,7 @@ impl EventSpec {
             terms: EventTerms::default(),
             leader: None,
             filter: None,
+            sample_filter: None,
             cgroup: None,
             tracepoint: None,
             tracking: false,
@@ -240,16 +244,31 @@ pub fn resolve(args: &[EventArg], cgroups: &[CgroupArg]) -> Result<Vec<EventSpec
 }
 
 /// perf's `--filter` goes to the last event given before it (every
-/// tracepoint of its glob); perf 6.1 has it for tracepoints only.
+/// tracepoint of its glob): for a tracepoint it is the kernel's ftrace
+/// filter; for any other event a sample filter, compiled to BPF (perf
+/// 6.1 has filters for tracepoints only).
 fn attach_filter(specs: &mut [EventSpec], filter: &str) -> Result<(), RecordError> {
-    if specs.is_empty() || !specs.iter().all(EventSpec::is_tracepoint) {
+    if specs.is_empty() {
         return Err(RecordError::Usage(format!(
-            "--filter '{filter}' should follow a -e tracepoint (filters on sampling events are not supported yet)"
+            "--filter '{filter}' should follow a -e event"
         )));
     }
+    if specs.iter().all(EventSpec::is_tracepoint) {
+        specs
+            .iter_mut()
+            .for_each(|s| s.filter = Some(filter.to_string()));
+        return Ok(());
+    }
+    if specs.iter().any(EventSpec::is_tracepoint) {
+        return Err(RecordError::Usage(format!(
+            "--filter '{filter}' follows tracepoints and other events at once: give each its own -e"
+        )));
+    }
+    let parsed = shardrec_filter::SampleFilter::parse(filter)
+        .map_err(|e| RecordError::Usage(e.to_string()))?;
     specs
         .iter_mut()
-        .for_each(|s| s.filter = Some(filter.to_string()));
+        .for_each(|s| s.sample_filter = Some(parsed.clone()));
     Ok(())
 }
 

@@ -22,6 +22,10 @@ pub mod prog_type {
     /// `BPF_PROG_TYPE_TRACEPOINT`: attached to a tracepoint perf event with
     /// `PERF_EVENT_IOC_SET_BPF`; needs a GPL-compatible license.
     pub const TRACEPOINT: u32 = 5;
+    /// `BPF_PROG_TYPE_PERF_EVENT`: attached to a sampling event with
+    /// `PERF_EVENT_IOC_SET_BPF`, run at each overflow; a sample it returns
+    /// 0 for is not written.
+    pub const PERF_EVENT: u32 = 7;
 }
 
 /// A program to load.

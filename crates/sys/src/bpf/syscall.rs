@@ -126,6 +126,28 @@ pub(super) fn btf_load(data: &[u8], log: &mut [u8]) -> io::Result<OwnedFd> {
     owned(unsafe { sys::bpf_btf_load(data.as_ptr().cast(), data.len() as _, &mut opts) })
 }
 
+/// `BPF_MAP_CREATE`: an array map of one `value_size`-byte entry,
+/// `BPF_F_MMAPABLE`.
+pub(super) fn mappable_array(name: &CStr, value_size: u32) -> io::Result<OwnedFd> {
+    let opts = sys::bpf_map_create_opts {
+        sz: size_of::<sys::bpf_map_create_opts>() as _,
+        map_flags: sys::BPF_F_MMAPABLE,
+        ..Default::default()
+    };
+    // SAFETY: the name is NUL-terminated and `opts.sz` is its struct's size;
+    // returns a new descriptor or -errno.
+    owned(unsafe {
+        sys::bpf_map_create(
+            sys::BPF_MAP_TYPE_ARRAY,
+            name.as_ptr(),
+            4,
+            value_size,
+            1,
+            &opts,
+        )
+    })
+}
+
 /// What `BPF_PROG_LOAD` takes.
 pub(super) struct ProgLoad<'a> {
     pub prog_type: u32,
