@@ -109,9 +109,19 @@ fn a_hot_bpf_program_is_named_in_the_profile() {
         &scratch,
         &["-a", "-e", "cpu-clock", "--", load(), "bpf-hot", "1"],
     );
+    let percent = hot_program_share(&scratch.output());
+    assert!(
+        percent > 10.0,
+        "the hot BPF program has only {percent}% of the samples"
+    );
+}
+
+/// The share of `perf report`'s samples in the hot BPF program, checking
+/// its line names it as the kernel does.
+fn hot_program_share(file: &std::path::Path) -> f64 {
     let report = perf(
         &["report", "--stdio", "--no-children", "--sort", "sym"],
-        &scratch.output(),
+        file,
     );
     assert_no_complaint(&report, "perf report");
     let stdout = String::from_utf8_lossy(&report.stdout);
@@ -120,17 +130,49 @@ fn a_hot_bpf_program_is_named_in_the_profile() {
         .find(|l| l.contains("_shardrec_hot"))
         .unwrap_or_else(|| panic!("no sample in the BPF program:\n{stdout}"));
     assert!(line.contains("[k] bpf_prog_"), "{line}");
-    let percent: f64 = line
-        .trim()
+    line.trim()
         .split('%')
         .next()
         .unwrap()
         .trim()
         .parse()
-        .unwrap();
+        .unwrap()
+}
+
+#[test]
+fn a_program_loaded_on_an_unrecorded_cpu_is_named_where_it_runs() {
+    let Some((_serial, scratch)) = recording_test("bpf-other-cpu") else {
+        return;
+    };
+    // Loaded on CPU 1, so its KSYMBOL and BPF_EVENT land in CPU 1's
+    // side-band ring; run and sampled on CPU 0, the one recorded.
+    record_and_merge(
+        &scratch,
+        &[
+            "-C",
+            "0",
+            "-e",
+            "cpu-clock",
+            "--",
+            load(),
+            "bpf-hot",
+            "1",
+            "1",
+            "0",
+        ],
+    );
+    let percent = hot_program_share(&scratch.output());
     assert!(
         percent > 10.0,
-        "the hot BPF program has only {percent}% of the samples"
+        "the hot program has {percent}% of CPU 0's samples"
+    );
+    let header = perf(&["report", "--header-only"], &scratch.output());
+    let header = String::from_utf8_lossy(&header.stdout);
+    assert!(
+        header
+            .lines()
+            .any(|l| l.starts_with("# bpf_prog_info ") && l.contains("_shardrec_hot addr 0x")),
+        "no info of the program in the header:\n{header}"
     );
 }
 

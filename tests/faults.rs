@@ -220,6 +220,44 @@ fn a_vip_killed_while_programs_load_is_restarted_and_programs_are_captured() {
     assert!(bpf_events >= 1200, "{bpf_events} BPF_EVENT records: {text}");
 }
 
+#[test]
+fn a_stalled_vip_loses_side_band_records_counted_apart_from_samples() {
+    let Some((_serial, scratch)) = recording_test("faults-vip-lost") else {
+        return;
+    };
+    let churn = format!("sleep 0.5; {} bpf-churn 600; sleep 0.5", load());
+    let mut record = shardrec();
+    record
+        .args(["record", "-a", "-e", "cpu-clock", "--keep-shards", "-o"])
+        .arg(scratch.output())
+        .args(["--", "sh", "-c", &churn])
+        .stderr(std::process::Stdio::piped());
+    let child = record.spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let vip = Pid::from_raw(vip_of(child.id()).expect("the VIP"));
+    // Stopped while 600 programs come and go: its 64 KiB rings overflow.
+    kill(vip, Signal::SIGSTOP).unwrap();
+    std::thread::sleep(Duration::from_millis(2500));
+    kill(vip, Signal::SIGCONT).unwrap();
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let meta = shardrec_shard::RecordingDir::open(scratch.shards())
+        .read_meta()
+        .unwrap();
+    let stats = meta.stats.unwrap();
+    let lost = stats.bpf.unwrap().lost;
+    assert!(lost > 0, "no side-band record lost: {stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "side-band: {lost} records lost in the VIP's rings"
+        )),
+        "{stderr}"
+    );
+    let sample_losses: u64 = stats.cpus.iter().map(|c| c.dropped()).sum();
+    assert_eq!(sample_losses, 0, "the sampling rings lost nothing");
+}
+
 /// What a recording with an injected fault must end in.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Ends {

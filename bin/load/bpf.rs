@@ -37,9 +37,17 @@ pub fn hold(time: Duration) -> Result<(), String> {
 }
 
 /// Runs a looping tracepoint program on each of our own `getppid` calls
-/// for `time`.
-pub fn hot(time: Duration) -> Result<(), String> {
+/// for `time`; with `cpus`, loads it on the first CPU and runs it on the
+/// second (its KSYMBOL and BPF_EVENT land in the first one's ring).
+pub fn hot(time: Duration, cpus: Option<(u32, u32)>) -> Result<(), String> {
+    let pin = |cpu| shardrec_sys::cpu::pin_to(cpu).map_err(|e| format!("pinning to {cpu}: {e}"));
+    if let Some((load_on, _)) = cpus {
+        pin(load_on)?;
+    }
     let prog = load_program(&test_programs::hot_loop()).map_err(|e| format!("loading: {e}"))?;
+    if let Some((_, run_on)) = cpus {
+        pin(run_on)?;
+    }
     let root = tracefs::root().map_err(|e| e.to_string())?;
     let id = tracefs::tracepoint_id(&root, "syscalls", "sys_enter_getppid")
         .map_err(|e| e.to_string())?;

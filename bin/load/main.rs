@@ -12,8 +12,9 @@
 //! - `bpf-churn N`: loads and unloads N BPF programs, each alive about 2 ms;
 //! - `bpf-hold SECONDS`: keeps two BPF programs loaded (one with a
 //!   subprogram), printing their ids;
-//! - `bpf-hot SECONDS`: a BPF program with a busy loop runs on every
-//!   `getppid` of a syscall loop, so BPF code takes the CPU time;
+//! - `bpf-hot SECONDS [LOAD_CPU RUN_CPU]`: a BPF program with a busy
+//!   loop runs on every `getppid` of a syscall loop, so BPF code takes
+//!   the CPU time; loaded on one CPU and run on another when given;
 //! - `forks N`: runs `/bin/true` N times, one spawning thread per CPU;
 //! - `idle N SECONDS`: keeps N idle child processes for at most SECONDS,
 //!   printing `ready` once they exist; they die with it;
@@ -103,9 +104,17 @@ fn run(words: &[&str], timed: &mut report::Start) -> Result<(), String> {
             Err(_) => Err(format!("bad seconds '{secs}'")),
         },
         ["bpf-hot", secs] => match secs.parse() {
-            Ok(secs) => bpf::hot(Duration::from_secs_f64(secs)),
+            Ok(secs) => bpf::hot(Duration::from_secs_f64(secs), None),
             Err(_) => Err(format!("bad seconds '{secs}'")),
         },
+        ["bpf-hot", secs, load_on, run_on] => {
+            match (secs.parse(), load_on.parse(), run_on.parse()) {
+                (Ok(secs), Ok(load_on), Ok(run_on)) => {
+                    bpf::hot(Duration::from_secs_f64(secs), Some((load_on, run_on)))
+                }
+                _ => Err(format!("bad seconds '{secs}' or CPUs '{load_on}' '{run_on}'")),
+            }
+        }
         ["forks", n] => match n.parse() {
             Ok(n) => procs::forks(n),
             Err(_) => Err(format!("bad count '{n}'")),
@@ -120,7 +129,7 @@ fn run(words: &[&str], timed: &mut report::Start) -> Result<(), String> {
         },
         _ => Err(concat!(
             "usage: shardrec-load [--report FILE] syscalls N | syscalls-busy N | spin SECONDS",
-            " | burn MILLIONS | hot SECONDS | bpf-churn N | bpf-hold SECONDS | bpf-hot SECONDS",
+            " | burn MILLIONS | hot SECONDS | bpf-churn N | bpf-hold SECONDS | bpf-hot SECONDS [LOAD_CPU RUN_CPU]",
             " | forks N | idle N SECONDS | threads SECONDS",
             " | rusage FILE CMD ARGS..."
         )

@@ -70,6 +70,9 @@ pub struct VipStats {
     pub missed: u64,
     /// Bytes written to `vip.shard`.
     pub bytes: u64,
+    /// Side-band records the kernel dropped because a VIP ring was full
+    /// (its LOST records): apart from the sampling rings' losses.
+    pub lost: u64,
 }
 
 /// A report longer than this is not one (the VIP's `Ready` carries the

@@ -198,9 +198,9 @@ impl<'a> Recording<'a> {
             ring_pages: self.plan.ring_pages,
             sync_shard: self.sync_shards,
         };
-        for (i, writer) in self.writers.iter_mut().enumerate() {
+        for writer in self.writers.iter_mut() {
             let shard = self.dir.create_file(&self.dir.shard_path(writer.cpu()))?;
-            let side_band = self.side_band.as_ref().map(|s| &s.events[i].1);
+            let side_band = self.side_band.as_ref().and_then(|s| s.on_cpu(writer.cpu()));
             writer.spawn(side_band, options, shard)?;
         }
         let programs = sample_filters::programs(self.plan)?;

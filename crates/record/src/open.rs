@@ -52,9 +52,21 @@ pub struct SideBandEvents {
     _rings: Vec<RingBuffer>,
 }
 
-/// Opens the side-band events, or says why there are none: a kernel
-/// without KSYMBOL/BPF_EVENT (before 5.1), or no permission for CPU-wide
-/// events (a workload recorded unprivileged).
+impl SideBandEvents {
+    /// The side-band event of `cpu`.
+    pub fn on_cpu(&self, cpu: u32) -> Option<&PerfEvent> {
+        self.events
+            .iter()
+            .find(|(c, _, _)| *c == cpu)
+            .map(|(_, event, _)| event)
+    }
+}
+
+/// Opens the side-band events on every online CPU, whichever CPUs are
+/// recorded: a program's records land in the ring of the CPU that ran
+/// bpf(2), and it may run (and be sampled) on a recorded CPU. Or says why
+/// there are none: a kernel without KSYMBOL/BPF_EVENT (before 5.1), or no
+/// permission for CPU-wide events (a workload recorded unprivileged).
 pub fn open_side_band(plan: &Plan) -> Result<SideBandEvents, String> {
     let mut attr = Attr::software(abi::PERF_COUNT_SW_DUMMY as u64);
     attr.set_sample_type(crate::attrs::BASE_SAMPLE_TYPE);
@@ -70,8 +82,9 @@ pub fn open_side_band(plan: &Plan) -> Result<SideBandEvents, String> {
     if let Some(clockid) = plan.clockid {
         attr.set_clock(clockid);
     }
+    let online = cpu::online().map_err(|e| format!("reading the online CPUs: {e}"))?;
     let events = cpu::on_each(
-        &plan.cpus,
+        &online,
         |&cpu| cpu,
         |&cpu| {
             let event =

@@ -92,6 +92,13 @@ impl fmt::Display for RecordReport {
                 "  BPF programs: {} loaded, {} unloaded, {} captured, {} missed (gone before capture)",
                 bpf.loaded, bpf.unloaded, bpf.captured, bpf.missed
             )?;
+            if bpf.lost > 0 {
+                writeln!(
+                    f,
+                    "  side-band: {} records lost in the VIP's rings (not samples: BPF programs may be unnamed)",
+                    bpf.lost
+                )?;
+            }
         }
         for filter in &self.filters {
             writeln!(

@@ -98,7 +98,7 @@ impl Recording<'_> {
             return;
         }
         let path = self.dir.shard_path(cpu);
-        let side_band = self.side_band.as_ref().map(|s| &s.events[index].1);
+        let side_band = self.side_band.as_ref().and_then(|s| s.on_cpu(cpu));
         let replaced = self
             .dir
             .reopen_file(&path)

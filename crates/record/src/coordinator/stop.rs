@@ -65,9 +65,10 @@ impl Recording<'_> {
     /// second stop signal makes everyone quit at once.
     pub(super) fn stop(&mut self, signals: &mut Signals) -> Result<(), RecordError> {
         self.stopping = true;
-        for (i, writer) in self.writers.iter_mut().enumerate() {
-            writer.drain(self.side_band.as_ref().map(|s| &s.events[i].1));
+        for writer in self.writers.iter_mut() {
+            writer.drain(self.side_band.as_ref().and_then(|s| s.on_cpu(writer.cpu())));
         }
+        self.disable_unrecorded_side_band();
         let mut vip_told = false;
         while self.helpers().any(|h| !h.has_exited()) {
             if !vip_told && !self.writers.iter().any(Writer::is_running) {
@@ -87,6 +88,20 @@ impl Recording<'_> {
         }
         self.end_workload();
         self.write_given_up_rings()
+    }
+
+    /// The side-band events of the CPUs no writer records (their writers
+    /// disable the others from their own CPU), so the VIP's last read
+    /// finds everything that came.
+    fn disable_unrecorded_side_band(&self) {
+        let Some(side_band) = &self.side_band else {
+            return;
+        };
+        for (cpu, event, _) in &side_band.events {
+            if !self.writers.iter().any(|w| w.cpu() == *cpu) {
+                let _ = event.disable();
+            }
+        }
     }
 
     /// The rings of the writers given up on, written by the coordinator
@@ -180,7 +195,7 @@ impl Recording<'_> {
             cpus: cpus.iter().map(|c| c.stats.clone()).collect(),
             synth_bytes,
             lost_by_event,
-            bpf: self.vip.as_ref().and_then(|v| v.stats),
+            bpf: self.vip_stats(),
             filters: self.filters.iter().map(|f| f.stats(self.plan)).collect(),
             stopped_by: stopped_by.clone(),
             stop_unix_ns: unix_ns(),
@@ -209,6 +224,23 @@ impl Recording<'_> {
                 .map(|v| v.restarted_at.clone())
                 .unwrap_or_default(),
         })
+    }
+
+    /// What the VIP reported, with the side-band records lost in its
+    /// rings: the kernel counts every one on its event (PERF_FORMAT_LOST),
+    /// while a LOST record comes only with the next record that fits,
+    /// which after a burst may never come.
+    fn vip_stats(&self) -> Option<shardrec_control::VipStats> {
+        let mut stats = self.vip.as_ref()?.stats?;
+        if let (Some(side_band), true) = (&self.side_band, self.plan.lost_counts) {
+            let counted: u64 = side_band
+                .events
+                .iter()
+                .filter_map(|(_, event, _)| event.read_values().ok()?.get(2).copied())
+                .sum();
+            stats.lost = stats.lost.max(counted);
+        }
+        Some(stats)
     }
 
     /// Each event's count of samples the kernel dropped, as `(cpu, id,
