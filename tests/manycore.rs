@@ -414,6 +414,50 @@ fn every_bpf_program_of_the_workload_is_seen() {
     }
 }
 
+/// On the guest's 6.1 kernel, `--filter` programs keep what they say (the
+/// init's `features` recording: pid, cpu, user, comm), and the function
+/// tracer's text changes come as TEXT_POKE records.
+#[test]
+fn filters_and_text_pokes_work_on_the_older_kernel() {
+    let Some(guest) = Guest::from_env() else {
+        return;
+    };
+    let stderr = guest.text("features.stderr");
+    assert_eq!(guest.text("features.rc").trim(), "0", "{stderr}");
+    let pids = key_values(&guest.file("features.pids"));
+    let (hot, fspin): (i32, i32) = (pids["hot"].parse().unwrap(), pids["fspin"].parse().unwrap());
+    let file = guest.file("features.data");
+    let all = samples(&file);
+    let kernel = |ip: u64| ip >= 1 << 63;
+    type Check = fn(&Sample, i32, i32) -> bool;
+    let checks: [(&str, Check); 4] = [
+        ("f_pid", |s, hot, _| s.pid == hot),
+        ("f_cpu", |s, _, _| s.cpu == 1),
+        ("f_user", |s, _, _| s.ip < 1 << 63),
+        ("f_comm", |s, _, fspin| s.pid == fspin && s.comm == "fspin"),
+    ];
+    for (name, holds) in checks {
+        let kept: Vec<&Sample> = all.iter().filter(|s| s.event == name).collect();
+        assert!(!kept.is_empty(), "{name} kept nothing");
+        if let Some(bad) = kept.iter().find(|s| !holds(s, hot, fspin)) {
+            panic!("{name} kept {bad:?}");
+        }
+        assert!(
+            stderr.contains(&format!("on {name}: {} samples kept", kept.len())),
+            "{name}: {} samples, but shardrec said:\n{stderr}",
+            kept.len()
+        );
+    }
+    assert!(all.iter().any(|s| kernel(s.ip)), "no kernel sample at all");
+    let pokes = perf(&["script", "--show-text-poke-events"], &file);
+    let pokes = String::from_utf8_lossy(&pokes.stdout);
+    let count = pokes
+        .lines()
+        .filter(|l| l.contains("PERF_RECORD_TEXT_POKE"))
+        .count();
+    assert!(count >= 2, "{count} TEXT_POKE records:\n{pokes}");
+}
+
 /// A sample's comm belongs to shardrec itself: its coordinator, writers and
 /// VIP (all `shardrec`) and the io_uring workers of its writers
 /// (`iou-wrk-PID`; nothing else in the guest uses io_uring). The workload

@@ -442,3 +442,58 @@ pub fn samples_by_linux_perf_data(file: &std::path::Path) -> u64 {
     }
     samples
 }
+
+/// One sample as `perf script -F comm,pid,tid,cpu,period,event,ip,addr`
+/// prints it.
+#[derive(Debug)]
+pub struct Sample {
+    pub comm: String,
+    pub pid: i32,
+    pub tid: i32,
+    pub cpu: u32,
+    pub period: u64,
+    pub event: String,
+    pub ip: u64,
+    pub addr: u64,
+}
+
+/// Every sample of `file`, read from the right (a comm may hold spaces).
+pub fn samples(file: &Path) -> Vec<Sample> {
+    samples_with(file, "comm,pid,tid,cpu,period,event,ip")
+}
+
+/// Every sample, with its fields as `fields` asks (the addr before the
+/// ip, when there).
+pub fn samples_with(file: &Path, fields: &str) -> Vec<Sample> {
+    let with_addr = fields.contains("addr");
+    let output = perf(&["script", "-F", fields], file);
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|line| {
+            let mut words: Vec<&str> = line.split_whitespace().collect();
+            let mut take = || words.pop().unwrap_or_else(|| panic!("short line: {line}"));
+            let ip = u64::from_str_radix(take(), 16).unwrap();
+            let addr = match with_addr {
+                true => u64::from_str_radix(take(), 16).unwrap(),
+                false => 0,
+            };
+            let event = take().trim_end_matches(':').to_string();
+            let period = take().parse().unwrap();
+            let cpu = take().trim_matches(['[', ']']).parse().unwrap();
+            let (pid, tid) = take().split_once('/').unwrap();
+            let (pid, tid) = (pid.parse().unwrap(), tid.parse().unwrap());
+            let comm = words.join(" ");
+            Sample {
+                comm,
+                pid,
+                tid,
+                cpu,
+                period,
+                event,
+                ip,
+                addr,
+            }
+        })
+        .collect()
+}

@@ -83,6 +83,7 @@ pub fn open_side_band(plan: &Plan) -> Result<SideBandEvents, String> {
         attr.set_clock(clockid);
     }
     let online = cpu::online().map_err(|e| format!("reading the online CPUs: {e}"))?;
+    track_text_pokes(&mut attr, online.first().copied().unwrap_or(0));
     let events = cpu::on_each(
         &online,
         |&cpu| cpu,
@@ -114,6 +115,20 @@ pub fn open_side_band(plan: &Plan) -> Result<SideBandEvents, String> {
         events,
         _rings: rings,
     })
+}
+
+/// Kernel text changes (static keys, ftrace, BPF trampolines) as
+/// TEXT_POKE records, where the kernel has them (5.9+; an older one
+/// refuses the bit with EINVAL): with them and a copy of the kernel's text
+/// at the start (`--kcore`), the text at any moment can be rebuilt.
+fn track_text_pokes(attr: &mut Attr, cpu: u32) {
+    attr.set_flag(shardrec_sys::Flag::TextPoke, true);
+    let refused = PerfEvent::open(attr, Target::cpu(cpu))
+        .err()
+        .is_some_and(|e| e.raw_os_error() == Some(libc::EINVAL));
+    if refused {
+        attr.set_flag(shardrec_sys::Flag::TextPoke, false);
+    }
 }
 
 /// Opens every event of the plan on every CPU, disabled, each CPU's from a
