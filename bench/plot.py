@@ -15,6 +15,7 @@ COLORS = {
     "shardrec": "#d62728",
     "perf-z": "#17becf",
     "shardrec-z": "#8c564b",
+    "shardrec-filter": "#e377c2",
 }
 SHAPES = ["circle", "square", "up", "diamond", "down", "cross"]
 # Startup runs a trivial workload: its rate and CPU per second mean nothing.

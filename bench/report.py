@@ -11,6 +11,8 @@ PERF_MODES = ["perf", "perf-threads", "perf-aio", "perf-rt"]
 # The rows of the ratio table, (ours, theirs), wherever both ran: shardrec
 # against each perf mode; with -z, against perf -z and against plain perf.
 RATIOS = [("shardrec", m) for m in PERF_MODES] + [("shardrec-z", "perf-z"), ("shardrec-z", "perf")]
+# With --filter, against plain perf (which cannot filter) and plain shardrec.
+RATIOS += [("shardrec-filter", "perf"), ("shardrec-filter", "shardrec")]
 
 # (key, column header, unit divisor). The derived wall_ratio is filled in
 # by `with_ratios`.

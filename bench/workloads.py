@@ -5,6 +5,11 @@ Every recorder gets a workload's options unchanged, plus the same ring size
 own default is 512 KiB, which would make the comparison about defaults),
 except in `dwarf-small`, which gives all of them 256 KiB.
 
+`shardrec-filter` runs only in `filter`, where one of 16 busy processes
+is of interest: `--filter 'comm == crowd-target'` drops the others'
+samples in the kernel (perf 6.1 has no such filter, so perf records them
+all).
+
 `perf-rt` is `perf record -r 1`: perf at SCHED_FIFO priority 1, as
 shardrec's writers run. `perf-z` and `shardrec-z` add `-z` (zstd level 1)
 and run only where a workload lists them (`extra`): on the DWARF
@@ -28,7 +33,11 @@ RECORDERS = {
     "shardrec": [SHARDREC, "record"],
     "perf-z": ["perf", "record", "-z"],
     "shardrec-z": [SHARDREC, "record", "-z"],
+    "shardrec-filter": [SHARDREC, "record"],
 }
+# Options a recorder adds after the workload's (which end with the -e its
+# --filter follows): shardrec keeps the crowd's target in the kernel.
+TRAILING = {"shardrec-filter": ["--filter", "comm == crowd-target"]}
 # The recorders every workload runs under; a workload adds its `extra`.
 EVERY_WORKLOAD = ["none", "perf", "perf-threads", "perf-aio", "perf-rt", "shardrec"]
 
@@ -111,6 +120,14 @@ def workloads(scale, smoke):
             timeout=timeout,
         ),
         Workload(
+            "filter",
+            "16 busy processes, -g at 10 kHz; shardrec-filter keeps one of them",
+            ["-a", "-g", "-F", "10000", "-e", "cpu-clock"],
+            ["crowd", "16", str(size(200, 10))],
+            timeout=timeout,
+            extra=("shardrec-filter",),
+        ),
+        Workload(
             "startup",
             "launch until the workload runs, with idle processes present",
             ["-e", "cpu-clock", "-a"],
@@ -123,14 +140,17 @@ def workloads(scale, smoke):
 
 def argv(recorder, workload, output, report):
     """The command line of one run: the recorder's, then the workload's."""
-    return command(RECORDERS[recorder], workload, output, report)
+    trailing = TRAILING.get(recorder, [])
+    return command(RECORDERS[recorder], workload, output, report, trailing)
 
 
-def command(recorder, workload, output, report):
+def command(recorder, workload, output, report, trailing=()):
     """The command line of `workload` under the recorder command `recorder`
-    (a list of words, or None for the workload alone)."""
+    (a list of words, or None for the workload alone), with `trailing`
+    after the workload's options."""
     load = [LOAD, "--report", report] + workload.load
     if recorder is None:
         return load
     ring = workload.ring or RING
-    return recorder + ["-o", output] + ring + workload.options + ["--"] + load
+    options = workload.options + list(trailing)
+    return recorder + ["-o", output] + ring + options + ["--"] + load

@@ -275,6 +275,23 @@ fn a_filter_the_verifier_refuses_records_nothing() {
 }
 
 #[test]
+fn kcore_where_the_kernel_has_none() {
+    let Some((_serial, scratch)) = recording_test("bad-kcore") else {
+        return;
+    };
+    if std::path::Path::new("/proc/kcore").exists() {
+        eprintln!("this kernel has /proc/kcore: the manycore guest checks --kcore");
+        return;
+    }
+    let output = run(
+        &scratch,
+        &["-a", "--kcore", "-e", "cpu-clock", "--", "true"],
+    );
+    assert_refused(&output, &scratch, "--kcore: /proc/kcore is not readable");
+    assert!(!scratch.output().exists());
+}
+
+#[test]
 fn locked_memory_limit() {
     if !require_root() {
         return;

@@ -427,6 +427,10 @@ fn filters_and_text_pokes_work_on_the_older_kernel() {
     let pids = key_values(&guest.file("features.pids"));
     let (hot, fspin): (i32, i32) = (pids["hot"].parse().unwrap(), pids["fspin"].parse().unwrap());
     let file = guest.file("features.data");
+    assert!(
+        file.join("data").is_file(),
+        "--kcore makes the output a directory"
+    );
     let all = samples(&file);
     let kernel = |ip: u64| ip >= 1 << 63;
     type Check = fn(&Sample, i32, i32) -> bool;
@@ -456,6 +460,99 @@ fn filters_and_text_pokes_work_on_the_older_kernel() {
         .filter(|l| l.contains("PERF_RECORD_TEXT_POKE"))
         .count();
     assert!(count >= 2, "{count} TEXT_POKE records:\n{pokes}");
+}
+
+/// `--kcore` on the guest: `features.data/kcore_dir` holds the kernel's
+/// text at the start, which perf uses for kernel code, and the first
+/// change of the text at each address (TEXT_POKE) starts from exactly the
+/// bytes the copy holds.
+#[test]
+fn kcore_holds_the_text_that_text_pokes_change() {
+    let Some(guest) = Guest::from_env() else {
+        return;
+    };
+    let dir = guest.file("features.data").join("kcore_dir");
+    for name in ["kcore", "kallsyms", "modules"] {
+        let mode = std::fs::metadata(dir.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(
+            std::os::unix::fs::PermissionsExt::mode(&mode.permissions()) & 0o777,
+            0o400
+        );
+    }
+    let kcore = std::fs::read(dir.join("kcore")).unwrap();
+    let kallsyms = std::fs::read_to_string(dir.join("kallsyms")).unwrap();
+    let stext = kallsyms
+        .lines()
+        .find(|l| l.ends_with(" _stext"))
+        .and_then(|l| u64::from_str_radix(l.split(' ').next()?, 16).ok())
+        .expect("_stext in the copied kallsyms");
+    assert!(
+        kcore_bytes(&kcore, stext, 16).is_some(),
+        "the copy holds _stext"
+    );
+    let mut seen = BTreeSet::new();
+    let mut checked = 0;
+    for record in data_records(&guest.file("features.data").join("data")) {
+        if RecordType(u32::from_ne_bytes(record[0..4].try_into().unwrap())) != RecordType::TEXT_POKE
+        {
+            continue;
+        }
+        // perf_record_text_poke: addr, old_len, new_len, old then new bytes.
+        let addr = u64::from_ne_bytes(record[8..16].try_into().unwrap());
+        let old_len = u16::from_ne_bytes(record[16..18].try_into().unwrap()) as usize;
+        let old = &record[20..20 + old_len];
+        if old_len == 0 || !seen.insert(addr) {
+            continue;
+        }
+        if let Some(copied) = kcore_bytes(&kcore, addr, old_len) {
+            assert_eq!(copied, old, "the text at {addr:#x} before its first poke");
+            checked += 1;
+        }
+    }
+    assert!(checked >= 1, "no TEXT_POKE inside the copied text");
+    // perf script -F +insn reads kernel instructions from the copy.
+    let insns = perf(&["script", "-F", "ip,insn"], &guest.file("features.data"));
+    let insns = String::from_utf8_lossy(&insns.stdout);
+    let mut kernel_insns = 0;
+    for line in insns.lines() {
+        let Some((ip, bytes)) = line.trim().split_once(" insn:") else {
+            continue;
+        };
+        let ip = u64::from_str_radix(ip.trim(), 16).unwrap();
+        let bytes: Vec<u8> = bytes
+            .split_whitespace()
+            .map(|b| u8::from_str_radix(b, 16).unwrap())
+            .collect();
+        if ip >= 1 << 63 && !bytes.is_empty() {
+            assert_eq!(kcore_bytes(&kcore, ip, bytes.len()), Some(bytes), "{line}");
+            kernel_insns += 1;
+        }
+    }
+    assert!(kernel_insns > 0, "no kernel instruction read from the copy");
+    let verbose = Command::new("perf")
+        .args(["report", "-v", "--stdio", "--force", "-i"])
+        .arg(guest.file("features.data"))
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&verbose.stderr);
+    assert!(
+        said.contains("kcore_dir/kcore for kernel"),
+        "perf does not read kernel code from the copy:\n{said}"
+    );
+}
+
+/// `len` bytes at kernel address `addr` in an ELF64 core file (a
+/// `kcore_dir/kcore`), from the PT_LOAD segment that holds them.
+fn kcore_bytes(kcore: &[u8], addr: u64, len: usize) -> Option<Vec<u8>> {
+    let u64_at = |at: usize| u64::from_le_bytes(kcore[at..at + 8].try_into().unwrap());
+    let u16_at = |at: usize| u16::from_le_bytes(kcore[at..at + 2].try_into().unwrap());
+    let (phoff, phnum) = (u64_at(32) as usize, u16_at(56) as usize);
+    (0..phnum).map(|i| phoff + i * 56).find_map(|ph| {
+        let (offset, vaddr, size) = (u64_at(ph + 8), u64_at(ph + 16), u64_at(ph + 32));
+        let inside = vaddr <= addr && addr + len as u64 <= vaddr + size;
+        let start = (offset + addr - vaddr) as usize;
+        inside.then(|| kcore[start..start + len].to_vec())
+    })
 }
 
 /// A sample's comm belongs to shardrec itself: its coordinator, writers and

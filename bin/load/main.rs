@@ -7,6 +7,8 @@
 //! - `spin SECONDS`: one busy thread pinned to each online CPU;
 //! - `burn MILLIONS`: the same fixed work (MILLIONS million steps) in one
 //!   thread pinned to each online CPU;
+//! - `crowd N MILLIONS`: N processes, each MILLIONS million steps of
+//!   `hot_loop`, the first named `crowd-target` (for `--filter`);
 //! - `hot SECONDS`: one thread in `hot_loop`, called from `hot_caller`, for
 //!   tests that look for a known symbol and its caller;
 //! - `bpf-churn N`: loads and unloads N BPF programs, each alive about 2 ms;
@@ -123,6 +125,16 @@ fn run(words: &[&str], timed: &mut report::Start) -> Result<(), String> {
             Ok(secs) => procs::thread_churn(Duration::from_secs_f64(secs)),
             Err(_) => Err(format!("bad seconds '{secs}'")),
         },
+        ["crowd", n, millions] => match (n.parse(), millions.parse::<u64>()) {
+            (Ok(n), Ok(millions)) => procs::crowd(n, |_| {
+                let mut x = 1;
+                for _ in 0..millions {
+                    x = hot_loop(x);
+                }
+                std::hint::black_box(x);
+            }),
+            _ => Err(format!("bad count '{n}' or work '{millions}'")),
+        },
         ["idle", n, secs] => match (n.parse(), secs.parse()) {
             (Ok(n), Ok(secs)) => procs::idle(n, Duration::from_secs_f64(secs)),
             _ => Err(format!("bad count '{n}' or seconds '{secs}'")),
@@ -130,7 +142,7 @@ fn run(words: &[&str], timed: &mut report::Start) -> Result<(), String> {
         _ => Err(concat!(
             "usage: shardrec-load [--report FILE] syscalls N | syscalls-busy N | spin SECONDS",
             " | burn MILLIONS | hot SECONDS | bpf-churn N | bpf-hold SECONDS | bpf-hot SECONDS [LOAD_CPU RUN_CPU]",
-            " | forks N | idle N SECONDS | threads SECONDS",
+            " | forks N | crowd N MILLIONS | idle N SECONDS | threads SECONDS",
             " | rusage FILE CMD ARGS..."
         )
         .to_string()),

@@ -66,6 +66,45 @@ fn idle_child(parent: Pid) -> ! {
     }
 }
 
+/// The name of the one process of a crowd that a filter picks out.
+pub const CROWD_TARGET: &std::ffi::CStr = c"crowd-target";
+
+/// Runs `n` processes, each doing the same fixed work (`work(i)`, for
+/// i in 0..n), the first one named [`CROWD_TARGET`]: the many busy
+/// processes of a host where one is of interest. Children die with this
+/// process.
+pub fn crowd(n: u32, work: impl Fn(u32) + Copy) -> Result<(), String> {
+    let parent = Pid::this();
+    let mut children = Vec::with_capacity(n as usize);
+    for i in 0..n {
+        let child = shardrec_sys::process::spawn(move || {
+            let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL);
+            if getppid() != parent {
+                shardrec_sys::process::exit_now(1);
+            }
+            if i == 0 {
+                let _ = shardrec_sys::process::set_name(CROWD_TARGET);
+            }
+            work(i);
+            0
+        });
+        match child {
+            Ok(child) => children.push(child),
+            Err(e) => {
+                reap(&children);
+                return Err(format!("fork {i} of {n}: {e}"));
+            }
+        }
+    }
+    for &child in &children {
+        match waitpid(child, None) {
+            Ok(nix::sys::wait::WaitStatus::Exited(_, 0)) => {}
+            other => return Err(format!("crowd member {child}: {other:?}")),
+        }
+    }
+    Ok(())
+}
+
 fn reap(children: &[Pid]) {
     for &child in children {
         let _ = kill(child, Signal::SIGKILL);

@@ -100,7 +100,8 @@ fn record(args: RecordArgs, command_line: &[String]) -> Result<ExitCode, Error> 
         slice_bytes: None,
     };
     let scanned = std::mem::take(&mut report.scanned);
-    let merged = merge_and_report(&report.dir, &config.output, quiet, &options, scanned)?;
+    let output = config.merge_output();
+    let merged = merge_and_report(&report.dir, &output, quiet, &options, scanned)?;
     // A shard the merge could not read at all is a failure, even when the
     // workload succeeded (its status wins when it failed).
     let code = if merged || report.exit_code != 0 {
@@ -124,7 +125,13 @@ fn merge(args: &MergeArgs) -> Result<ExitCode, Error> {
         threads: args.threads,
         slice_bytes: args.slice_size,
     };
-    let clean = merge_and_report(&args.dir, &args.output, args.quiet, &options, Vec::new())?;
+    // A directory output (perf's --kcore or --threads layout) holds the
+    // perf.data file as `data`.
+    let output = match args.output.is_dir() {
+        true => args.output.join("data"),
+        false => args.output.clone(),
+    };
+    let clean = merge_and_report(&args.dir, &output, args.quiet, &options, Vec::new())?;
     Ok(if clean {
         ExitCode::SUCCESS
     } else {

@@ -79,7 +79,6 @@ pub const OPTIONS: &[PerfOption] = &[
     opt(None, "clang-path", Required("clang path"), "clang binary to use for compiling BPF scriptlets", Later),
     opt(None, "debuginfod", Optional("debuginfod urls"), "Enable debuginfod data retrieval", Later),
     opt(None, "exclude-perf", Flag, "don't record events from perf itself", Moot("shardrec never records its own processes")),
-    opt(None, "kcore", Flag, "copy /proc/kcore", Later),
     opt(None, "max-size", Required("size"), "Limit the maximum size of the output file", Later),
     opt(None, "mmap-flush", Required("number"), "Minimal number of bytes that is extracted from mmap data pages", Moot("shardrec's writers wake at a quarter ring and write whatever is there")),
     opt(None, "no-buffering", Flag, "collect data without buffering", Moot("shardrec writes a ring's data below the watermark within 1.25 s")),

@@ -132,6 +132,9 @@ pub struct OutputArgs {
     /// stop after writing the shards; do not merge them
     #[arg(long = "no-merge")]
     no_merge: bool,
+    /// copy /proc/kcore: the output becomes a directory (FILE/data, FILE/kcore_dir)
+    #[arg(long = "kcore")]
+    kcore: bool,
     /// keep the shard directory after merging it
     #[arg(long = "keep-shards")]
     pub keep_shards: bool,
@@ -256,6 +259,7 @@ impl RecordArgs {
                 .transpose()?,
             output: output.file,
             no_merge: output.no_merge,
+            kcore: output.kcore,
             verbose: run.verbose,
             quiet: run.quiet,
             delay: parsed(&run.delay, options::parse_delay)?,

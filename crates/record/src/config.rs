@@ -130,6 +130,9 @@ pub struct RecordConfig {
     pub output: PathBuf,
     /// `--no-merge`: stop after writing the shards.
     pub no_merge: bool,
+    /// `--kcore`: the output is a directory with a copy of the kernel's
+    /// text taken at the start.
+    pub kcore: bool,
     /// What each sample carries besides the basics.
     pub sample: SampleOptions,
     /// `-v` given this many times: 2 prints each attr before opening it.
@@ -171,6 +174,7 @@ impl RecordConfig {
             ring_pages: None,
             output: PathBuf::from("perf.data"),
             no_merge: false,
+            kcore: false,
             command: Vec::new(),
             clockid: None,
             sample: SampleOptions::default(),
@@ -189,5 +193,16 @@ impl RecordConfig {
 impl Default for RecordConfig {
     fn default() -> Self {
         RecordConfig::new()
+    }
+}
+
+impl RecordConfig {
+    /// The perf.data file the merge writes: the output, or with `--kcore`
+    /// the `data` file of the output directory (as perf writes it).
+    pub fn merge_output(&self) -> std::path::PathBuf {
+        match self.kcore {
+            true => crate::kcore::data_path(&self.output),
+            false => self.output.clone(),
+        }
     }
 }

@@ -124,6 +124,9 @@ impl<'a> Recording<'a> {
         let target_pid = workload_pid.filter(|_| plan.scope == Scope::Workload);
         let (cpus, tasks) = open::open_all(plan, attrs, target_pid)?;
         let side_band = side_band(config, plan)?;
+        if config.kcore {
+            crate::kcore::copy_to(&config.output)?;
+        }
         let dir = RecordingDir::create(RecordingDir::for_output(&config.output))?;
         let mut meta = initial_meta(
             config,

@@ -25,6 +25,7 @@ mod error;
 mod events;
 mod helper;
 mod host;
+mod kcore;
 mod meta;
 mod negotiate;
 mod open;
