@@ -1,4 +1,5 @@
-//! The little of ELF64 a kcore copy needs: reading `/proc/kcore`'s header
+//! The little of ELF64 a kcore copy needs (in the host's byte order, as
+//! `/proc/kcore` is): reading `/proc/kcore`'s header
 //! and program headers, writing a core file of `PT_LOAD` segments (no
 //! sections), as perf's `kcore_copy` writes `kcore_dir/kcore`.
 
@@ -34,7 +35,6 @@ pub struct Header {
     flags: u32,
     phoff: u64,
     phnum: u16,
-    big_endian: bool,
 }
 
 impl Header {
@@ -46,8 +46,7 @@ impl Header {
         if bytes[4] != ELFCLASS64 {
             return Err(invalid("not a 64-bit ELF file"));
         }
-        let big_endian = bytes[5] == 2;
-        let r = Reader { bytes, big_endian };
+        let r = Reader { bytes };
         Ok(Header {
             ident: bytes[..16].try_into().expect("16 bytes"),
             e_type: r.u16(16),
@@ -56,7 +55,6 @@ impl Header {
             phoff: r.u64(32),
             flags: r.u32(48),
             phnum: r.u16(56),
-            big_endian,
         })
     }
 
@@ -67,10 +65,7 @@ impl Header {
 
     /// Reads the program headers from their bytes.
     pub fn segments(&self, bytes: &[u8]) -> Vec<Segment> {
-        let r = Reader {
-            bytes,
-            big_endian: self.big_endian,
-        };
+        let r = Reader { bytes };
         (0..bytes.len() / PHDR_SIZE)
             .map(|i| i * PHDR_SIZE)
             .map(|at| Segment {
@@ -87,37 +82,30 @@ impl Header {
     /// (address, length) follow back to back from `data_start`, each
     /// `PF_R|PF_W|PF_X` and `page`-aligned, as perf writes them.
     pub fn core_file(&self, segments: &[(u64, u64)], data_start: u64, page: u64) -> Vec<u8> {
-        let mut w = Writer {
-            out: Vec::new(),
-            big_endian: self.big_endian,
-        };
-        w.out.extend_from_slice(&self.ident);
-        w.u16(self.e_type);
-        w.u16(self.machine);
-        w.u32(self.version);
-        w.u64(0); // e_entry
-        w.u64(EHDR_SIZE as u64); // e_phoff
-        w.u64(0); // e_shoff
-        w.u32(self.flags);
-        w.u16(EHDR_SIZE as u16);
-        w.u16(PHDR_SIZE as u16);
-        w.u16(segments.len() as u16);
-        w.u16(0); // e_shentsize
-        w.u16(0); // e_shnum
-        w.u16(0); // e_shstrndx
+        let mut out = self.ident.to_vec();
+        out.extend_from_slice(&self.e_type.to_ne_bytes());
+        out.extend_from_slice(&self.machine.to_ne_bytes());
+        out.extend_from_slice(&self.version.to_ne_bytes());
+        // e_entry, e_phoff, e_shoff
+        for word in [0, EHDR_SIZE as u64, 0] {
+            out.extend_from_slice(&word.to_ne_bytes());
+        }
+        out.extend_from_slice(&self.flags.to_ne_bytes());
+        // e_ehsize, e_phentsize, e_phnum, e_shentsize, e_shnum, e_shstrndx
+        for half in [EHDR_SIZE, PHDR_SIZE, segments.len(), 0, 0, 0] {
+            out.extend_from_slice(&(half as u16).to_ne_bytes());
+        }
         let mut offset = data_start;
         for &(vaddr, len) in segments {
-            w.u32(PT_LOAD);
-            w.u32(PF_RWX);
-            w.u64(offset);
-            w.u64(vaddr);
-            w.u64(0); // p_paddr
-            w.u64(len);
-            w.u64(len);
-            w.u64(page);
+            out.extend_from_slice(&PT_LOAD.to_ne_bytes());
+            out.extend_from_slice(&PF_RWX.to_ne_bytes());
+            // p_offset, p_vaddr, p_paddr, p_filesz, p_memsz, p_align
+            for word in [offset, vaddr, 0, len, len, page] {
+                out.extend_from_slice(&word.to_ne_bytes());
+            }
             offset += len;
         }
-        w.out
+        out
     }
 }
 
@@ -125,9 +113,10 @@ fn invalid(what: &str) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, format!("/proc/kcore: {what}"))
 }
 
+/// Fields in the host's byte order: `/proc/kcore` is the running
+/// kernel's, whose order is ours.
 struct Reader<'a> {
     bytes: &'a [u8],
-    big_endian: bool,
 }
 
 impl Reader<'_> {
@@ -139,60 +128,13 @@ impl Reader<'_> {
         out
     }
     fn u16(&self, at: usize) -> u16 {
-        let b = self.take(at);
-        if self.big_endian {
-            u16::from_be_bytes(b)
-        } else {
-            u16::from_le_bytes(b)
-        }
+        u16::from_ne_bytes(self.take(at))
     }
     fn u32(&self, at: usize) -> u32 {
-        let b = self.take(at);
-        if self.big_endian {
-            u32::from_be_bytes(b)
-        } else {
-            u32::from_le_bytes(b)
-        }
+        u32::from_ne_bytes(self.take(at))
     }
     fn u64(&self, at: usize) -> u64 {
-        let b = self.take(at);
-        if self.big_endian {
-            u64::from_be_bytes(b)
-        } else {
-            u64::from_le_bytes(b)
-        }
-    }
-}
-
-struct Writer {
-    out: Vec<u8>,
-    big_endian: bool,
-}
-
-impl Writer {
-    fn u16(&mut self, v: u16) {
-        let b = if self.big_endian {
-            v.to_be_bytes()
-        } else {
-            v.to_le_bytes()
-        };
-        self.out.extend_from_slice(&b);
-    }
-    fn u32(&mut self, v: u32) {
-        let b = if self.big_endian {
-            v.to_be_bytes()
-        } else {
-            v.to_le_bytes()
-        };
-        self.out.extend_from_slice(&b);
-    }
-    fn u64(&mut self, v: u64) {
-        let b = if self.big_endian {
-            v.to_be_bytes()
-        } else {
-            v.to_le_bytes()
-        };
-        self.out.extend_from_slice(&b);
+        u64::from_ne_bytes(self.take(at))
     }
 }
 
@@ -204,8 +146,8 @@ mod tests {
     fn a_written_core_file_reads_back() {
         let mut source = vec![0u8; EHDR_SIZE];
         source[..6].copy_from_slice(b"\x7fELF\x02\x01");
-        source[16] = 4; // ET_CORE
-        source[18] = 62; // EM_X86_64
+        source[16..18].copy_from_slice(&4u16.to_ne_bytes()); // ET_CORE
+        source[18..20].copy_from_slice(&62u16.to_ne_bytes()); // EM_X86_64
         let header = Header::parse(&source).unwrap();
         let segments = [
             (0xffff_ffff_8100_0000, 0x2000),
