@@ -436,13 +436,16 @@ fn perf_options_are_options_not_the_command() {
         &[&["-u", "no-such-user-here"][..], &touch].concat(),
     );
     assert_refused(&output, &scratch, "-u: invalid user 'no-such-user-here'");
-    // A value that is not a path is still the option's (--max-size takes
-    // one), not the command.
-    let output = run(&scratch, &[&["--max-size", "100M"][..], &touch].concat());
+    // A value that is not a path is still the option's (--switch-max-files
+    // takes one), not the command.
+    let output = run(
+        &scratch,
+        &[&["--switch-max-files", "3"][..], &touch].concat(),
+    );
     assert_refused(
         &output,
         &scratch,
-        "--max-size is not supported by shardrec yet",
+        "--switch-max-files is not supported by shardrec yet",
     );
     if !require_root() {
         return;

@@ -52,9 +52,8 @@ fn main() -> ExitCode {
         Err(error) => {
             eprintln!("shardrec: {}", shardrec_shard::with_causes(&error));
             match error {
-                Error::Record(RecordError::Usage(_) | RecordError::UnknownEvent { .. }) => {
-                    ExitCode::from(USAGE)
-                }
+                Error::Record(RecordError::Usage(_) | RecordError::UnknownEvent { .. })
+                | Error::Merge(MergeError::BadTime(_)) => ExitCode::from(USAGE),
                 _ => ExitCode::from(255),
             }
         }
@@ -71,6 +70,8 @@ fn record(args: RecordArgs, command_line: &[String]) -> Result<ExitCode, Error> 
         .level()
         .map_err(RecordError::Usage)?;
     let threads = args.output.merge_threads().map_err(RecordError::Usage)?;
+    let (build_ids, build_id_cache) =
+        (args.output.build_ids.which(), args.output.build_ids.cache());
     let config = args.into_config().map_err(RecordError::Usage)?;
     if dry_run {
         // perf's --dry-run: the options are read and checked, nothing more.
@@ -98,6 +99,8 @@ fn record(args: RecordArgs, command_line: &[String]) -> Result<ExitCode, Error> 
         compression_level: compression,
         threads,
         slice_bytes: None,
+        build_ids,
+        build_id_cache,
     };
     let scanned = std::mem::take(&mut report.scanned);
     let output = config.merge_output();
@@ -124,6 +127,8 @@ fn merge(args: &MergeArgs) -> Result<ExitCode, Error> {
         compression_level: args.compression.level().map_err(RecordError::Usage)?,
         threads: args.threads,
         slice_bytes: args.slice_size,
+        build_ids: args.build_ids.which(),
+        build_id_cache: args.build_ids.cache(),
     };
     // A directory output (perf's --kcore or --threads layout) holds the
     // perf.data file as `data`.
@@ -131,6 +136,18 @@ fn merge(args: &MergeArgs) -> Result<ExitCode, Error> {
         true => args.output.join("data"),
         false => args.output.clone(),
     };
+    if let Some(spec) = &args.time {
+        let (window, report) = shardrec_merge::merge_window(&args.dir, &output, &options, spec)?;
+        print_damage(&report);
+        if !args.quiet {
+            eprint!("{report}");
+            eprintln!("{}", window_line(&window));
+        }
+        return Ok(match report.unreadable().next() {
+            None => ExitCode::SUCCESS,
+            Some(_) => ExitCode::from(1),
+        });
+    }
     let clean = merge_and_report(&args.dir, &output, args.quiet, &options, Vec::new())?;
     Ok(if clean {
         ExitCode::SUCCESS
@@ -155,6 +172,20 @@ fn merge_and_report(
     }
     let clean = report.unreadable().next().is_none();
     Ok(clean)
+}
+
+/// What a merge of a window read, in one line.
+fn window_line(window: &shardrec_merge::window::WindowReport) -> String {
+    let percent = 100.0 * window.read as f64 / window.total.max(1) as f64;
+    let mut line = format!(
+        "  window: read {} of the shards' {} bytes ({percent:.1}%)",
+        window.read, window.total
+    );
+    if !window.walked.is_empty() {
+        let cpus: Vec<String> = window.walked.iter().map(u32::to_string).collect();
+        line += &format!("; without an index, walked whole: CPU {}", cpus.join(", "));
+    }
+    line
 }
 
 fn print_damage(report: &MergeReport) {

@@ -32,8 +32,13 @@ pub fn recording_test(name: &str) -> Option<(MutexGuard<'static, ()>, Scratch)> 
     Some((serial, Scratch::new(name)))
 }
 
+/// shardrec, with its build-id cache under `target/` (as perf, it adds
+/// the binaries samples fell in to `~/.debug` otherwise).
 pub fn shardrec() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_shardrec"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_shardrec"));
+    let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("build-id-cache");
+    command.env("PERF_BUILDID_DIR", cache);
+    command
 }
 
 pub fn load() -> &'static str {

@@ -48,12 +48,17 @@ pub struct MergeArgs {
     pub quiet: bool,
     #[command(flatten)]
     pub compression: record::CompressionArg,
+    #[command(flatten)]
+    pub build_ids: record::BuildIdArgs,
     /// Threads to merge with (default: one per online CPU); the output is the same whatever the number.
     #[arg(long = "threads", value_name = "N", value_parser = record::merge_thread_count)]
     pub threads: Option<usize>,
     /// Record bytes per time slice, the unit of work of each thread (default: 32M, more with many shards); smaller slices spread a small recording over more threads.
     #[arg(long = "slice-size", value_name = "SIZE", value_parser = slice_size)]
     pub slice_size: Option<u64>,
+    /// Merge only this time window, as perf report --time reads it (START,END in seconds; 10%/2; 0%-10%,30%-40%): the samples in it, and the state before it
+    #[arg(long = "time", value_name = "TIME")]
+    pub time: Option<String>,
 }
 
 /// `--slice-size`: a size (B/K/M/G) of at least 4K.

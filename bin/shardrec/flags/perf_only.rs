@@ -65,21 +65,17 @@ const ALWAYS: &str =
 /// order and words.
 #[rustfmt::skip]
 pub const OPTIONS: &[PerfOption] = &[
-    opt(Some('B'), "no-buildid", Flag, "do not collect buildids in perf.data", Later),
-    opt(Some('N'), "no-buildid-cache", Flag, "do not update the buildid cache", Later),
     opt(Some('r'), "realtime", Required("n"), "collect data with this RT SCHED_FIFO priority", Moot("shardrec's writers and VIP already run at SCHED_FIFO priority 1")),
     opt(Some('S'), "snapshot", Optional("opts"), "AUX area tracing Snapshot Mode", Later),
     opt(Some('T'), "timestamp", Flag, "Record the sample timestamps", Moot(ALWAYS)),
     opt(None, "affinity", Required("node|cpu"), "Set affinity mask of trace reading thread", Moot(PER_CPU)),
     opt(None, "aio", Optional("n"), "Use <n> control blocks in asynchronous trace writing mode", Moot(IO_URING)),
     opt(None, "aux-sample", Optional("opts"), "sample AUX area", Later),
-    opt(None, "buildid-all", Flag, "Record build-id of all DSOs regardless of hits", Later),
     opt(None, "buildid-mmap", Flag, "Record build-id in map events", Later),
     opt(None, "clang-opt", Required("clang options"), "options passed to clang when compiling BPF scriptlets", Later),
     opt(None, "clang-path", Required("clang path"), "clang binary to use for compiling BPF scriptlets", Later),
     opt(None, "debuginfod", Optional("debuginfod urls"), "Enable debuginfod data retrieval", Later),
     opt(None, "exclude-perf", Flag, "don't record events from perf itself", Moot("shardrec never records its own processes")),
-    opt(None, "max-size", Required("size"), "Limit the maximum size of the output file", Later),
     opt(None, "mmap-flush", Required("number"), "Minimal number of bytes that is extracted from mmap data pages", Moot("shardrec's writers wake at a quarter ring and write whatever is there")),
     opt(None, "no-buffering", Flag, "collect data without buffering", Moot("shardrec writes a ring's data below the watermark within 1.25 s")),
     opt(None, "num-thread-synthesize", Required("n"), "number of threads to run for event synthesis", Moot("shardrec picks the synthesis threads from the CPUs and processes")),

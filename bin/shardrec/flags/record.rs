@@ -135,11 +135,16 @@ pub struct OutputArgs {
     /// copy /proc/kcore: the output becomes a directory (FILE/data, FILE/kcore_dir)
     #[arg(long = "kcore")]
     kcore: bool,
+    /// stop cleanly once the recording holds this much (B/K/M/G)
+    #[arg(long = "max-size", value_name = "size")]
+    max_size: Option<String>,
     /// keep the shard directory after merging it
     #[arg(long = "keep-shards")]
     pub keep_shards: bool,
     #[command(flatten)]
     pub compression: CompressionArg,
+    #[command(flatten)]
+    pub build_ids: BuildIdArgs,
     /// threads for the merge at the end (default: one per online CPU); perf's --threads=SPEC (cpu, core, package, numa, masks) is accepted: shardrec already writes one file per CPU
     #[arg(long = "threads", value_name = "n|spec", num_args = 0..=1, require_equals = true, default_missing_value = "")]
     threads: Option<String>,
@@ -178,6 +183,39 @@ pub fn merge_thread_count(text: &str) -> Result<usize, String> {
         _ => Err(format!(
             "--threads: '{text}' is not a thread count (1 or more)"
         )),
+    }
+}
+
+/// `-B`, `-N`, `--buildid-all`, on record and on merge.
+#[derive(Args)]
+pub struct BuildIdArgs {
+    /// do not collect buildids in perf.data
+    #[arg(short = 'B', long = "no-buildid")]
+    no_buildid: bool,
+    /// do not update the buildid cache (~/.debug, or $PERF_BUILDID_DIR)
+    #[arg(short = 'N', long = "no-buildid-cache")]
+    no_buildid_cache: bool,
+    /// Record build-id of all DSOs regardless of hits
+    #[arg(long = "buildid-all")]
+    buildid_all: bool,
+}
+
+impl BuildIdArgs {
+    /// Which build ids the header gets.
+    pub fn which(&self) -> shardrec_merge::BuildIds {
+        match (self.no_buildid, self.buildid_all) {
+            (true, _) => shardrec_merge::BuildIds::None,
+            (false, true) => shardrec_merge::BuildIds::All,
+            (false, false) => shardrec_merge::BuildIds::Hit,
+        }
+    }
+
+    /// The build-id cache to add them to, as perf: none with -N or -B.
+    pub fn cache(&self) -> Option<PathBuf> {
+        match self.no_buildid || self.no_buildid_cache {
+            true => None,
+            false => shardrec_merge::build_id_cache::default_dir(),
+        }
     }
 }
 
@@ -260,6 +298,11 @@ impl RecordArgs {
             output: output.file,
             no_merge: output.no_merge,
             kcore: output.kcore,
+            max_size: output
+                .max_size
+                .as_deref()
+                .map(|s| options::parse_size(s).map_err(|e| format!("--max-size {s}: {e}")))
+                .transpose()?,
             verbose: run.verbose,
             quiet: run.quiet,
             delay: parsed(&run.delay, options::parse_delay)?,

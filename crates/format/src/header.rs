@@ -88,6 +88,26 @@ impl RecordType {
     pub const fn is_kernels(self) -> bool {
         self.0 < 64
     }
+
+    /// A record that changes what later samples resolve to (a task, a
+    /// mapping, a symbol, kernel text), as opposed to an event in time
+    /// (a sample, a loss, a throttle, a switch): a window of a recording
+    /// needs every one of these from before it.
+    pub const fn describes_state(self) -> bool {
+        matches!(
+            self,
+            RecordType::MMAP
+                | RecordType::COMM
+                | RecordType::EXIT
+                | RecordType::FORK
+                | RecordType::MMAP2
+                | RecordType::NAMESPACES
+                | RecordType::KSYMBOL
+                | RecordType::BPF_EVENT
+                | RecordType::CGROUP
+                | RecordType::TEXT_POKE
+        )
+    }
 }
 
 impl std::fmt::Debug for RecordType {

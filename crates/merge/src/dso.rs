@@ -145,6 +145,11 @@ impl DsoHits {
         self.hit.iter().map(|&i| &self.files[i])
     }
 
+    /// Every file a process mapped, hit or not.
+    pub fn all_files(&self) -> impl Iterator<Item = &MappedFile> {
+        self.files.iter()
+    }
+
     fn find(&mut self, pid: u32, ip: u64) -> Option<usize> {
         if let Some((p, start, end, file)) = self.last {
             if p == pid && (start..end).contains(&ip) {

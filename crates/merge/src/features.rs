@@ -10,6 +10,7 @@ use shardrec_perfdata::host;
 use shardrec_shard::Meta;
 
 use crate::dso::{DsoHits, MappedFile};
+use crate::BuildIds;
 
 /// HEADER_VERSION. Readers read perf's version here and change how they
 /// read the file by it: hotspot's perfparser trusts FINISHED_ROUND from
@@ -20,7 +21,11 @@ use crate::dso::{DsoHits, MappedFile};
 pub const HEADER_VERSION: &str = concat!("6.1.0 (shardrec ", env!("CARGO_PKG_VERSION"), ")");
 
 /// Every feature perf record writes that applies to this recording.
-pub fn all(meta: &Meta, sample_times: (u64, u64), hits: &DsoHits) -> Vec<(Feature, Vec<u8>)> {
+pub fn all(
+    meta: &Meta,
+    sample_times: (u64, u64),
+    build_ids: &[BuildIdEntry],
+) -> Vec<(Feature, Vec<u8>)> {
     let host = &meta.host;
     let mut features = vec![
         feat::string(Feature::Hostname, &host.hostname),
@@ -34,7 +39,7 @@ pub fn all(meta: &Meta, sample_times: (u64, u64), hits: &DsoHits) -> Vec<(Featur
         event_desc(meta),
         topology(meta),
         feat::sample_time(sample_times.0, sample_times.1),
-        (Feature::BuildId, build_id::encode(&build_ids(meta, hits))),
+        (Feature::BuildId, build_id::encode(build_ids)),
         host::numa_topology(&host.numa_nodes),
         host::pmu_mappings(&host.pmus),
         host::pmu_caps(&host.pmus),
@@ -124,22 +129,27 @@ fn topology(meta: &Meta) -> (Feature, Vec<u8>) {
 /// on one kernel for every 64-bit process. Only when merging on the recording host
 /// (same hostname and kernel), and only for files that are still the ones
 /// mapped (same device and inode), so no build id is ever misattributed.
-fn build_ids(meta: &Meta, hits: &DsoHits) -> Vec<BuildIdEntry> {
+/// `which` says whose: those samples fell in, every mapped file, or none.
+pub fn build_ids(meta: &Meta, hits: &DsoHits, which: BuildIds) -> Vec<BuildIdEntry> {
     let uname = nix::sys::utsname::uname().ok();
     let same_host = uname.is_some_and(|u| {
         u.nodename().to_string_lossy() == meta.host.hostname
             && u.release().to_string_lossy() == meta.host.os_release
     });
-    if !same_host {
+    if !same_host || which == BuildIds::None {
         return Vec::new();
     }
     let mut entries = Vec::new();
-    if hits.kernel_hit {
+    if hits.kernel_hit || which == BuildIds::All {
         if let Ok(Some(id)) = build_id::kernel_build_id() {
             entries.push(BuildIdEntry::kernel(id));
         }
     }
-    for file in hits.hit_files() {
+    let files: Box<dyn Iterator<Item = &MappedFile>> = match which {
+        BuildIds::All => Box::new(hits.all_files()),
+        _ => Box::new(hits.hit_files()),
+    };
+    for file in files {
         let id = match file.path.as_str() {
             build_id::VDSO_NAME => build_id::vdso_build_id(),
             _ if still_mapped(file) => build_id::read_build_id(file.path.as_ref()),

@@ -16,6 +16,7 @@
 //! ```
 
 mod bpf;
+pub mod build_id_cache;
 mod data_out;
 mod dso;
 mod features;
@@ -26,6 +27,8 @@ mod report;
 mod slice_writer;
 mod slices;
 mod source;
+pub mod time_spec;
+pub mod window;
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -43,6 +46,9 @@ pub enum MergeError {
     /// `meta` or a shard could not be read.
     #[error(transparent)]
     Recording(#[from] shardrec_shard::Error),
+    /// A `--time` that is not one.
+    #[error("{0}")]
+    BadTime(String),
     /// The output could not be written.
     #[error("cannot write {}", .path.display())]
     Output {
@@ -70,12 +76,48 @@ pub struct MergeOptions {
     /// `-z`, each slice is its own zstd frame); the tests use them to cut
     /// small recordings into many slices.
     pub slice_bytes: Option<u64>,
+    /// Which build ids the header gets.
+    pub build_ids: BuildIds,
+    /// The build-id cache to add them to (perf's `~/.debug`); `None`
+    /// (`-N`) for none.
+    pub build_id_cache: Option<PathBuf>,
+}
+
+/// Which binaries get their build id in the header (and the cache).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum BuildIds {
+    /// Those samples fell in, and the kernel (perf's default).
+    #[default]
+    Hit,
+    /// Every mapped binary (`--buildid-all`).
+    All,
+    /// None (`-B`).
+    None,
 }
 
 /// Merges the recording in `dir` into `output`, with a progress bar when
 /// asked for and stderr is a terminal.
 pub fn merge(dir: &Path, output: &Path, options: &MergeOptions) -> Result<MergeReport, MergeError> {
     merge_scanned(dir, output, options, Vec::new())
+}
+
+/// Merges only the time window `spec` (perf's `--time`) of the recording
+/// in `dir` into `output` ([`window`]): the window is cut into
+/// `OUTPUT.window.shards/`, merged, and that directory removed.
+pub fn merge_window(
+    dir: &Path,
+    output: &Path,
+    options: &MergeOptions,
+    spec: &str,
+) -> Result<(window::WindowReport, MergeReport), MergeError> {
+    let mut cut = output.as_os_str().to_owned();
+    cut.push(".window.shards");
+    let cut = PathBuf::from(cut);
+    let _ = std::fs::remove_dir_all(&cut);
+    let result = window::extract(dir, spec, &cut)
+        .and_then(|window| Ok((window, merge_scanned(&cut, output, options, Vec::new())?)));
+    let _ = std::fs::remove_dir_all(&cut);
+    result
 }
 
 /// [`merge`], taking the shards in `scanned` as they are instead of
@@ -137,10 +179,10 @@ pub fn merge_scanned(
     };
     let (writer, written) = output::write_data(&plan, file, &bar).map_err(fail)?;
     let sample_times = sample_times(&shards);
-    let mut features = features::all(&meta, sample_times, &written.hits);
+    let build_ids = features::build_ids(&meta, &written.hits, options.build_ids);
+    let mut features = features::all(&meta, sample_times, &build_ids);
     features.extend(bpf.features());
     features.extend(written.compressed.clone());
-    let build_ids = written.hits.hit_files().count() + usize::from(written.hits.kernel_hit);
     let threads = written.threads;
     writer.finish(&features).map_err(fail)?;
     output::publish(&tmp, output).map_err(fail)?;
@@ -151,11 +193,14 @@ pub fn merge_scanned(
         &shards,
         output,
         input_bytes,
-        build_ids,
+        build_ids.len(),
         written,
         started,
     );
     report.threads = threads;
+    if let Some(cache) = &options.build_id_cache {
+        (report.cached_build_ids, report.cache_failures) = build_id_cache::add(cache, &build_ids);
+    }
     report.meta_damage = meta_damage.map(|e| shardrec_shard::with_causes(&e));
     report.bpf_programs = bpf.programs.len();
     report.bpf_torn_bytes = bpf.torn_bytes;

@@ -41,6 +41,10 @@ pub struct MergeReport {
     pub damage: Vec<(String, Damage)>,
     /// Build ids written.
     pub build_ids: usize,
+    /// Of which added to the build-id cache (or there already).
+    pub cached_build_ids: usize,
+    /// Why the others could not be added.
+    pub cache_failures: Vec<String>,
     /// BPF programs whose info went into the header.
     pub bpf_programs: usize,
     /// Bytes after the last whole entry of the `bpf` file.
@@ -103,6 +107,16 @@ impl fmt::Display for MergeReport {
                 "  BPF programs with info in the header: {}",
                 self.bpf_programs
             )?;
+        }
+        if self.build_ids > 0 {
+            writeln!(
+                f,
+                "  build ids: {} in the header, {} in the build-id cache",
+                self.build_ids, self.cached_build_ids
+            )?;
+        }
+        for failure in &self.cache_failures {
+            writeln!(f, "  build-id cache: {failure}")?;
         }
         for cpu in self.cpus.iter().filter(|c| c.lost > 0) {
             let total = cpu.samples + cpu.lost;

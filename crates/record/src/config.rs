@@ -133,6 +133,9 @@ pub struct RecordConfig {
     /// `--kcore`: the output is a directory with a copy of the kernel's
     /// text taken at the start.
     pub kcore: bool,
+    /// `--max-size`: stop cleanly once the recording holds this many
+    /// bytes.
+    pub max_size: Option<u64>,
     /// What each sample carries besides the basics.
     pub sample: SampleOptions,
     /// `-v` given this many times: 2 prints each attr before opening it.
@@ -175,6 +178,7 @@ impl RecordConfig {
             output: PathBuf::from("perf.data"),
             no_merge: false,
             kcore: false,
+            max_size: None,
             command: Vec::new(),
             clockid: None,
             sample: SampleOptions::default(),

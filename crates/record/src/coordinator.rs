@@ -9,6 +9,7 @@ use shardrec_synth::{Synthesizer, Tasks};
 
 mod counting;
 mod recovery;
+mod size_limit;
 mod stop;
 
 use crate::helper::HelperProcess;
@@ -104,6 +105,10 @@ struct Recording<'a> {
     rings_seen: Instant,
     /// Stopping: a writer that ends now has drained, or was told to quit.
     stopping: bool,
+    /// `--max-size`: stop once the rings have produced this many bytes.
+    max_size: Option<u64>,
+    /// Bytes of `synth.shard`, once written.
+    synth_bytes: u64,
 }
 
 impl<'a> Recording<'a> {
@@ -167,6 +172,8 @@ impl<'a> Recording<'a> {
             quiet: config.quiet,
             rings_seen: Instant::now(),
             stopping: false,
+            max_size: config.max_size,
+            synth_bytes: 0,
         })
     }
 
@@ -284,6 +291,7 @@ impl<'a> Recording<'a> {
         })
         .map_err(output_error)?;
         let file = out.into_inner().map_err(|e| output_error(e.into_error()))?;
+        self.synth_bytes = file.metadata().map_or(0, |m| m.len());
         match self.sync_shards {
             true => file.sync_data().map_err(output_error),
             false => Ok(()),

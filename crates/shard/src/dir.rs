@@ -57,6 +57,25 @@ impl RecordingDir {
         self.path.join(format!("cpu{cpu:03}.shard"))
     }
 
+    /// The index of `cpu`'s shard, written at stop.
+    pub fn index_path(&self, cpu: u32) -> PathBuf {
+        self.path.join(format!("cpu{cpu:03}.index"))
+    }
+
+    /// Writes the index of `cpu`'s shard.
+    pub fn write_index(
+        &self,
+        cpu: u32,
+        index: &crate::shard_index::ShardIndex,
+    ) -> Result<(), Error> {
+        use std::io::Write;
+        let path = self.index_path(cpu);
+        let _ = std::fs::remove_file(&path);
+        self.create_file(&path)?
+            .write_all(&index.to_bytes())
+            .map_err(Error::io(&path))
+    }
+
     /// The shard of synthesized records.
     pub fn synth_path(&self) -> PathBuf {
         self.path.join("synth.shard")

@@ -4,7 +4,9 @@
 //!   symlink, and `meta` rewritten atomically;
 //! - [`Meta`]: what the coordinator knows about a recording (attrs, kernel
 //!   ids per CPU, host facts, per-CPU statistics), as MessagePack;
-//! - [`scan`]: walking a shard to count its records, losses and time range.
+//! - [`scan`]: walking a shard to count its records, losses and time range;
+//! - [`shard_index`]: what that walk learnt, kept beside each shard for a
+//!   merge of a time window.
 //!
 //! ```no_run
 //! use shardrec_shard::RecordingDir;
@@ -22,6 +24,7 @@ mod meta;
 mod meta_file;
 pub mod parallel;
 pub mod scan;
+pub mod shard_index;
 pub mod time_index;
 
 pub use dir::RecordingDir;
@@ -73,7 +76,8 @@ pub fn with_causes(error: &dyn std::error::Error) -> String {
 }
 
 impl Error {
-    pub(crate) fn io(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
+    /// An I/O error on `path`, as a closure for `map_err`.
+    pub fn io(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
         move |source| Error::Io {
             path: path.to_path_buf(),
             source,

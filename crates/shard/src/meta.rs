@@ -221,10 +221,14 @@ pub enum StopReason {
     /// A shard could not be written (the disk full, a quota, an I/O
     /// error): what, why, and when, as one sentence.
     ShardCut(String),
+    /// `--max-size`: the recording reached this many bytes.
+    SizeLimit(u64),
 }
 
 /// How a [`StopReason::ShardCut`] reads.
 const SHARD_CUT: &str = "shard cut: ";
+/// How a [`StopReason::SizeLimit`] begins.
+const SIZE_LIMIT: &str = "size limit (--max-size ";
 
 impl std::fmt::Display for StopReason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -235,6 +239,7 @@ impl std::fmt::Display for StopReason {
             StopReason::HelperFailed(name) => write!(f, "{name} failed"),
             StopReason::ControlStop => f.write_str("stop on the control channel"),
             StopReason::ShardCut(what) => write!(f, "{SHARD_CUT}{what}"),
+            StopReason::SizeLimit(bytes) => write!(f, "{SIZE_LIMIT}{bytes} bytes)"),
         }
     }
 }
@@ -257,6 +262,11 @@ impl TryFrom<String> for StopReason {
             cut if cut.starts_with(SHARD_CUT) => {
                 StopReason::ShardCut(cut[SHARD_CUT.len()..].to_string())
             }
+            limit if limit.starts_with(SIZE_LIMIT) => limit[SIZE_LIMIT.len()..]
+                .trim_end_matches(" bytes)")
+                .parse()
+                .map(StopReason::SizeLimit)
+                .map_err(|_| format!("unknown stop reason {text:?}"))?,
             _ => match text.strip_suffix(" failed") {
                 Some(name) => StopReason::HelperFailed(name.to_string()),
                 None => return Err(format!("unknown stop reason {text:?}")),

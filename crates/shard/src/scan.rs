@@ -151,6 +151,9 @@ pub struct ShardSummary {
     pub damage: Option<Damage>,
     /// The records' bytes by time, for a parallel merge.
     pub index: TimeIndex,
+    /// (offset, length) of each run of records that describe state
+    /// (`RecordType::describes_state`), for a merge of a time window.
+    pub state_spans: Vec<(usize, usize)>,
 }
 
 impl ShardSummary {
@@ -224,6 +227,9 @@ pub fn summarize(shard: &ShardBytes, layouts: &Layouts) -> ShardSummary {
         let latest = summary.last_time;
         summary.index.add(record.offset, latest, time, bytes);
         summary.add(type_, record.bytes, time);
+        if type_.describes_state() {
+            add_span(&mut summary.state_spans, record.offset, record.bytes.len());
+        }
         if record.offset >= released + RELEASE_STEP {
             shard.release(released..record.offset);
             released = record.offset;
@@ -244,6 +250,15 @@ pub fn summarize(shard: &ShardBytes, layouts: &Layouts) -> ShardSummary {
         });
     }
     summary
+}
+
+/// Adds a record to the runs of `spans`, joining it to the last run it
+/// follows directly.
+fn add_span(spans: &mut Vec<(usize, usize)>, offset: usize, len: usize) {
+    match spans.last_mut() {
+        Some((start, run)) if *start + *run == offset => *run += len,
+        _ => spans.push((offset, len)),
+    }
 }
 
 fn min_nonzero(current: u64, time: u64) -> u64 {

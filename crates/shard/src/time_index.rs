@@ -109,13 +109,21 @@ impl TimeIndex {
     /// offset before which every record is earlier than `time`, and the
     /// latest time before it.
     pub fn start_for(&self, time: u64) -> (usize, u64) {
-        let after = self
-            .checkpoints
-            .partition_point(|&(_, latest)| latest < time);
-        match after.checked_sub(1) {
-            Some(i) if time > 0 => self.checkpoints[i],
-            _ => (0, 0),
-        }
+        start_in(&self.checkpoints, time)
+    }
+
+    /// The checkpoints: (offset of a record, the latest time before it).
+    pub fn checkpoints(&self) -> &[(usize, u64)] {
+        &self.checkpoints
+    }
+}
+
+/// [`TimeIndex::start_for`] over `checkpoints`.
+pub fn start_in(checkpoints: &[(usize, u64)], time: u64) -> (usize, u64) {
+    let after = checkpoints.partition_point(|&(_, latest)| latest < time);
+    match after.checked_sub(1) {
+        Some(i) if time > 0 => checkpoints[i],
+        _ => (0, 0),
     }
 }
 

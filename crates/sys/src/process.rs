@@ -141,6 +141,9 @@ pub struct Usage {
     pub sys_us: i64,
     /// Peak resident set (KiB) of the largest of them.
     pub max_rss_kb: i64,
+    /// Bytes they had read from storage (`ru_inblock`, in 512-byte units:
+    /// reads and page faults that missed the page cache).
+    pub read_bytes: i64,
 }
 
 /// Waits for child `pid` and returns what `wait4` reports it used.
@@ -163,6 +166,7 @@ pub fn wait_with_usage(pid: i32) -> io::Result<Usage> {
         user_us: micros(usage.ru_utime),
         sys_us: micros(usage.ru_stime),
         max_rss_kb: usage.ru_maxrss,
+        read_bytes: usage.ru_inblock * 512,
     })
 }
 

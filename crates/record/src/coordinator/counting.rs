@@ -33,12 +33,16 @@ impl Recording<'_> {
 
     /// How long to wait for signals before the delayed start is due.
     pub(super) fn tick_ms(&self) -> u16 {
+        let tick = match self.max_size {
+            Some(_) => super::size_limit::LIMIT_TICK_MS,
+            None => TICK_MS,
+        };
         match self.enable_at {
             Some(at) => {
                 let left = at.saturating_duration_since(Instant::now()).as_millis();
-                left.min(TICK_MS as u128) as u16
+                left.min(tick as u128) as u16
             }
-            None => TICK_MS,
+            None => tick,
         }
     }
 
@@ -130,7 +134,7 @@ impl Recording<'_> {
         }
     }
 
-    fn say(&self, message: &str) {
+    pub(super) fn say(&self, message: &str) {
         if !self.quiet {
             eprintln!("{message}");
         }

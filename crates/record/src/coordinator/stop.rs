@@ -50,6 +50,9 @@ impl Recording<'_> {
             }
             self.count_when_due();
             self.flush_quiet_rings();
+            if let Some(limit) = self.size_limit_reached() {
+                return Ok((StopReason::SizeLimit(limit), None));
+            }
         }
     }
 
@@ -173,6 +176,7 @@ impl Recording<'_> {
             .map(|w| self.dir.shard_path(w.cpu()))
             .collect();
         let scanned = scan_shards(&paths, &layouts)?;
+        self.write_indexes(&scanned);
         let mut cpus = Vec::new();
         for (writer, scanned) in self.writers.iter().zip(&scanned) {
             let (bytes, summary) = (scanned.bytes.bytes().len() as u64, &scanned.summary);
@@ -241,6 +245,19 @@ impl Recording<'_> {
             stats.lost = stats.lost.max(counted);
         }
         Some(stats)
+    }
+
+    /// Each shard's index, for a merge of a time window: without one, that
+    /// merge walks the shard, so a failure here only costs time later.
+    fn write_indexes(&self, scanned: &[ScannedShard]) {
+        for (writer, shard) in self.writers.iter().zip(scanned) {
+            let index = shardrec_shard::shard_index::ShardIndex::of(&shard.summary);
+            if let Err(error) = self.dir.write_index(writer.cpu(), &index) {
+                eprintln!(
+                    "shardrec: warning: {error}: a merge of a time window will walk this shard"
+                );
+            }
+        }
     }
 
     /// Each event's count of samples the kernel dropped, as `(cpu, id,

@@ -99,7 +99,16 @@ fn probe_target(plan: &Plan) -> Target {
     let cpu = plan.cpus[0] as i32;
     match &plan.scope {
         Scope::SystemWide => Target { pid: -1, cpu },
-        Scope::Threads(tids) => Target { pid: tids[0], cpu },
+        // A followed process's main thread lives as long as it does; any
+        // other of its threads may end before the probe (the lowest tid
+        // is not the main thread once pids wrap).
+        Scope::Threads(tids) => {
+            let main = plan.pids.first().filter(|_| plan.pids_are_processes);
+            Target {
+                pid: *main.unwrap_or(&tids[0]),
+                cpu,
+            }
+        }
         Scope::Workload => Target { pid: 0, cpu },
     }
 }

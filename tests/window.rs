@@ -1,0 +1,219 @@
+//! `shardrec merge --time`: a window of a recording, merged at a cost that
+//! follows the window (each shard's index, written at stop, says where to
+//! read), keeps exactly the samples `perf script --time` keeps of the
+//! whole merge, each resolved as in the whole.
+
+mod common;
+
+use std::os::fd::AsRawFd;
+use std::path::Path;
+
+use common::*;
+
+/// `perf script` lines of the samples (cpu, time, ip, symbol), optionally
+/// of a `--time` window only.
+fn sample_lines(file: &Path, time: Option<&str>) -> Vec<String> {
+    let mut args = vec!["script", "-F", "cpu,time,ip,sym"];
+    if let Some(time) = time {
+        args.extend(["--time", time]);
+    }
+    let output = perf(&args, file);
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// The shards written to disk and dropped from the page cache, so what a
+/// merge reads of them is read from storage (and counted).
+fn evict(shards: &Path) {
+    for entry in std::fs::read_dir(shards).unwrap() {
+        let file = std::fs::File::open(entry.unwrap().path()).unwrap();
+        file.sync_all().unwrap();
+        // SAFETY: an advice on an open descriptor's whole range.
+        let ret = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        assert_eq!(ret, 0);
+    }
+}
+
+/// Runs `shardrec merge ARGS` under `shardrec-load rusage` and returns
+/// its stderr and the bytes it read from storage.
+fn merge_counting_reads(scratch: &Scratch, args: &[&str]) -> (String, u64) {
+    let usage = scratch.0.join("usage");
+    let mut command = std::process::Command::new(load());
+    command
+        .arg("rusage")
+        .arg(&usage)
+        .arg(env!("CARGO_BIN_EXE_shardrec"))
+        .arg("merge")
+        .args(args);
+    let output = run(command);
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(output.status.success(), "merge {args:?}: {stderr}");
+    let usage = std::fs::read_to_string(&usage).unwrap();
+    let read = usage
+        .split_whitespace()
+        .find_map(|kv| kv.strip_prefix("read_bytes="))
+        .unwrap()
+        .parse()
+        .unwrap();
+    (stderr, read)
+}
+
+#[test]
+fn a_window_reads_a_fraction_of_the_shards_and_keeps_what_perf_keeps() {
+    let Some((_serial, scratch)) = recording_test("window") else {
+        return;
+    };
+    record_and_merge(
+        &scratch,
+        &[
+            "-a",
+            "-g",
+            "-e",
+            "cpu-clock",
+            "-F",
+            "20000",
+            "--",
+            load(),
+            "burn",
+            "1500",
+        ],
+    );
+    let whole = scratch.output();
+    let shards = scratch.shards();
+    let total: u64 = (0..2)
+        .map(|cpu| {
+            std::fs::metadata(shards.join(format!("cpu{cpu:03}.shard")))
+                .unwrap()
+                .len()
+        })
+        .sum();
+    assert!(
+        total > 8 << 20,
+        "a recording large enough to tell: {total} bytes"
+    );
+    let window = scratch.0.join("window.data");
+    let window_arg = window.to_str().unwrap();
+    let shards_arg = shards.to_str().unwrap();
+    for spec in ["10%/5", "0%-10%,30%-40%"] {
+        evict(&shards);
+        let (stderr, read) =
+            merge_counting_reads(&scratch, &["--time", spec, shards_arg, "-o", window_arg]);
+        let want = sample_lines(&whole, Some(spec));
+        let got = sample_lines(&window, None);
+        assert!(
+            want.len() > 1000,
+            "{spec}: {} samples in the window",
+            want.len()
+        );
+        assert_eq!(
+            got, want,
+            "{spec}: the window's samples differ from perf's --time"
+        );
+        let fraction = read as f64 / total as f64;
+        eprintln!("{spec}: read {read} of {total} bytes from storage; {stderr}");
+        // 10% and 20% of the recording, and about as much of its bytes
+        // (read-ahead is off for a window: the index says what to read).
+        let share = if spec == "10%/5" { 0.15 } else { 0.27 };
+        assert!(
+            fraction < share,
+            "{spec}: read {read} of {total} bytes: {stderr}"
+        );
+        assert!(stderr.contains("window: read "), "{stderr}");
+        assert_no_complaint(&perf(&["report", "--stdio"], &window), "perf report");
+    }
+    // Without the index files the window is the same, walking each shard.
+    for cpu in 0..2 {
+        std::fs::remove_file(shards.join(format!("cpu{cpu:03}.index"))).unwrap();
+    }
+    let (stderr, _) =
+        merge_counting_reads(&scratch, &["--time", "10%/5", shards_arg, "-o", window_arg]);
+    assert!(
+        stderr.contains("without an index, walked whole: CPU 0, 1"),
+        "{stderr}"
+    );
+    assert_eq!(
+        sample_lines(&window, None),
+        sample_lines(&whole, Some("10%/5"))
+    );
+}
+
+#[test]
+fn a_bad_time_is_a_usage_error() {
+    let Some((_serial, scratch)) = recording_test("window-bad") else {
+        return;
+    };
+    record(&scratch, &["-a", "-e", "cpu-clock", "--", "true"]);
+    let mut merge = shardrec();
+    merge
+        .args(["merge", "--time", "2,1"])
+        .arg(scratch.shards())
+        .arg("-o")
+        .arg(scratch.output());
+    let output = run(merge);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("--time '2,1': invalid time string"),
+        "{stderr}"
+    );
+    assert!(!scratch.output().exists());
+}
+
+#[test]
+fn max_size_stops_the_recording_cleanly_near_the_size() {
+    let Some((_serial, scratch)) = recording_test("max-size") else {
+        return;
+    };
+    let started = std::time::Instant::now();
+    let mut record = shardrec();
+    record
+        .args(["record", "--keep-shards", "-o"])
+        .arg(scratch.output())
+        .args([
+            "-a",
+            "-e",
+            "cpu-clock",
+            "-F",
+            "20000",
+            "-g",
+            "--max-size",
+            "2M",
+        ])
+        .args(["--", load(), "spin", "30"]);
+    let output = run(record);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        started.elapsed().as_secs() < 20,
+        "it ran {:?}",
+        started.elapsed()
+    );
+    // As perf: the workload still running is ended with SIGTERM, and its
+    // status is the recorder's.
+    assert_eq!(output.status.code(), Some(128 + 15), "{stderr}");
+    assert!(
+        stderr.contains("[ shardrec record: size limit reached (2048 KB), stopping ]"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("stopped by size limit (--max-size 2097152 bytes)"),
+        "{stderr}"
+    );
+    let shards: u64 = std::fs::read_dir(scratch.shards())
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".shard"))
+        .map(|e| e.metadata().unwrap().len())
+        .sum();
+    // At 2 × 20 kHz of ~100-byte samples, 20 ms past the limit is ~80 KB.
+    assert!(
+        (2 << 20..3 << 20).contains(&shards),
+        "{shards} bytes in the shards"
+    );
+    assert_no_complaint(
+        &perf(&["report", "--stdio"], &scratch.output()),
+        "perf report",
+    );
+}
