@@ -39,7 +39,11 @@ pub fn add(root: &Path, entries: &[BuildIdEntry]) -> (usize, Vec<String>) {
 fn add_one(root: &Path, entry: &BuildIdEntry) -> std::io::Result<bool> {
     let id: String = entry.build_id.iter().map(|b| format!("{b:02x}")).collect();
     let (name, file, source) = match entry.filename.as_str() {
-        VDSO_NAME => return Ok(false),
+        // The vDSO's image, and a module whose .ko was not found, live in
+        // no file.
+        name if name == VDSO_NAME || name.starts_with('[') && name != KERNEL_NAME => {
+            return Ok(false)
+        }
         KERNEL_NAME => (KERNEL_NAME, "kallsyms", Path::new("/proc/kallsyms")),
         path => (path, "elf", Path::new(path)),
     };

@@ -44,6 +44,11 @@ pub struct DsoHits {
     hit: BTreeSet<usize>,
     /// Whether any sample was in the kernel.
     pub kernel_hit: bool,
+    /// The pages kernel samples fell in.
+    kernel_pages: BTreeSet<u64>,
+    /// The kernel's maps (the image's and each module's), by start: end
+    /// and name.
+    kernel_maps: BTreeMap<u64, (u64, String)>,
     last: Option<(u32, u64, u64, usize)>,
 }
 
@@ -56,6 +61,13 @@ fn changes_maps(header: RecordHeader) -> bool {
         RecordType::FORK => true,
         _ => false,
     }
+}
+
+/// Whether `header`'s record maps kernel text (the image, a module):
+/// MMAP records in the kernel's cpumode (perf synthesizes them so; the
+/// kernel's own MMAP2 with the kernel's cpumode are for the same).
+fn is_kernel_map(header: RecordHeader) -> bool {
+    header.type_ == RecordType::MMAP && header.misc & CPUMODE_MASK == CPUMODE_KERNEL
 }
 
 /// Maps change on a page boundary: a sample's page says which map it is in.
@@ -71,6 +83,10 @@ enum Step<'a> {
 pub struct SliceHits<'a> {
     steps: Vec<Step<'a>>,
     kernel_hit: bool,
+    kernel_pages: HashSet<u64>,
+    /// The kernel maps (records of the kernel's cpumode), which no other
+    /// record changes.
+    kernel_maps: Vec<&'a [u8]>,
 }
 
 impl<'a> SliceHits<'a> {
@@ -84,7 +100,12 @@ impl<'a> SliceHits<'a> {
     ) {
         if header.type_ == RecordType::SAMPLE {
             match header.misc & CPUMODE_MASK {
-                CPUMODE_KERNEL => self.kernel_hit = true,
+                CPUMODE_KERNEL => {
+                    self.kernel_hit = true;
+                    if let Some(id) = id() {
+                        self.kernel_pages.insert(id.ip & PAGE_MASK);
+                    }
+                }
                 CPUMODE_USER => {
                     let Some(id) = id() else { return };
                     if !matches!(self.steps.last(), Some(Step::Pages(_))) {
@@ -98,6 +119,8 @@ impl<'a> SliceHits<'a> {
             }
         } else if changes_maps(header) {
             self.steps.push(Step::Change(header, record));
+        } else if is_kernel_map(header) {
+            self.kernel_maps.push(record);
         }
     }
 }
@@ -106,6 +129,17 @@ impl DsoHits {
     /// Takes a slice's records into account, after every slice before it.
     pub fn replay(&mut self, slice: SliceHits) {
         self.kernel_hit |= slice.kernel_hit;
+        self.kernel_pages.extend(slice.kernel_pages);
+        for record in slice.kernel_maps {
+            if let (Some(start), Some(len), Some(name)) = (
+                u64_at(record, 16),
+                u64_at(record, 24),
+                c_string(record.get(40..).unwrap_or_default()),
+            ) {
+                self.kernel_maps
+                    .insert(start, (start.saturating_add(len), name));
+            }
+        }
         for step in slice.steps {
             match step {
                 Step::Change(header, record) => self.change(header, record),
@@ -143,6 +177,28 @@ impl DsoHits {
     /// The files samples fell in.
     pub fn hit_files(&self) -> impl Iterator<Item = &MappedFile> {
         self.hit.iter().map(|&i| &self.files[i])
+    }
+
+    /// The kernel's maps samples fell in (the image's name included when
+    /// it was hit), and the pages of kernel samples in no map (a module
+    /// loaded while recording: no record announces one).
+    pub fn kernel_hits(&self) -> (BTreeSet<&str>, Vec<u64>) {
+        let mut names = BTreeSet::new();
+        let mut unmapped = Vec::new();
+        for &page in &self.kernel_pages {
+            match self.kernel_maps.range(..=page).next_back() {
+                Some((_, (end, name))) if page < *end => {
+                    names.insert(name.as_str());
+                }
+                _ => unmapped.push(page),
+            }
+        }
+        (names, unmapped)
+    }
+
+    /// Every kernel map's name.
+    pub fn kernel_map_names(&self) -> impl Iterator<Item = &str> {
+        self.kernel_maps.values().map(|(_, name)| name.as_str())
     }
 
     /// Every file a process mapped, hit or not.

@@ -145,6 +145,7 @@ pub fn build_ids(meta: &Meta, hits: &DsoHits, which: BuildIds) -> Vec<BuildIdEnt
             entries.push(BuildIdEntry::kernel(id));
         }
     }
+    entries.extend(module_build_ids(hits, which));
     let files: Box<dyn Iterator<Item = &MappedFile>> = match which {
         BuildIds::All => Box::new(hits.all_files()),
         _ => Box::new(hits.hit_files()),
@@ -160,6 +161,58 @@ pub fn build_ids(meta: &Meta, hits: &DsoHits, which: BuildIds) -> Vec<BuildIdEnt
         }
     }
     entries
+}
+
+/// Build ids of the kernel modules samples fell in (every module with
+/// `--buildid-all`), named as their maps are (the `.ko` path, or
+/// `[name]`), read from /sys/module as perf reads them. A sample in no
+/// map is in a module loaded while recording: /proc/modules now says
+/// which, if it is still loaded.
+fn module_build_ids(hits: &DsoHits, which: BuildIds) -> Vec<BuildIdEntry> {
+    let (hit, unmapped) = hits.kernel_hits();
+    let mut names: Vec<String> = match which {
+        BuildIds::All => hits.kernel_map_names().map(str::to_string).collect(),
+        _ => hit.into_iter().map(str::to_string).collect(),
+    };
+    names.extend(loaded_modules_holding(&unmapped));
+    names.sort();
+    names.dedup();
+    names
+        .into_iter()
+        .filter(|name| !name.starts_with(build_id::KERNEL_NAME))
+        .filter_map(|name| {
+            let id = build_id::module_build_id(&module_name(&name)).ok()??;
+            Some(BuildIdEntry::module(id, &name))
+        })
+        .collect()
+}
+
+/// A module's name from its map's: `[name]`, or a `.ko` path (its file
+/// name up to the first dot, `-` read as `_`, as the kernel names it).
+fn module_name(map: &str) -> String {
+    let base = match map.strip_prefix('[').and_then(|m| m.strip_suffix(']')) {
+        Some(name) => name,
+        None => map.rsplit('/').next().unwrap_or(map),
+    };
+    base.split('.').next().unwrap_or(base).replace('-', "_")
+}
+
+/// `[name]` of each module in /proc/modules that holds one of `pages`.
+fn loaded_modules_holding(pages: &[u64]) -> Vec<String> {
+    if pages.is_empty() {
+        return Vec::new();
+    }
+    let text = std::fs::read_to_string("/proc/modules").unwrap_or_default();
+    text.lines()
+        .filter_map(|line| {
+            // name size refs deps state address
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let size: u64 = fields.get(1)?.parse().ok()?;
+            let start = u64::from_str_radix(fields.get(5)?.trim_start_matches("0x"), 16).ok()?;
+            let holds = pages.iter().any(|&p| p + 4096 > start && p < start + size);
+            (start != 0 && holds).then(|| format!("[{}]", fields[0]))
+        })
+        .collect()
 }
 
 /// Whether the path still names the file that was mapped.
