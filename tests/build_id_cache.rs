@@ -124,3 +124,49 @@ fn a_binary_samples_fell_in_is_cached_and_resolves_after_it_is_gone() {
     let all = count(&["-N", "--buildid-all"]);
     assert!(all > hit, "--buildid-all: {all} build ids, {hit} without");
 }
+
+#[test]
+fn an_archive_resolves_the_profile_on_another_host() {
+    let Some((_serial, scratch)) = recording_test("build-id-archive") else {
+        return;
+    };
+    let (home, elsewhere) = (scratch.0.join("home"), scratch.0.join("elsewhere"));
+    let binary = scratch.0.join("archived-load");
+    std::fs::copy(load(), &binary).unwrap();
+    record_binary(&scratch, &home, &binary, &[]);
+    let mut archive = shardrec();
+    archive
+        .env("HOME", &home)
+        .env_remove("PERF_BUILDID_DIR")
+        .arg("archive")
+        .arg(scratch.output());
+    let output = run(archive);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{output:?}");
+    assert!(stdout.contains("tar xvf"), "{stdout}");
+    // "Another host": the binary and the recording host's cache gone, the
+    // archive unpacked into a fresh ~/.debug, as perf archive says.
+    std::fs::remove_file(&binary).unwrap();
+    std::fs::remove_dir_all(&home).unwrap();
+    let debug = elsewhere.join(".debug");
+    std::fs::create_dir_all(&debug).unwrap();
+    let mut tarball = scratch.output().into_os_string();
+    tarball.push(".tar.bz2");
+    let untar = Command::new("tar")
+        .arg("xf")
+        .arg(&tarball)
+        .arg("-C")
+        .arg(&debug)
+        .status()
+        .unwrap();
+    assert!(untar.success());
+    let report = perf_in(
+        &elsewhere,
+        &["report", "--stdio", "--sort", "sym"],
+        &scratch.output(),
+    );
+    assert!(
+        report.contains("hot_loop"),
+        "not resolved from the archive:\n{report}"
+    );
+}

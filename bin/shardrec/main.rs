@@ -18,6 +18,11 @@ enum Error {
     Record(#[from] RecordError),
     #[error(transparent)]
     Merge(#[from] MergeError),
+    #[error("cannot archive the build ids of {}", .path.display())]
+    Archive {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
     #[error("cannot remove {}", .path.display())]
     RemoveShards {
         path: std::path::PathBuf,
@@ -46,6 +51,7 @@ fn main() -> ExitCode {
     let result = match cli.action {
         Action::Record(args) => record(*args, &command_line),
         Action::Merge(args) => merge(&args),
+        Action::Archive(args) => archive(&args),
     };
     match result {
         Ok(code) => code,
@@ -154,6 +160,29 @@ fn merge(args: &MergeArgs) -> Result<ExitCode, Error> {
     } else {
         ExitCode::from(1)
     })
+}
+
+/// `shardrec archive`: the tarball, and perf archive's advice.
+fn archive(args: &flags::ArchiveArgs) -> Result<ExitCode, Error> {
+    let data = match args.file.is_dir() {
+        true => args.file.join("data"),
+        false => args.file.clone(),
+    };
+    let cache = shardrec_merge::build_id_cache::default_dir().unwrap_or_default();
+    let archive =
+        shardrec_merge::archive::archive(&data, &cache).map_err(|source| Error::Archive {
+            path: data.clone(),
+            source,
+        })?;
+    for name in &archive.missing {
+        eprintln!("shardrec: warning: {name}: its build id is not in the build-id cache");
+    }
+    let name = archive.path.display();
+    println!(
+        "Now please run:\n\n$ tar xvf {name} -C ~/.debug\n\nwherever you need to run 'perf report' on ({} build ids)."
+        , archive.included
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Merges and prints the summary and any damage. Returns false when a

@@ -28,6 +28,15 @@ pub enum Action {
     Record(Box<RecordArgs>),
     /// Merge a recording's shards (DIR, e.g. perf.data.shards) into one perf.data.
     Merge(MergeArgs),
+    /// As perf archive: FILE.tar.bz2 with the build-id cache's files of FILE's build ids, to unpack into ~/.debug where the profile is read.
+    Archive(ArchiveArgs),
+}
+
+#[derive(Args)]
+pub struct ArchiveArgs {
+    /// The perf.data (or a --kcore output directory).
+    #[arg(value_name = "FILE", default_value = "perf.data")]
+    pub file: PathBuf,
 }
 
 #[derive(Args)]

@@ -15,6 +15,7 @@
 //! # Ok::<(), shardrec_merge::MergeError>(())
 //! ```
 
+pub mod archive;
 mod bpf;
 pub mod build_id_cache;
 mod data_out;

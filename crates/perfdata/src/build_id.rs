@@ -145,6 +145,38 @@ pub fn encode(entries: &[BuildIdEntry]) -> Vec<u8> {
     out
 }
 
+/// The entries of a HEADER_BUILD_ID feature, as [`encode`] writes them
+/// (and perf, which sets the id's length in its 21st byte under
+/// `MISC_BUILD_ID_SIZE`; older files hold 20-byte ids). A cut entry ends
+/// the list.
+pub fn decode(table: &[u8]) -> Vec<BuildIdEntry> {
+    let mut entries = Vec::new();
+    let mut at = 0;
+    while at + ENTRY_HEADER <= table.len() {
+        let u16_at = |o: usize| u16::from_ne_bytes(table[o..o + 2].try_into().expect("2 bytes"));
+        let (misc, size) = (u16_at(at + 4), u16_at(at + 6) as usize);
+        if size < ENTRY_HEADER || at + size > table.len() {
+            break;
+        }
+        let entry = &table[at..at + size];
+        let pid = i32::from_ne_bytes(entry[8..12].try_into().expect("4 bytes"));
+        let len = match misc & MISC_BUILD_ID_SIZE {
+            0 => ID_BYTES,
+            _ => (entry[12 + ID_BYTES] as usize).min(ID_BYTES),
+        };
+        let name = &entry[ENTRY_HEADER..];
+        let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
+        entries.push(BuildIdEntry {
+            pid,
+            kernel: misc & 7 == MISC_KERNEL,
+            build_id: entry[12..12 + len].to_vec(),
+            filename: String::from_utf8_lossy(name).into_owned(),
+        });
+        at += size;
+    }
+    entries
+}
+
 /// The running kernel's build id, from /sys/kernel/notes (the kernel's own
 /// notes, in its byte order, 4-byte aligned). `Ok(None)` if it has none.
 pub fn kernel_build_id() -> io::Result<Option<Vec<u8>>> {
@@ -198,6 +230,25 @@ mod tests {
 
     fn u16_at(bytes: &[u8], at: usize) -> u16 {
         u16::from_ne_bytes(bytes[at..at + 2].try_into().unwrap())
+    }
+
+    #[test]
+    fn decode_reads_what_encode_writes() {
+        let entries = vec![
+            BuildIdEntry::kernel((1..=20).collect()),
+            BuildIdEntry::module(vec![7; 20], "[virtio_ring]"),
+            BuildIdEntry::user(
+                vec![9; 8],
+                "/usr/bin/a-rather-long-name-to-pad-past-one-alignment-step",
+            ),
+        ];
+        assert_eq!(decode(&encode(&entries)), entries);
+        let table = encode(&entries);
+        assert_eq!(
+            decode(&table[..table.len() - 1]).len(),
+            2,
+            "a cut entry ends the list"
+        );
     }
 
     #[test]

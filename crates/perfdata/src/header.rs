@@ -62,3 +62,37 @@ impl FileHeader {
         self.features[bit / 64] |= 1 << (bit % 64);
     }
 }
+
+/// The content of header feature `bit` of the perf.data `file`, if it has
+/// it: the file header, then the feature index after the data section
+/// (a section per set bit, in bit order), then that section alone, so a
+/// file of any size costs three small reads. A file of another byte order
+/// or not a perf.data is an error.
+pub fn read_feature(file: &std::fs::File, bit: usize) -> std::io::Result<Option<Vec<u8>>> {
+    use std::os::unix::fs::FileExt;
+    let invalid =
+        |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_string());
+    let mut header = [0u8; HEADER_SIZE as usize];
+    file.read_exact_at(&mut header, 0)?;
+    let u64_at = |bytes: &[u8], at: usize| {
+        u64::from_ne_bytes(bytes[at..at + 8].try_into().expect("8 bytes"))
+    };
+    if u64_at(&header, 0) != MAGIC {
+        return Err(invalid("not a perf.data file of this byte order"));
+    }
+    let set = |b: usize| u64_at(&header, 72 + b / 64 * 8) & (1 << (b % 64)) != 0;
+    if bit >= FEATURE_BITS || !set(bit) {
+        return Ok(None);
+    }
+    let index = u64_at(&header, 40) + u64_at(&header, 48);
+    let position = (0..bit).filter(|&b| set(b)).count() as u64;
+    let mut section = [0u8; 16];
+    file.read_exact_at(&mut section, index + position * 16)?;
+    let (offset, size) = (u64_at(&section, 0), u64_at(&section, 8));
+    if size > 1 << 30 {
+        return Err(invalid("a header feature larger than 1 GiB"));
+    }
+    let mut bytes = vec![0u8; size as usize];
+    file.read_exact_at(&mut bytes, offset)?;
+    Ok(Some(bytes))
+}
