@@ -546,6 +546,14 @@ fn kcore_holds_the_text_that_text_pokes_change() {
         }
     }
     assert!(kernel_insns > 0, "no kernel instruction read from the copy");
+    // perf annotate disassembles kernel functions from the copy.
+    let annotate = perf(&["annotate", "--stdio"], &guest.file("features.data"));
+    let annotated = String::from_utf8_lossy(&annotate.stdout);
+    assert!(
+        annotated.contains("Disassembly of kcore"),
+        "perf annotate did not use the copy:\n{}",
+        &annotated[..annotated.len().min(2000)]
+    );
     let verbose = Command::new("perf")
         .args(["report", "-v", "--stdio", "--force", "-i"])
         .arg(guest.file("features.data"))
