@@ -1,7 +1,9 @@
-//! `shardrec merge --time`: a window of a recording, merged at a cost that
-//! follows the window (each shard's index, written at stop, says where to
-//! read), keeps exactly the samples `perf script --time` keeps of the
-//! whole merge, each resolved as in the whole.
+//! Options for long recordings. `shardrec merge --time`: a window of a
+//! recording, merged at a cost that follows the window (each shard's
+//! index, written at stop, says where to read), keeps exactly the samples
+//! `perf script --time` keeps of the whole merge, each resolved as in the
+//! whole. `--max-size` stops cleanly at a size; `--timestamp-filename`
+//! names the output by the time, as perf does.
 
 mod common;
 
@@ -214,6 +216,53 @@ fn max_size_stops_the_recording_cleanly_near_the_size() {
     );
     assert_no_complaint(
         &perf(&["report", "--stdio"], &scratch.output()),
+        "perf report",
+    );
+}
+
+#[test]
+fn timestamp_filename_renames_the_output_as_perf_does() {
+    let Some((_serial, scratch)) = recording_test("timestamp-filename") else {
+        return;
+    };
+    let stderr = record_and_merge(
+        &scratch,
+        &[
+            "-a",
+            "-e",
+            "cpu-clock",
+            "--timestamp-filename",
+            "--",
+            "sleep",
+            "0.2",
+        ],
+    );
+    assert!(
+        !scratch.output().exists(),
+        "perf.data stays under its own name"
+    );
+    let named: Vec<String> = std::fs::read_dir(&scratch.0)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("perf.data.") && !n.ends_with(".shards"))
+        .collect();
+    let [name] = &named[..] else {
+        panic!("one timestamped output expected: {named:?}");
+    };
+    let stamp = name.strip_prefix("perf.data.").unwrap();
+    assert!(
+        stamp.len() == 16 && stamp.bytes().all(|b| b.is_ascii_digit()),
+        "{name}"
+    );
+    assert!(
+        stderr.contains(&format!(
+            "[ shardrec record: Dump {}",
+            scratch.0.join(name).display()
+        )),
+        "{stderr}"
+    );
+    assert_no_complaint(
+        &perf(&["report", "--stdio"], &scratch.0.join(name)),
         "perf report",
     );
 }

@@ -23,6 +23,11 @@ enum Error {
         path: std::path::PathBuf,
         source: std::io::Error,
     },
+    #[error("cannot rename {} with a timestamp", .path.display())]
+    Rename {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
     #[error("cannot remove {}", .path.display())]
     RemoveShards {
         path: std::path::PathBuf,
@@ -69,6 +74,7 @@ fn main() -> ExitCode {
 /// Records, then merges unless told not to; exits with the workload's status.
 fn record(args: RecordArgs, command_line: &[String]) -> Result<ExitCode, Error> {
     let (quiet, keep_shards) = (args.run.quiet, args.output.keep_shards);
+    let timestamp_filename = args.output.timestamp_filename;
     let dry_run = args.run.dry_run;
     let compression = args
         .output
@@ -124,6 +130,9 @@ fn record(args: RecordArgs, command_line: &[String]) -> Result<ExitCode, Error> 
             source,
         })?;
     }
+    if timestamp_filename {
+        dump_with_timestamp(&config.output)?;
+    }
     Ok(code)
 }
 
@@ -160,6 +169,21 @@ fn merge(args: &MergeArgs) -> Result<ExitCode, Error> {
     } else {
         ExitCode::from(1)
     })
+}
+
+/// `--timestamp-filename`: the output renamed `NAME.TIMESTAMP` at the
+/// end, as perf does, saying perf's line.
+fn dump_with_timestamp(output: &Path) -> Result<(), Error> {
+    let rename = |source| Error::Rename {
+        path: output.to_path_buf(),
+        source,
+    };
+    let stamp = shardrec_sys::process::local_timestamp().map_err(rename)?;
+    let mut named = output.as_os_str().to_owned();
+    named.push(format!(".{stamp}"));
+    std::fs::rename(output, &named).map_err(rename)?;
+    eprintln!("[ shardrec record: Dump {} ]", Path::new(&named).display());
+    Ok(())
 }
 
 /// `shardrec archive`: the tarball, and perf archive's advice.

@@ -90,7 +90,6 @@ pub const OPTIONS: &[PerfOption] = &[
     opt(None, "synth", Required("no|all|task|mmap|cgroup"), "Fine-tune event synthesis: default=all", Later),
     opt(None, "tail-synthesize", Flag, "synthesize non-sample events at the end of output", Later),
     opt(None, "timestamp-boundary", Flag, "Record timestamp boundary (time of first/last samples)", Later),
-    opt(None, "timestamp-filename", Flag, "append timestamp to output filename", Later),
     opt(None, "vmlinux", Required("file"), "vmlinux pathname", Later),
 ];
 

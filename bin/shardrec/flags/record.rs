@@ -132,6 +132,9 @@ pub struct OutputArgs {
     /// stop after writing the shards; do not merge them
     #[arg(long = "no-merge")]
     no_merge: bool,
+    /// append timestamp to output filename (FILE.YYYYMMDDhhmmsscc, at the end)
+    #[arg(long = "timestamp-filename")]
+    pub timestamp_filename: bool,
     /// copy /proc/kcore: the output becomes a directory (FILE/data, FILE/kcore_dir)
     #[arg(long = "kcore")]
     kcore: bool,

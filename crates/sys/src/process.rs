@@ -97,6 +97,30 @@ pub fn set_name(name: &std::ffi::CStr) -> io::Result<()> {
     Ok(())
 }
 
+/// The local time now as perf's `fetch_current_timestamp` writes it for
+/// `--timestamp-filename`: `YYYYMMDDhhmmss` and two digits of hundredths.
+pub fn local_timestamp() -> io::Result<String> {
+    let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_REALTIME)?;
+    let seconds: libc::time_t = now.tv_sec();
+    // SAFETY: an all-zero `tm` is a valid value for localtime_r to fill.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    // SAFETY: both pointers are to live values of the right types for the
+    // call; localtime_r is the reentrant form.
+    if unsafe { libc::localtime_r(&seconds, &mut tm) }.is_null() {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(format!(
+        "{:04}{:02}{:02}{:02}{:02}{:02}{:02}",
+        tm.tm_year + 1900,
+        tm.tm_mon + 1,
+        tm.tm_mday,
+        tm.tm_hour,
+        tm.tm_min,
+        tm.tm_sec,
+        now.tv_nsec() / 10_000_000
+    ))
+}
+
 /// The user-register mask perf asks for in DWARF mode on this architecture
 /// (all general registers; on x86-64 without the segment registers).
 pub fn user_regs_mask() -> u64 {
