@@ -34,7 +34,7 @@ use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 pub use info::BpilArray;
-pub use load::{load_program, prog_type, ProgramSpec};
+pub use load::{load_program, prog_type, LoadError, ProgramSpec};
 pub use mapped_array::MappedArray;
 
 use info::{field, InfoBuf};

@@ -7,7 +7,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 
 use shardrec_control::fault;
 use shardrec_filter::{counters, FilterProgram};
-use shardrec_sys::bpf::{self, insn, prog_type, MappedArray, ProgramSpec};
+use shardrec_sys::bpf::{self, insn, prog_type, LoadError, MappedArray, ProgramSpec};
 
 /// The name the programs are loaded under (`bpf_prog_<tag>_shardrec_filt`
 /// in a profile).
@@ -54,26 +54,22 @@ pub fn load(program: &FilterProgram) -> io::Result<LoadedFilter> {
 
 /// The error in one line, with the cause a perf user can act on.
 fn explain(err: io::Error) -> io::Error {
-    let text = err.to_string();
-    let mut lines = text.lines();
-    let first = lines.next().unwrap_or_default();
-    let first = first.trim_end_matches("; kernel log ends:");
-    // The verifier's reason, not its closing statistics.
-    let last = lines
-        .rev()
-        .find(|l| !l.starts_with("processed ") && !l.starts_with("verification time"));
-    let hint = match err.raw_os_error() {
-        Some(nix::libc::EPERM) | Some(nix::libc::EACCES) if last.is_none() => {
-            " (a --filter program needs root, or CAP_BPF with CAP_PERFMON)"
-        }
-        Some(nix::libc::ENOSYS) => " (this kernel has no bpf(2): CONFIG_BPF_SYSCALL is off)",
-        _ => "",
-    };
-    let message = match last {
-        Some(last) => format!(
-            "the kernel's verifier refused the --filter program: {first}; its log ends: {last}"
+    // Kinds, not errnos: they survive the context the loaders add.
+    let message = match (LoadError::of(&err), err.kind()) {
+        (Some(LoadError {
+            what,
+            source,
+            reason: Some(reason),
+        }), _) => format!(
+            "the kernel's verifier refused the --filter program: {what}: {source}; its log ends: {reason}"
         ),
-        None => format!("{first}{hint}"),
+        (_, io::ErrorKind::PermissionDenied) => {
+            format!("{err} (a --filter program needs root, or CAP_BPF with CAP_PERFMON)")
+        }
+        (_, io::ErrorKind::Unsupported) => {
+            format!("{err} (this kernel has no bpf(2): CONFIG_BPF_SYSCALL is off)")
+        }
+        _ => err.to_string(),
     };
     io::Error::new(err.kind(), message)
 }

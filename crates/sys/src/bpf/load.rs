@@ -92,16 +92,57 @@ fn invalid(message: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidInput, message)
 }
 
-/// An error with what was being loaded and the end of the kernel's log.
+/// Why a program or its BTF was not loaded: what, the kernel's errno,
+/// and the verifier's reason when its log gave one. It travels inside the
+/// `io::Error` [`load_program`] returns (whose kind is the errno's), so a
+/// caller can take it apart with [`LoadError::of`].
+#[derive(Debug)]
+pub struct LoadError {
+    /// What was being loaded.
+    pub what: String,
+    /// The kernel's refusal.
+    pub source: io::Error,
+    /// The verifier log's last line that is not its closing statistics.
+    pub reason: Option<String>,
+}
+
+impl LoadError {
+    /// The load error inside `err`, if it is one.
+    pub fn of(err: &io::Error) -> Option<&LoadError> {
+        err.get_ref()?.downcast_ref()
+    }
+}
+
+impl std::fmt::Display for LoadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.what, self.source)?;
+        match &self.reason {
+            Some(reason) => write!(f, "; the verifier's log ends: {reason}"),
+            None => Ok(()),
+        }
+    }
+}
+
+impl std::error::Error for LoadError {}
+
+/// An error with what was being loaded and the verifier's reason.
 fn explain(err: io::Error, what: &str, log: &[u8]) -> io::Error {
     let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
     let text = String::from_utf8_lossy(&log[..end]);
-    let lines: Vec<&str> = text.lines().collect();
-    let tail = lines[lines.len().saturating_sub(8)..].join("\n");
-    let message = if tail.is_empty() {
-        format!("{what}: {err}")
-    } else {
-        format!("{what}: {err}; kernel log ends:\n{tail}")
+    let reason = text
+        .lines()
+        .rev()
+        .find(|l| {
+            !l.trim().is_empty()
+                && !l.starts_with("processed ")
+                && !l.starts_with("verification time")
+        })
+        .map(str::to_string);
+    let kind = err.kind();
+    let error = LoadError {
+        what: what.to_string(),
+        source: err,
+        reason,
     };
-    io::Error::new(err.kind(), message)
+    io::Error::new(kind, error)
 }
