@@ -145,12 +145,7 @@ fn merge(args: &MergeArgs) -> Result<ExitCode, Error> {
         build_ids: args.build_ids.which(),
         build_id_cache: args.build_ids.cache(),
     };
-    // A directory output (perf's --kcore or --threads layout) holds the
-    // perf.data file as `data`.
-    let output = match args.output.is_dir() {
-        true => args.output.join("data"),
-        false => args.output.clone(),
-    };
+    let output = perf_data_file(&args.output);
     if let Some(spec) = &args.time {
         let (window, report) = shardrec_merge::merge_window(&args.dir, &output, &options, spec)?;
         print_damage(&report);
@@ -171,6 +166,15 @@ fn merge(args: &MergeArgs) -> Result<ExitCode, Error> {
     })
 }
 
+/// The perf.data file `path` names: a directory output (perf's --kcore or
+/// --threads layout) holds it as `data`.
+fn perf_data_file(path: &Path) -> std::path::PathBuf {
+    match path.is_dir() {
+        true => path.join("data"),
+        false => path.to_path_buf(),
+    }
+}
+
 /// `--timestamp-filename`: the output renamed `NAME.TIMESTAMP` at the
 /// end, as perf does, saying perf's line.
 fn dump_with_timestamp(output: &Path) -> Result<(), Error> {
@@ -188,10 +192,7 @@ fn dump_with_timestamp(output: &Path) -> Result<(), Error> {
 
 /// `shardrec archive`: the tarball, and perf archive's advice.
 fn archive(args: &flags::ArchiveArgs) -> Result<ExitCode, Error> {
-    let data = match args.file.is_dir() {
-        true => args.file.join("data"),
-        false => args.file.clone(),
-    };
+    let data = perf_data_file(&args.file);
     let cache = shardrec_merge::build_id_cache::default_dir().unwrap_or_default();
     let archive =
         shardrec_merge::archive::archive(&data, &cache).map_err(|source| Error::Archive {

@@ -335,17 +335,8 @@ pub fn data_records(file: &Path) -> Vec<Vec<u8>> {
 /// The content of header feature `bit` of a perf.data, if present: the
 /// feature index follows the data section, one section per set bit.
 pub fn feature_section(file: &Path, bit: usize) -> Option<Vec<u8>> {
-    let bytes = std::fs::read(file).unwrap();
-    let u64_at = |at| shardrec_format::u64_at(&bytes, at).unwrap();
-    let index = (u64_at(40) + u64_at(48)) as usize;
-    let set = |b: usize| u64_at(72 + b / 64 * 8) & (1 << (b % 64)) != 0;
-    if !set(bit) {
-        return None;
-    }
-    let position = (0..bit).filter(|&b| set(b)).count();
-    let offset = u64_at(index + position * 16) as usize;
-    let size = u64_at(index + position * 16 + 8) as usize;
-    Some(bytes[offset..offset + size].to_vec())
+    let file = std::fs::File::open(file).unwrap();
+    shardrec_perfdata::header::read_feature(&file, bit).unwrap()
 }
 
 /// A cgroup made for a test in the cgroup2 hierarchy (where perf and

@@ -27,8 +27,6 @@ use crate::time_spec::TimeRanges;
 /// What cutting a window read.
 #[derive(Clone, Debug, Default)]
 pub struct WindowReport {
-    /// The ranges, in ns.
-    pub ranges: Option<TimeRanges>,
     /// Bytes read from the CPUs' shards.
     pub read: u64,
     /// Bytes in those shards.
@@ -96,7 +94,6 @@ pub fn extract(dir: &Path, spec: &str, into: &Path) -> Result<WindowReport, crat
         stats.lost_by_event.clear();
     }
     out.write_meta(&meta)?;
-    report.ranges = Some(ranges);
     Ok(report)
 }
 
