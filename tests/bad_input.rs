@@ -144,6 +144,30 @@ fn bad_ring_size_and_options() {
     assert_refused(&output, &scratch, "--threads: '0' is not a thread count");
     let output = run(&scratch, &["--threads=fast", "--", "true"]);
     assert_refused(&output, &scratch, "'fast' is neither a thread count");
+    let output = run(&scratch, &["--switch-output=100", "--", "true"]);
+    assert_refused(
+        &output,
+        &scratch,
+        "--switch-output=100: expected signal, a time",
+    );
+    let output = run(
+        &scratch,
+        &["--switch-output", "--switch-max-files=0", "--", "true"],
+    );
+    assert_refused(
+        &output,
+        &scratch,
+        "--switch-max-files=0: expected a number of files",
+    );
+    let output = run(
+        &scratch,
+        &["--switch-output=1s", "--no-merge", "--", "true"],
+    );
+    assert_refused(
+        &output,
+        &scratch,
+        "--switch-output cannot be used with --no-merge",
+    );
 }
 
 #[test]

@@ -84,7 +84,19 @@ fn record(args: RecordArgs, command_line: &[String]) -> Result<ExitCode, Error> 
     let threads = args.output.merge_threads().map_err(RecordError::Usage)?;
     let (build_ids, build_id_cache) =
         (args.output.build_ids.which(), args.output.build_ids.cache());
-    let config = args.into_config().map_err(RecordError::Usage)?;
+    let options = shardrec_merge::MergeOptions {
+        progress: !quiet,
+        compression_level: compression,
+        threads,
+        slice_bytes: None,
+        build_ids,
+        build_id_cache,
+    };
+    let mut config = args.into_config().map_err(RecordError::Usage)?;
+    if let Some(switch) = config.switch_output.as_mut() {
+        switch.merge = options.clone();
+        switch.quiet = quiet;
+    }
     if dry_run {
         // perf's --dry-run: the options are read and checked, nothing more.
         return Ok(ExitCode::SUCCESS);
@@ -106,16 +118,17 @@ fn record(args: RecordArgs, command_line: &[String]) -> Result<ExitCode, Error> 
     if config.no_merge {
         return Ok(code);
     }
-    let options = shardrec_merge::MergeOptions {
-        progress: !quiet,
-        compression_level: compression,
-        threads,
-        slice_bytes: None,
-        build_ids,
-        build_id_cache,
-    };
     let scanned = std::mem::take(&mut report.scanned);
-    let output = config.merge_output();
+    let output = match &report.switched {
+        // The last window, named as the others.
+        Some(_) => shardrec_record::windows::timestamped(&config.output).map_err(|source| {
+            Error::Rename {
+                path: config.output.clone(),
+                source,
+            }
+        })?,
+        None => config.merge_output(),
+    };
     let merged = merge_and_report(&report.dir, &output, quiet, &options, scanned)?;
     // A shard the merge could not read at all is a failure, even when the
     // workload succeeded (its status wins when it failed).
@@ -130,7 +143,26 @@ fn record(args: RecordArgs, command_line: &[String]) -> Result<ExitCode, Error> 
             source,
         })?;
     }
-    if timestamp_filename {
+    if let Some(mut switched) = report.switched {
+        if !quiet {
+            eprintln!("[ shardrec record: Dump {} ]", output.display());
+        }
+        if merged {
+            switched.add(output);
+        }
+        for failed in &switched.failed {
+            eprintln!(
+                "shardrec: error: {} was not written: its window's shards are kept in {}",
+                failed.display(),
+                switched.root.display()
+            );
+        }
+        // Empty unless a window's merge failed or the shards are kept.
+        let _ = std::fs::remove_dir(&switched.root);
+        if !switched.failed.is_empty() {
+            return Ok(ExitCode::from(1));
+        }
+    } else if timestamp_filename {
         dump_with_timestamp(&config.output)?;
     }
     Ok(code)

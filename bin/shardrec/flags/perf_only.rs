@@ -84,8 +84,6 @@ pub const OPTIONS: &[PerfOption] = &[
     opt(None, "proc-map-timeout", Required("n"), "per thread proc mmap processing timeout in ms", Later),
     opt(None, "sample-cpu", Flag, "Record the sample cpu", Moot(ALWAYS)),
     opt(None, "sample-identifier", Flag, "Record the sample identifier", Moot("shardrec's samples always carry their identifier")),
-    opt(None, "switch-max-files", Required("n"), "Limit number of switch output generated files", Later),
-    opt(None, "switch-output", Optional("signal or size[BKMG] or time[smhd]"), "Switch output when receiving SIGUSR2 or cross a size or time threshold", Later),
     opt(None, "switch-output-event", Required("switch output event"), "switch output event selector", Later),
     opt(None, "synth", Required("no|all|task|mmap|cgroup"), "Fine-tune event synthesis: default=all", Later),
     opt(None, "tail-synthesize", Flag, "synthesize non-sample events at the end of output", Later),

@@ -141,6 +141,12 @@ pub struct OutputArgs {
     /// stop cleanly once the recording holds this much (B/K/M/G)
     #[arg(long = "max-size", value_name = "size")]
     max_size: Option<String>,
+    /// Switch output when receiving SIGUSR2 (signal) or cross a size or time threshold: each window becomes FILE.TIMESTAMP, merged in the background
+    #[arg(long = "switch-output", value_name = "signal or size[BKMG] or time[smhd]", num_args = 0..=1, require_equals = true, default_missing_value = "signal")]
+    switch_output: Option<String>,
+    /// Limit number of switch output generated files (the oldest are removed)
+    #[arg(long = "switch-max-files", value_name = "n")]
+    switch_max_files: Option<String>,
     /// keep the shard directory after merging it
     #[arg(long = "keep-shards")]
     pub keep_shards: bool,
@@ -176,6 +182,43 @@ impl OutputArgs {
         }
         eprintln!("shardrec: note: --threads={text} is not needed: shardrec already runs one writer process per CPU, pinned to it");
         Ok(None)
+    }
+}
+
+impl OutputArgs {
+    /// `--switch-output` and `--switch-max-files`; the merge options are
+    /// the caller's to fill in.
+    fn switch_output(&self) -> Result<Option<shardrec_record::SwitchOutput>, String> {
+        let max_files = self
+            .switch_max_files
+            .as_deref()
+            .map(|n| match n.parse::<usize>() {
+                Ok(n) if n > 0 => Ok(n),
+                _ => Err(format!(
+                    "--switch-max-files={n}: expected a number of files (1 or more)"
+                )),
+            })
+            .transpose()?;
+        let Some(trigger) = self.switch_output.as_deref() else {
+            if max_files.is_some() {
+                eprintln!(
+                    "shardrec: warning: --switch-max-files does nothing without --switch-output"
+                );
+            }
+            return Ok(None);
+        };
+        let trigger = options::parse_switch_trigger(trigger)?;
+        if self.kcore || self.no_merge {
+            let other = if self.kcore { "--kcore" } else { "--no-merge" };
+            return Err(format!("--switch-output cannot be used with {other}"));
+        }
+        Ok(Some(shardrec_record::SwitchOutput {
+            trigger,
+            max_files,
+            merge: Default::default(),
+            keep_shards: self.keep_shards,
+            quiet: false,
+        }))
     }
 }
 
@@ -270,6 +313,7 @@ impl RecordArgs {
     pub fn into_config(self) -> Result<RecordConfig, String> {
         let (events, targets, sampling) = (self.events, self.targets, self.sampling);
         let (output, run) = (self.output, self.run);
+        let switch_output = output.switch_output()?;
         Ok(RecordConfig {
             events: events.parsed()?,
             cgroups: events.cgroups(),
@@ -306,6 +350,7 @@ impl RecordArgs {
                 .as_deref()
                 .map(|s| options::parse_size(s).map_err(|e| format!("--max-size {s}: {e}")))
                 .transpose()?,
+            switch_output,
             verbose: run.verbose,
             quiet: run.quiet,
             delay: parsed(&run.delay, options::parse_delay)?,

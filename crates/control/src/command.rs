@@ -17,6 +17,10 @@ pub enum Command {
     Flush,
     /// Stop as soon as the write in flight (if any) completes.
     Quit,
+    /// `--switch-output`: write what the ring holds now into the current
+    /// shard, go on in the next window's, and report `Switched`. The events
+    /// stay enabled throughout: nothing falls between the two files.
+    Switch,
 }
 
 impl Command {
@@ -27,6 +31,7 @@ impl Command {
             Command::Drain => b'D',
             Command::Quit => b'Q',
             Command::Flush => b'F',
+            Command::Switch => b'W',
         }
     }
 
@@ -37,6 +42,7 @@ impl Command {
             Some(b'S') => Command::Start,
             Some(b'Q') => Command::Quit,
             Some(b'F') => Command::Flush,
+            Some(b'W') => Command::Switch,
             _ => Command::Drain,
         }
     }
@@ -52,4 +58,15 @@ impl Command {
             }
         }
     }
+}
+
+/// Why a helper's loop handed control back to its caller.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Served {
+    /// A `Switch` came and everything recorded before it is written: the
+    /// caller opens the next window's files, reports `Switched`, and
+    /// serves on.
+    Switch,
+    /// A stop came and was carried out.
+    Stopped,
 }

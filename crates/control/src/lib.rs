@@ -25,5 +25,5 @@ mod command;
 pub mod fault;
 mod report;
 
-pub use command::Command;
+pub use command::{Command, Served};
 pub use report::{Outcome, Report, VipStats, WriterStats};

@@ -1,5 +1,6 @@
 //! What a helper tells the coordinator, in order: `Ready`, `Started` (a
-//! writer, once its events are enabled), then `Done` or `Failed`.
+//! writer, once its events are enabled), `Switched` at each
+//! `--switch-output`, then `Done` or `Failed`.
 
 use std::io::{self, Read, Write};
 
@@ -17,6 +18,14 @@ pub enum Report {
     },
     /// A writer's events are enabled.
     Started,
+    /// The helper went on in the next window's files (`Command::Switch`).
+    Switched {
+        /// A writer's: the ring position of the new shard's first byte.
+        base: u64,
+        /// The VIP's: the records describing the BPF programs loaded now,
+        /// for the new window's `synth.shard`.
+        records: Vec<u8>,
+    },
     /// The helper ended cleanly.
     Done(Outcome),
     /// The helper failed; the error as it would print it.
@@ -129,6 +138,10 @@ mod tests {
                 records: (0..=255).collect(),
             },
             Report::Started,
+            Report::Switched {
+                base: 1 << 40,
+                records: vec![1, 2, 3],
+            },
             Report::Done(Outcome::Vip(VipStats {
                 captured: 7,
                 ..VipStats::default()

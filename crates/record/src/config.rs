@@ -19,6 +19,35 @@ pub enum Sampling {
     Period(u64),
 }
 
+/// `--switch-output`: what ends a window of the recording, which is then
+/// merged into a perf.data of its own while recording goes on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SwitchTrigger {
+    /// `--switch-output` or `=signal`: SIGUSR2 (or `snapshot` on
+    /// `--control`).
+    Signal,
+    /// `=TIME` (s, m, h, d): every so long.
+    Every(std::time::Duration),
+    /// `=SIZE` (B, K, M, G): once the window's rings have produced this
+    /// many bytes.
+    Bytes(u64),
+}
+
+/// `--switch-output` and what goes with it.
+#[derive(Clone, Debug)]
+pub struct SwitchOutput {
+    /// What ends a window.
+    pub trigger: SwitchTrigger,
+    /// `--switch-max-files=N`: keep only the newest N outputs.
+    pub max_files: Option<usize>,
+    /// How each window is merged (in the background, at low priority).
+    pub merge: shardrec_merge::MergeOptions,
+    /// `--keep-shards`: keep each window's directory after its merge.
+    pub keep_shards: bool,
+    /// `-q`: no "Dump" line for each output.
+    pub quiet: bool,
+}
+
 /// Callchain recording.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CallGraph {
@@ -136,6 +165,8 @@ pub struct RecordConfig {
     /// `--max-size`: stop cleanly once the recording holds this many
     /// bytes.
     pub max_size: Option<u64>,
+    /// `--switch-output`: a perf.data per window of the recording.
+    pub switch_output: Option<SwitchOutput>,
     /// What each sample carries besides the basics.
     pub sample: SampleOptions,
     /// `-v` given this many times: 2 prints each attr before opening it.
@@ -179,6 +210,7 @@ impl RecordConfig {
             no_merge: false,
             kcore: false,
             max_size: None,
+            switch_output: None,
             command: Vec::new(),
             clockid: None,
             sample: SampleOptions::default(),

@@ -11,6 +11,9 @@ mod counting;
 mod recovery;
 mod size_limit;
 mod stop;
+mod switching;
+
+pub(crate) use stop::account;
 
 use crate::helper::HelperProcess;
 use crate::meta::initial_meta;
@@ -22,6 +25,7 @@ use crate::sample_filters::{self, ActiveFilter};
 use crate::signals::Signals;
 use crate::summary::RecordReport;
 use crate::vip::{self, VipProcess};
+use crate::windows::Windows;
 use crate::workload::Workload;
 use crate::writers::{Writer, WriterOptions};
 use crate::{RecordConfig, RecordError};
@@ -75,6 +79,14 @@ fn side_band(config: &RecordConfig, plan: &Plan) -> Result<Option<SideBandEvents
     }
 }
 
+/// When `synth.shard` is written: at the start, or at a switch of
+/// output, when the state to describe is that of the recording so far.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Moment {
+    Start,
+    Switch,
+}
+
 /// A recording from the moment its directory exists.
 struct Recording<'a> {
     plan: &'a Plan,
@@ -109,6 +121,10 @@ struct Recording<'a> {
     max_size: Option<u64>,
     /// Bytes of `synth.shard`, once written.
     synth_bytes: u64,
+    /// `--switch-output`'s windows; `dir` is then the current one.
+    windows: Option<Windows>,
+    /// A switch of output was asked for (SIGUSR2, or `snapshot`).
+    switch_asked: bool,
 }
 
 impl<'a> Recording<'a> {
@@ -132,7 +148,15 @@ impl<'a> Recording<'a> {
         if config.kcore {
             crate::kcore::copy_to(&config.output)?;
         }
-        let dir = RecordingDir::create(RecordingDir::for_output(&config.output))?;
+        let mut dir = RecordingDir::create(RecordingDir::for_output(&config.output))?;
+        let windows = match &config.switch_output {
+            Some(switch) => {
+                let windows = Windows::start(dir.clone(), switch.clone(), config.merge_output())?;
+                dir = dir.create_window(windows.current)?;
+                Some(windows)
+            }
+            None => None,
+        };
         let mut meta = initial_meta(
             config,
             command_line,
@@ -174,6 +198,8 @@ impl<'a> Recording<'a> {
             stopping: false,
             max_size: config.max_size,
             synth_bytes: 0,
+            windows,
+            switch_asked: false,
         })
     }
 
@@ -208,7 +234,11 @@ impl<'a> Recording<'a> {
             ring_pages: self.plan.ring_pages,
             sync_shard: self.sync_shards,
         };
+        let windows = self.window_at();
         for writer in self.writers.iter_mut() {
+            if let Some((root, window)) = windows.clone() {
+                writer.in_windows(root, window);
+            }
             let shard = self.dir.create_file(&self.dir.shard_path(writer.cpu()))?;
             let side_band = self.side_band.as_ref().and_then(|s| s.on_cpu(writer.cpu()));
             writer.spawn(side_band, options, shard)?;
@@ -216,7 +246,7 @@ impl<'a> Recording<'a> {
         let programs = sample_filters::programs(self.plan)?;
         let existing_bpf = match &self.side_band {
             Some(side_band) => {
-                let (vip, records, fds) = vip::spawn(side_band, &self.dir, &programs)?;
+                let (vip, records, fds) = vip::spawn(side_band, &self.dir, &programs, windows)?;
                 self.vip = Some(vip);
                 let cpus: Vec<_> = self.writers.iter().map(|w| &w.events).collect();
                 self.filters = sample_filters::attach(self.plan, &cpus, &programs, fds)?;
@@ -224,12 +254,14 @@ impl<'a> Recording<'a> {
             }
             None => Vec::new(),
         };
-        self.synthesize(&existing_bpf)?;
+        self.synthesize(&existing_bpf, Moment::Start)?;
         for writer in self.writers.iter_mut().filter_map(Writer::process_mut) {
             writer.wait_ready()?;
         }
+        let merger = self.windows.as_ref().and_then(Windows::merger_pid);
         self.meta.recorder_pids = std::iter::once(std::process::id() as i32)
             .chain(self.helpers().map(|h| h.pid.as_raw()))
+            .chain(merger.map(|pid| pid.as_raw()))
             .collect();
         self.exclude_recorder()?;
         self.dir.write_start_meta(&self.meta)?;
@@ -259,21 +291,26 @@ impl<'a> Recording<'a> {
     /// records the VIP made for the BPF programs already loaded. The kernel's
     /// maps (a read of most of kallsyms, for the end of its text) are made
     /// while the tasks are walked, and written after them.
-    fn synthesize(&mut self, existing_bpf: &[u8]) -> Result<(), RecordError> {
+    fn synthesize(&mut self, existing_bpf: &[u8], moment: Moment) -> Result<(), RecordError> {
         let first = &self.writers[0].events.events[0];
         let sample_type = self.meta.events[first.spec].sample_type();
         let dwarf = matches!(self.plan.call_graph, crate::config::CallGraph::Dwarf(_));
         let mut synth = Synthesizer::new(sample_type, first.id).with_data_maps(dwarf);
-        if let Some(workload) = &self.workload {
-            synth = synth.with_held_workload(workload.pid.as_raw());
+        let workload = self.workload.as_ref().map(|w| w.pid.as_raw());
+        if let (Some(pid), Moment::Start) = (workload, moment) {
+            synth = synth.with_held_workload(pid);
         }
         let path = self.dir.synth_path();
         let mut out = BufWriter::new(self.dir.create_file(&path)?);
-        let tasks = match &self.plan.scope {
-            Scope::SystemWide => Tasks::All,
-            Scope::Threads(_) => Tasks::Processes(self.plan.pids.clone()),
+        let tasks = match (&self.plan.scope, workload, moment) {
+            (Scope::SystemWide, _, _) => Tasks::All,
+            (Scope::Threads(_), _, _) => Tasks::Processes(self.plan.pids.clone()),
+            // At a switch: the workload and the processes it started.
+            (Scope::Workload, Some(pid), Moment::Switch) => {
+                Tasks::Processes(shardrec_synth::process_tree(pid))
+            }
             // Only the held workload, described by `with_held_workload`.
-            Scope::Workload => Tasks::Processes(Vec::new()),
+            (Scope::Workload, _, _) => Tasks::Processes(Vec::new()),
         };
         let output_error = |e| RecordError::Output {
             path: path.clone(),
@@ -343,6 +380,12 @@ impl<'a> Recording<'a> {
         }
         self.count_later();
         Ok(())
+    }
+
+    /// With `--switch-output`: the recording's directory and the window
+    /// being recorded, for a helper that goes on from window to window.
+    fn window_at(&self) -> Option<(RecordingDir, u32)> {
+        self.windows.as_ref().map(|w| (w.root.clone(), w.current))
     }
 
     /// The writers' and the VIP's processes.

@@ -73,6 +73,15 @@ impl HelperProcess {
         }
     }
 
+    /// Waits for `Switched`: the ring position where the helper's new
+    /// shard begins, and the records it made for the new window.
+    pub fn wait_switched(&mut self) -> Result<(u64, Vec<u8>), RecordError> {
+        match self.next_report("switched")? {
+            Report::Switched { base, records } => Ok((base, records)),
+            other => Err(self.unexpected(&other, "switched")),
+        }
+    }
+
     /// Reads the final report: what the helper accomplished.
     pub fn read_outcome(&mut self) -> Result<Outcome, RecordError> {
         match self.next_report("done")? {

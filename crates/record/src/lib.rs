@@ -37,11 +37,13 @@ mod signals;
 mod summary;
 mod tracing_files;
 mod vip;
+pub mod windows;
 mod workload;
 mod writers;
 
 pub use config::{
     AddressSpace, CallGraph, ControlSpec, Delay, RecordConfig, SampleOptions, Sampling,
+    SwitchOutput, SwitchTrigger,
 };
 pub use coordinator::record;
 pub use error::RecordError;

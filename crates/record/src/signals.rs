@@ -1,4 +1,5 @@
-//! Signals as events: INT/TERM/HUP ask for a stop, CHLD says a child ended.
+//! Signals as events: INT/TERM/HUP ask for a stop, CHLD says a child ended,
+//! USR2 switches output.
 
 use std::os::fd::{AsFd, BorrowedFd};
 
@@ -18,6 +19,9 @@ pub enum Wake {
     Stop(Signal),
     /// A child changed state: reap with [`reap`].
     Child,
+    /// SIGUSR2: `--switch-output`'s signal (ignored otherwise, as perf
+    /// ignores it without a mode that uses it).
+    Switch,
     /// The `--control` channel has something to read.
     Control,
     /// Nothing happened within the timeout.
@@ -32,7 +36,7 @@ pub struct Signals {
 }
 
 impl Signals {
-    /// Blocks INT, TERM, HUP and CHLD and opens their signalfd.
+    /// Blocks INT, TERM, HUP, CHLD and USR2 and opens their signalfd.
     pub fn block() -> Result<Signals, RecordError> {
         let mut set = SigSet::empty();
         for signal in [
@@ -40,6 +44,7 @@ impl Signals {
             Signal::SIGTERM,
             Signal::SIGHUP,
             Signal::SIGCHLD,
+            Signal::SIGUSR2,
         ] {
             set.add(signal);
         }
@@ -64,6 +69,7 @@ impl Signals {
                 let signal = Signal::try_from(info.ssi_signo as i32).ok();
                 return Ok(match signal {
                     Some(Signal::SIGCHLD) => Wake::Child,
+                    Some(Signal::SIGUSR2) => Wake::Switch,
                     Some(signal) => Wake::Stop(signal),
                     None => continue,
                 });

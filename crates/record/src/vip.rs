@@ -5,7 +5,7 @@ use std::fs::File;
 use std::io::{self, BufWriter};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 
-use shardrec_control::{Outcome, Report, VipStats};
+use shardrec_control::{Outcome, Report, Served, VipStats};
 use shardrec_filter::FilterProgram;
 use shardrec_format::SampleIdLayout;
 use shardrec_shard::RecordingDir;
@@ -42,10 +42,11 @@ pub fn spawn(
     events: &SideBandEvents,
     dir: &RecordingDir,
     programs: &[FilterProgram],
+    windows: Option<(RecordingDir, u32)>,
 ) -> Result<(VipProcess, Vec<u8>, Vec<OwnedFd>), RecordError> {
     let shard = dir.create_file(&dir.vip_path())?;
     let bpf = dir.create_file(&dir.bpf_path())?;
-    start(events, shard, bpf, programs)
+    start(events, shard, bpf, programs, windows)
 }
 
 /// Restarts a VIP that died: its shard and `bpf` file cut back to their
@@ -55,7 +56,11 @@ pub fn spawn(
 /// captures as it captures those loaded before a recording (their records
 /// are in the rings, so the ones it describes are dropped). Programs
 /// loaded and unloaded while no VIP ran are not captured.
-pub fn restart(events: &SideBandEvents, dir: &RecordingDir) -> Result<VipProcess, RecordError> {
+pub fn restart(
+    events: &SideBandEvents,
+    dir: &RecordingDir,
+    windows: Option<(RecordingDir, u32)>,
+) -> Result<VipProcess, RecordError> {
     let whole_records = |bytes: &[u8]| {
         shardrec_format::walk::RecordWalker::new(bytes)
             .last()
@@ -65,7 +70,7 @@ pub fn restart(events: &SideBandEvents, dir: &RecordingDir) -> Result<VipProcess
     let shard = reopen_whole(dir, &dir.vip_path(), whole_records)?;
     let bpf = reopen_whole(dir, &dir.bpf_path(), whole_entries)?;
     // The filters stay attached to their events: a new VIP loads none.
-    let (vip, _described, _) = start(events, shard, bpf, &[])?;
+    let (vip, _described, _) = start(events, shard, bpf, &[], windows)?;
     Ok(vip)
 }
 
@@ -91,6 +96,7 @@ fn start(
     shard: File,
     bpf: File,
     programs: &[FilterProgram],
+    windows: Option<(RecordingDir, u32)>,
 ) -> Result<(VipProcess, Vec<u8>, Vec<OwnedFd>), RecordError> {
     let layout = SampleIdLayout::new(events.sample_type);
     let first_id = events.events.first().map_or(0, |(_, _, id)| *id);
@@ -111,6 +117,7 @@ fn start(
             bpf,
             control,
             filters: theirs,
+            windows,
         };
         // SAFETY: this forked child uses only the kept descriptors and
         // leaves through `exit_now`, never dropping what it inherited.
@@ -144,6 +151,9 @@ struct VipFiles {
     control: OwnedFd,
     /// Where the loaded filters' descriptors go.
     filters: OwnedFd,
+    /// With `--switch-output`: the recording's directory and the window
+    /// being written.
+    windows: Option<(RecordingDir, u32)>,
 }
 
 impl VipProcess {
@@ -177,6 +187,7 @@ fn run(
         bpf,
         control,
         filters,
+        mut windows,
     } = files;
     if !programs.is_empty() {
         let loaded = programs
@@ -206,5 +217,19 @@ fn run(
     let (records, _) = existing::describe(&mut capturer, layout, event_id)?;
     capturer.flush()?;
     Report::Ready { records }.write_to(report)?;
-    Vip::new(rings, shard, capturer, File::from(control))?.run()
+    let mut vip = Vip::new(rings, shard, capturer, File::from(control))?;
+    while vip.serve()? == Served::Switch {
+        // Without windows, a Switch goes on in the same files.
+        let mut records = Vec::new();
+        if let Some((root, window)) = windows.as_mut() {
+            *window += 1;
+            let dir = root.window(*window);
+            let create =
+                |path: std::path::PathBuf| dir.create_file(&path).map_err(io::Error::other);
+            let (shard, bpf) = (create(dir.vip_path())?, create(dir.bpf_path())?);
+            records = vip.switch_files(shard, bpf, layout, event_id)?;
+        }
+        Report::Switched { base: 0, records }.write_to(report)?;
+    }
+    vip.finish()
 }

@@ -6,10 +6,11 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
-use shardrec_control::{Command, Outcome, Report, WriterStats};
+use shardrec_control::{Command, Outcome, Report, Served, WriterStats};
 use shardrec_format::header::RecordType;
 use shardrec_format::layouts::{FieldReader, Layouts};
 use shardrec_format::walk::RecordWalker;
+use shardrec_shard::RecordingDir;
 use shardrec_sys::{cpu, process, PerfEvent, RingBuffer};
 use shardrec_writer::{ShardWriter, WriterConfig};
 
@@ -37,6 +38,9 @@ pub struct Writer {
     pub replaced_at: Vec<Duration>,
     /// Whether it died too often and its CPU went unrecorded from then on.
     pub given_up: bool,
+    /// With `--switch-output`: the recording's directory and the window
+    /// being written, whose successor the process goes on in at a Switch.
+    windows: Option<(RecordingDir, u32)>,
 }
 
 /// A writer that dies this often is not replaced again.
@@ -60,6 +64,7 @@ struct WriterSetup<'a> {
     side_band: Option<&'a PerfEvent>,
     options: WriterOptions,
     base: u64,
+    windows: Option<(RecordingDir, u32)>,
 }
 
 impl WriterSetup<'_> {
@@ -83,7 +88,41 @@ impl Writer {
             options: None,
             replaced_at: Vec::new(),
             given_up: false,
+            windows: None,
         }
+    }
+
+    /// Records `--switch-output` windows inside `root`, beginning with
+    /// window `window`.
+    pub fn in_windows(&mut self, root: RecordingDir, window: u32) {
+        self.windows = Some((root, window));
+    }
+
+    /// After a Switch: waits for the process to go on in the next window's
+    /// shard (or, for a writer given up on, writes its ring into the
+    /// closing window's `shard` from here) and notes where that shard
+    /// begins in the ring.
+    pub fn switched(&mut self, shard: &std::path::Path) -> Result<(), RecordError> {
+        if let Some((_, window)) = self.windows.as_mut() {
+            *window += 1;
+        }
+        let process = self.process.as_mut().filter(|p| !p.has_exited());
+        self.base = match process {
+            Some(process) => process.wait_switched()?.0,
+            None if self.given_up => {
+                let file = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(shard)
+                    .map_err(RecordError::system(format!("writing {}", shard.display())))?;
+                self.write_remaining(&file)
+                    .map_err(RecordError::system(format!("writing {}", shard.display())))?;
+                self.events.ring.tail()
+            }
+            // Dead and about to be replaced: the replacement starts at the
+            // ring's tail in the new window.
+            None => self.events.ring.tail(),
+        };
+        Ok(())
     }
 
     /// Asks the writer to write its ring once the ring has held data for
@@ -130,6 +169,7 @@ impl Writer {
             side_band,
             options,
             base: self.base,
+            windows: self.windows.clone(),
         };
         let process = HelperProcess::spawn(
             format!("writer of CPU {}", self.events.cpu),
@@ -290,7 +330,7 @@ fn run(
     // set up by every writer at once after Start, it took a contended
     // kernel lock inside the recording (1% of a 64-CPU guest's samples).
     let mut start = File::from(control.try_clone()?);
-    let writer = ShardWriter::new(&ring, owner, shard, control, config)?
+    let mut writer = ShardWriter::new(&ring, owner, shard, control, config)?
         .starting_at(setup.base)
         .disabling_at_stop(setup.events());
     Report::Ready {
@@ -308,5 +348,22 @@ fn run(
         setup.cpu.events.iter().try_for_each(|e| e.event.enable())?;
     }
     Report::Started.write_to(report)?;
-    writer.run()
+    let mut windows = setup.windows.clone();
+    while writer.serve()? == Served::Switch {
+        // Without windows, a Switch goes on in the same shard.
+        if let Some((root, window)) = windows.as_mut() {
+            *window += 1;
+            let dir = root.window(*window);
+            let next = dir
+                .create_file(&dir.shard_path(setup.cpu.cpu))
+                .map_err(io::Error::other)?;
+            writer.switch_shard(next);
+        }
+        Report::Switched {
+            base: ring.tail(),
+            records: Vec::new(),
+        }
+        .write_to(report)?;
+    }
+    writer.finish()
 }

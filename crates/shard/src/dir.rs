@@ -47,6 +47,24 @@ impl RecordingDir {
         Ok(RecordingDir { path })
     }
 
+    /// Window `n` of a `--switch-output` recording: a recording directory
+    /// of its own inside this one, merged alone into its own perf.data.
+    pub fn window(&self, n: u32) -> RecordingDir {
+        RecordingDir {
+            path: self.path.join(format!("window{n:06}")),
+        }
+    }
+
+    /// Creates window `n`'s directory (mode 0700, never an existing one).
+    pub fn create_window(&self, n: u32) -> Result<RecordingDir, Error> {
+        let window = self.window(n);
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&window.path)
+            .map_err(Error::io(&window.path))?;
+        Ok(window)
+    }
+
     /// The directory's path.
     pub fn path(&self) -> &Path {
         &self.path

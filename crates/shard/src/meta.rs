@@ -223,10 +223,20 @@ pub enum StopReason {
     ShardCut(String),
     /// `--max-size`: the recording reached this many bytes.
     SizeLimit(u64),
+    /// `--switch-output`: this window ended and the recording went on in
+    /// the next.
+    Switched,
+    /// `--switch-output`: a helper failed to go on in the next window (the
+    /// window's shards hold everything written before).
+    SwitchFailed,
 }
 
 /// How a [`StopReason::ShardCut`] reads.
 const SHARD_CUT: &str = "shard cut: ";
+/// What a [`StopReason::Switched`] reads as.
+const SWITCHED: &str = "switched to the next output (--switch-output)";
+/// What a [`StopReason::SwitchFailed`] reads as.
+const SWITCH_FAILED: &str = "a switch of output failed";
 /// How a [`StopReason::SizeLimit`] begins.
 const SIZE_LIMIT: &str = "size limit (--max-size ";
 
@@ -240,6 +250,8 @@ impl std::fmt::Display for StopReason {
             StopReason::ControlStop => f.write_str("stop on the control channel"),
             StopReason::ShardCut(what) => write!(f, "{SHARD_CUT}{what}"),
             StopReason::SizeLimit(bytes) => write!(f, "{SIZE_LIMIT}{bytes} bytes)"),
+            StopReason::Switched => f.write_str(SWITCHED),
+            StopReason::SwitchFailed => f.write_str(SWITCH_FAILED),
         }
     }
 }
@@ -258,6 +270,8 @@ impl TryFrom<String> for StopReason {
             "workload exited" => StopReason::WorkloadExited,
             "target processes exited" => StopReason::TargetsExited,
             "stop on the control channel" => StopReason::ControlStop,
+            SWITCHED => StopReason::Switched,
+            SWITCH_FAILED => StopReason::SwitchFailed,
             signal if signal.starts_with("SIG") => StopReason::Signal(text),
             cut if cut.starts_with(SHARD_CUT) => {
                 StopReason::ShardCut(cut[SHARD_CUT.len()..].to_string())

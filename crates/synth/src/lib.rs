@@ -30,6 +30,8 @@ mod proc_maps;
 mod scan;
 mod tasks;
 
+pub use tasks::process_tree;
+
 use shardrec_format::records::{self, RecordBuilder};
 use shardrec_format::{SampleId, SampleIdLayout};
 use std::io::Write;

@@ -24,6 +24,25 @@ pub(crate) fn list_processes() -> Vec<i32> {
         .collect()
 }
 
+/// Process `root` and every process descended from it that still runs
+/// (by each process's parent in `/proc`), `root` first.
+pub fn process_tree(root: i32) -> Vec<i32> {
+    let parents: Vec<(i32, i32)> = list_processes()
+        .into_iter()
+        .filter_map(|pid| {
+            let status = std::fs::read(format!("/proc/{pid}/status")).ok()?;
+            Some((pid, Status::parse(&status)?.ppid))
+        })
+        .collect();
+    let mut tree = vec![root];
+    let mut next = 0;
+    while let Some(&parent) = tree.get(next) {
+        tree.extend(parents.iter().filter(|p| p.1 == parent).map(|p| p.0));
+        next += 1;
+    }
+    tree
+}
+
 /// Describes `pids` into `out`, writing whole processes at a time.
 pub(crate) fn synthesize(
     emitter: &mut Emitter,

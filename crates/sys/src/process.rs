@@ -154,6 +154,14 @@ pub fn prefer_wakeups() -> &'static str {
     "unchanged"
 }
 
+/// Lowers this process to the least CPU priority (nice 19; its I/O
+/// priority follows nice where none is set): for work that may wait,
+/// such as a merge while recording goes on.
+pub fn prefer_background() {
+    // SAFETY: setpriority has no memory-safety preconditions.
+    unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 19) };
+}
+
 /// What a finished child and the descendants it waited for used.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Usage {

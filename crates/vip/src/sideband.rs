@@ -13,10 +13,11 @@ use std::io::{self, BufWriter, Write};
 
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
 use shardrec_control::fault::{self, Fault};
-use shardrec_control::{Command, VipStats};
+use shardrec_control::{Command, Served, VipStats};
 use shardrec_format::header::RecordType;
 use shardrec_format::records::{parse_bpf_event, BPF_EVENT_PROG_LOAD, BPF_EVENT_PROG_UNLOAD};
 use shardrec_format::walk::RecordWalker;
+use shardrec_format::SampleIdLayout;
 use shardrec_sys::bpf::HeldProg;
 use shardrec_sys::{PerfEvent, RingBuffer};
 
@@ -82,21 +83,59 @@ impl<'a> Vip<'a> {
 
     /// Runs until told to stop; a Drain reads the rings once more first.
     pub fn run(mut self) -> io::Result<VipStats> {
+        // A Switch with no next files to go to goes on in these.
+        while self.serve()? == Served::Switch {}
+        self.finish()
+    }
+
+    /// Serves the rings until a stop (carried out: a Drain reads every
+    /// ring once more first) or a Switch (every ring read up to then).
+    pub fn serve(&mut self) -> io::Result<Served> {
         let mut ready = Vec::with_capacity(self.rings.len());
         loop {
             let command = self.wait(&mut ready)?;
             if command.is_some() || ready.is_empty() {
-                // A stop, or a quiet spell: read every ring, in case a
+                // A command, or a quiet spell: read every ring, in case a
                 // wakeup was missed.
                 ready = (0..self.rings.len()).collect();
             }
             if command != Some(Command::Quit) {
                 self.drain(&ready)?;
             }
-            if command.is_some() {
-                break;
+            match command {
+                Some(Command::Switch) => return Ok(Served::Switch),
+                Some(_) => return Ok(Served::Stopped),
+                None => {}
             }
         }
+    }
+
+    /// After [`Served::Switch`]: goes on in the next window's `shard` and
+    /// `bpf` file, where the programs loaded now are captured again.
+    /// Returns the records that describe them, for the window's
+    /// `synth.shard`: each window is read alone.
+    pub fn switch_files(
+        &mut self,
+        shard: File,
+        bpf: File,
+        layout: &SampleIdLayout,
+        event_id: u64,
+    ) -> io::Result<Vec<u8>> {
+        self.shard.flush()?;
+        self.capturer.flush()?;
+        self.shard = BufWriter::with_capacity(BUFFER, shard);
+        let (captured, missed) = (self.capturer.captured, self.capturer.missed);
+        self.capturer = Capturer::new(BufWriter::with_capacity(BUFFER, bpf));
+        let (records, _) = crate::existing::describe(&mut self.capturer, layout, event_id)?;
+        self.capturer.flush()?;
+        // Programs captured again are not captured twice.
+        (self.capturer.captured, self.capturer.missed) = (captured, missed);
+        Ok(records)
+    }
+
+    /// After a stop: syncs the shard and says what the VIP did.
+    pub fn finish(mut self) -> io::Result<VipStats> {
+        self.shard.flush()?;
         self.shard.get_ref().sync_data()?;
         self.stats.captured = self.capturer.captured;
         self.stats.missed = self.capturer.missed;

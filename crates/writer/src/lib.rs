@@ -2,7 +2,8 @@
 //!
 //! A [`ShardWriter`] waits on io_uring for the ring's wakeup (a poll on the
 //! event fd) or a word from the coordinator (Flush, for a ring that held
-//! data below its watermark for a while; Drain; Quit); then it writes
+//! data below its watermark for a while; Drain; Quit; Switch, which ends
+//! the shard and goes on in the next); then it writes
 //! `[data_tail, data_head)` straight from the mapped ring — one or two
 //! segments, as the range wraps — at the shard's current end, and moves
 //! `data_tail` only once the kernel reports the write complete. It never

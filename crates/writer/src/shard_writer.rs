@@ -8,7 +8,7 @@ use io_uring::{cqueue, opcode, types, IoUring};
 use shardrec_sys::{PerfEvent, RingBuffer};
 
 use shardrec_control::fault::{self, Fault};
-use shardrec_control::{Command, WriterStats};
+use shardrec_control::{Command, Served, WriterStats};
 
 // user_data of each kind of request.
 const POLL: u64 = 1;
@@ -72,6 +72,11 @@ pub struct ShardWriter<'a> {
     /// Ring position of the shard's first byte.
     base: u64,
     stop: Option<Command>,
+    /// A Switch came when the ring's head was here: the current shard
+    /// ends at the first write that reaches it.
+    switch_at: Option<u64>,
+    /// The polls are armed (by the first `serve`).
+    armed: bool,
     control_open: bool,
     /// Multishot polls need 5.13; older kernels reject them (EINVAL) and
     /// get a one-shot poll re-armed after each wakeup.
@@ -107,6 +112,8 @@ impl<'a> ShardWriter<'a> {
             batch_bytes: config.batch_bytes,
             base: ring.tail(),
             stop: None,
+            switch_at: None,
+            armed: false,
             control_open: true,
             multishot: config.multishot_poll,
             sync_shard: config.sync_shard,
@@ -138,8 +145,19 @@ impl<'a> ShardWriter<'a> {
     /// reaches the watermark or a command comes: an idle CPU's writer
     /// never wakes.
     pub fn run(mut self) -> io::Result<WriterStats> {
-        self.arm_poll()?;
-        self.arm_control()?;
+        // A Switch with no next shard to go to goes on in this one.
+        while self.serve()? == Served::Switch {}
+        self.finish()
+    }
+
+    /// Serves the ring until a stop has been carried out or a Switch needs
+    /// the next shard (see [`Served`]).
+    pub fn serve(&mut self) -> io::Result<Served> {
+        if !self.armed {
+            self.arm_poll()?;
+            self.arm_control()?;
+            self.armed = true;
+        }
         loop {
             self.wait()?;
             self.reap()?;
@@ -147,7 +165,16 @@ impl<'a> ShardWriter<'a> {
                 continue;
             }
             if self.stop == Some(Command::Quit) {
-                break;
+                return Ok(Served::Stopped);
+            }
+            if let Some(at) = self.switch_at {
+                // Everything the ring held when the Switch came goes into
+                // the current shard; a busy ring does not hold it longer.
+                if self.ring.tail() >= at || !self.start_write()? {
+                    self.switch_at = None;
+                    return Ok(Served::Switch);
+                }
+                continue;
             }
             let draining = self.stop == Some(Command::Drain);
             let fill = self.ring.head() - self.ring.tail();
@@ -158,14 +185,26 @@ impl<'a> ShardWriter<'a> {
             if std::mem::take(&mut self.quiet_flush) && !draining && fill < self.batch_bytes {
                 self.write_directly()?;
                 if self.stop == Some(Command::Quit) {
-                    break;
+                    return Ok(Served::Stopped);
                 }
                 continue;
             }
             if !self.start_write()? && draining {
-                break;
+                return Ok(Served::Stopped);
             }
         }
+    }
+
+    /// Goes on in `shard`, whose first byte holds the ring's tail (after
+    /// [`Served::Switch`], with no write in flight).
+    pub fn switch_shard(&mut self, shard: File) {
+        assert!(self.in_flight.is_none(), "switching shards mid-write");
+        self.shard = shard;
+        self.base = self.ring.tail();
+    }
+
+    /// After a stop: ends the poll and syncs the shard if configured to.
+    pub fn finish(mut self) -> io::Result<WriterStats> {
         self.cancel_poll()?;
         if self.sync_shard {
             if let Some(error) = fault::inject("writer.sync").and_then(Fault::error) {
@@ -342,6 +381,10 @@ impl<'a> ShardWriter<'a> {
             self.stats.flushes += 1;
             self.flush_wanted = true;
             self.quiet_flush = true;
+            return self.arm_control();
+        }
+        if command == Command::Switch {
+            self.switch_at = Some(self.ring.head());
             return self.arm_control();
         }
         if command != Command::Start && self.stop.is_none() {

@@ -33,10 +33,17 @@ impl Recording<'_> {
 
     /// How long to wait for signals before the delayed start is due.
     pub(super) fn tick_ms(&self) -> u16 {
-        let tick = match self.max_size {
+        let mut tick = match self.max_size {
             Some(_) => super::size_limit::LIMIT_TICK_MS,
             None => TICK_MS,
         };
+        if let Some(switch) = self
+            .windows
+            .as_ref()
+            .and_then(|w| w.tick_ms(super::size_limit::LIMIT_TICK_MS))
+        {
+            tick = tick.min(switch.max(1));
+        }
         match self.enable_at {
             Some(at) => {
                 let left = at.saturating_duration_since(Instant::now()).as_millis();
@@ -85,8 +92,11 @@ impl Recording<'_> {
                         eprintln!("{}", spec.name);
                     }
                 }
+                // perf 6.1 switches output only on SIGUSR2; shardrec also
+                // on `snapshot`, which a script can send and wait for.
+                ControlCommand::Snapshot if self.windows.is_some() => self.switch_asked = true,
                 ControlCommand::Snapshot => eprintln!(
-                    "shardrec: snapshot needs --overwrite, which shardrec does not support yet"
+                    "shardrec: snapshot needs --switch-output (or --overwrite, which shardrec does not support yet)"
                 ),
                 ControlCommand::Unknown(text) => {
                     eprintln!("shardrec: unknown control command '{text}'")

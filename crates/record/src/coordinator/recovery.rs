@@ -33,7 +33,14 @@ impl Recording<'_> {
             if self.workload.as_ref().is_some_and(|w| w.pid == ended.pid) {
                 self.workload_code = Some(ended.code);
                 outcome.get_or_insert((StopReason::WorkloadExited, None));
-            } else if let Some((name, ended_as)) = self.helper_ended(ended.pid) {
+                continue;
+            }
+            if let Some(windows) = self.windows.as_mut() {
+                if windows.merger_ended(ended.pid) {
+                    continue;
+                }
+            }
+            if let Some((name, ended_as)) = self.helper_ended(ended.pid) {
                 match ended_as {
                     Ended::Cut(shard, errno) => {
                         outcome = Some((self.shard_cut(&shard, errno), None))
@@ -139,13 +146,14 @@ impl Recording<'_> {
     /// start, the recording ends (cleanly) with `died`, why the VIP died.
     fn restart_vip(&mut self, died: RecordError) -> Result<(), RecordError> {
         let since = self.since_start();
+        let window = self.window_at();
         let (Some(events), Some(old)) = (self.side_band.as_ref(), self.vip.as_mut()) else {
             return Err(died);
         };
         if old.restarted_at.len() >= vip::MAX_RESTARTS {
             return Err(died);
         }
-        let mut restarted = vip::restart(events, &self.dir)?;
+        let mut restarted = vip::restart(events, &self.dir, window)?;
         restarted.restarted_at = std::mem::take(&mut old.restarted_at);
         restarted.restarted_at.push(since);
         self.vip = Some(restarted);

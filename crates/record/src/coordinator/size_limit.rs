@@ -16,8 +16,7 @@ impl Recording<'_> {
     /// does.
     pub(super) fn size_limit_reached(&self) -> Option<u64> {
         let limit = self.max_size?;
-        let produced: u64 = self.writers.iter().map(|w| w.events.ring.head()).sum();
-        if produced + self.synth_bytes < limit {
+        if self.produced() + self.synth_bytes < limit {
             return None;
         }
         self.say(&format!(

@@ -6,16 +6,16 @@ use std::time::Instant;
 
 use nix::sys::signal::{kill, Signal};
 use shardrec_control::Command;
-use shardrec_format::layouts::Layouts;
 use shardrec_shard::parallel;
 use shardrec_shard::scan::ScannedShard;
-use shardrec_shard::{CpuStats, Stats, StopReason};
+use shardrec_shard::{CpuStats, Meta, RecordingDir, Stats, StopReason};
 
 use super::Recording;
 use crate::meta::unix_ns;
 use crate::plan::Scope;
 use crate::signals::{Signals, Wake};
 use crate::summary::{CpuReport, RecordReport};
+use crate::windows::Windows;
 use crate::writers::Writer;
 use crate::RecordError;
 
@@ -47,11 +47,17 @@ impl Recording<'_> {
                         return Ok((StopReason::TargetsExited, None));
                     }
                 }
+                Wake::Switch => self.switch_asked |= self.switch_on_signal(),
             }
             self.count_when_due();
             self.flush_quiet_rings();
             if let Some(limit) = self.size_limit_reached() {
                 return Ok((StopReason::SizeLimit(limit), None));
+            }
+            if std::mem::take(&mut self.switch_asked) || self.switch_due() {
+                if let Err(error) = self.switch_output() {
+                    return Ok((StopReason::SwitchFailed, Some(error)));
+                }
             }
         }
     }
@@ -86,7 +92,7 @@ impl Recording<'_> {
                 Wake::Child => {
                     self.reap_children();
                 }
-                Wake::Control | Wake::Timeout => {}
+                Wake::Control | Wake::Timeout | Wake::Switch => {}
             }
         }
         self.end_workload();
@@ -170,33 +176,12 @@ impl Recording<'_> {
                 add_lost(&mut lost_by_event, writer.cpu(), id, samples);
             }
         }
-        let paths: Vec<PathBuf> = self
-            .writers
-            .iter()
-            .map(|w| self.dir.shard_path(w.cpu()))
-            .collect();
-        let scanned = scan_shards(&paths, &layouts)?;
-        self.write_indexes(&scanned);
-        let mut cpus = Vec::new();
-        for (writer, scanned) in self.writers.iter().zip(&scanned) {
-            let (bytes, summary) = (scanned.bytes.bytes().len() as u64, &scanned.summary);
-            let lost_read = lost_by_event
-                .iter()
-                .filter(|(cpu, _, _)| *cpu == writer.cpu())
-                .map(|(_, _, lost)| lost)
-                .sum();
-            let stats = CpuStats::new(writer.cpu(), bytes, summary, lost_read);
-            cpus.push(CpuReport {
-                stats,
-                writer: writer.stats(),
-                unwritten: writer.unwritten(),
-                replaced_at: writer.replaced_at.clone(),
-                given_up: writer.given_up,
-            });
+        if let Some(windows) = &self.windows {
+            lost_by_event = windows.losses_since_open(&lost_by_event);
         }
         let synth_bytes = std::fs::metadata(self.dir.synth_path()).map_or(0, |m| m.len());
         self.meta.stats = Some(Stats {
-            cpus: cpus.iter().map(|c| c.stats.clone()).collect(),
+            cpus: Vec::new(),
             synth_bytes,
             lost_by_event,
             bpf: self.vip_stats(),
@@ -204,11 +189,27 @@ impl Recording<'_> {
             stopped_by: stopped_by.clone(),
             stop_unix_ns: unix_ns(),
         });
+        let scanned = account(&self.dir, &mut self.meta, parallel::online_cpus())?;
+        let stats = self.meta.stats.as_ref().map_or(&[][..], |s| &s.cpus[..]);
+        let cpus: Vec<CpuReport> = self
+            .writers
+            .iter()
+            .zip(stats)
+            .map(|(writer, stats)| CpuReport {
+                stats: stats.clone(),
+                writer: writer.stats(),
+                unwritten: writer.unwritten(),
+                replaced_at: writer.replaced_at.clone(),
+                given_up: writer.given_up,
+            })
+            .collect();
         // The room kept at start is given back first: on a full disk, that
         // is what lets meta be written.
         self.dir.release_meta_room();
         self.dir.write_meta(&self.meta)?;
+        let switched = self.windows.take().map(Windows::finish).transpose()?;
         Ok(RecordReport {
+            switched,
             dir: self.dir.path().to_path_buf(),
             cpus,
             elapsed,
@@ -247,22 +248,9 @@ impl Recording<'_> {
         Some(stats)
     }
 
-    /// Each shard's index, for a merge of a time window: without one, that
-    /// merge walks the shard, so a failure here only costs time later.
-    fn write_indexes(&self, scanned: &[ScannedShard]) {
-        for (writer, shard) in self.writers.iter().zip(scanned) {
-            let index = shardrec_shard::shard_index::ShardIndex::of(&shard.summary);
-            if let Err(error) = self.dir.write_index(writer.cpu(), &index) {
-                eprintln!(
-                    "shardrec: warning: {error}: a merge of a time window will walk this shard"
-                );
-            }
-        }
-    }
-
     /// Each event's count of samples the kernel dropped, as `(cpu, id,
     /// lost)` for the non-zero ones; empty where the kernel keeps none.
-    fn read_lost_counts(&self) -> Vec<(u32, u64, u64)> {
+    pub(super) fn read_lost_counts(&self) -> Vec<(u32, u64, u64)> {
         if !self.plan.lost_counts {
             return Vec::new();
         }
@@ -287,13 +275,47 @@ fn add_lost(counts: &mut Vec<(u32, u64, u64)>, cpu: u32, id: u64, lost: u64) {
     }
 }
 
-/// Scans every shard, a thread per online CPU as the merge (each holds up
-/// to `scan::RELEASE_STEP` of its shard's pages mapped): on a large host
-/// the shards are many and each scan waits on its own file's pages.
-fn scan_shards(paths: &[PathBuf], layouts: &Layouts) -> Result<Vec<ScannedShard>, RecordError> {
-    parallel::try_map(paths, parallel::online_cpus(), |_, path| {
-        Ok(ScannedShard::scan(path, layouts)?)
-    })
+/// Walks every shard of the recording in `dir` and completes `meta`'s
+/// statistics (made at stop, or at a switch, without them) with what each
+/// holds, writing each shard's index on the way.
+///
+/// The shards are walked by `threads` threads; at the stop one per online
+/// CPU, as the merge walks them (each holds up to `scan::RELEASE_STEP` of
+/// its shard's pages mapped): on a large host the shards are many and each
+/// scan waits on its own file's pages.
+pub(crate) fn account(
+    dir: &RecordingDir,
+    meta: &mut Meta,
+    threads: usize,
+) -> Result<Vec<ScannedShard>, shardrec_shard::Error> {
+    let layouts = meta.layouts();
+    let paths: Vec<PathBuf> = meta.cpus.iter().map(|&cpu| dir.shard_path(cpu)).collect();
+    let scanned = parallel::try_map(&paths, threads, |_, path| {
+        ScannedShard::scan(path, &layouts)
+    })?;
+    let Some(stats) = meta.stats.as_mut() else {
+        return Ok(scanned);
+    };
+    stats.cpus.clear();
+    for (&cpu, shard) in meta.cpus.iter().zip(&scanned) {
+        let lost_read = stats
+            .lost_by_event
+            .iter()
+            .filter(|(c, _, _)| *c == cpu)
+            .map(|(_, _, lost)| lost)
+            .sum();
+        let bytes = shard.bytes.bytes().len() as u64;
+        stats
+            .cpus
+            .push(CpuStats::new(cpu, bytes, &shard.summary, lost_read));
+        // Without an index, a merge of a time window walks the shard: a
+        // failure here only costs time later.
+        let index = shardrec_shard::shard_index::ShardIndex::of(&shard.summary);
+        if let Err(error) = dir.write_index(cpu, &index) {
+            eprintln!("shardrec: warning: {error}: a merge of a time window will walk this shard");
+        }
+    }
+    Ok(scanned)
 }
 
 /// Whether process `pid` still runs: it exists and is not a zombie

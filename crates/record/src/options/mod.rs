@@ -198,6 +198,54 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("'{text}' is too large"))
 }
 
+/// Parses `--switch-output[=signal|TIME|SIZE]` as perf does: `signal`
+/// (the default), a time with s/m/h/d (and, beyond perf, ms), or a size
+/// with B/K/M/G (a unit is needed, since a bare number could be either).
+pub fn parse_switch_trigger(text: &str) -> Result<crate::SwitchTrigger, String> {
+    use crate::SwitchTrigger;
+    let text = text.trim();
+    if text.is_empty() || text == "signal" {
+        return Ok(SwitchTrigger::Signal);
+    }
+    let bad = || {
+        format!("--switch-output={text}: expected signal, a time (30s, 5m, 1h, 1d) or a size (100M, 1G)")
+    };
+    // Milliseconds are shardrec's own (perf takes whole seconds at least).
+    if let Some(ms) = text.strip_suffix("ms") {
+        return match ms.parse::<u64>() {
+            Ok(n) if n > 0 => Ok(SwitchTrigger::Every(std::time::Duration::from_millis(n))),
+            _ => Err(bad()),
+        };
+    }
+    let unit = text.chars().last().map(|c| c.to_ascii_lowercase());
+    let seconds = match unit {
+        Some('s') => 1,
+        Some('m') => 60,
+        Some('h') => 3600,
+        Some('d') => 86400,
+        Some('b' | 'k' | 'g') => {
+            return match parse_size(text) {
+                Ok(0) | Err(_) => Err(bad()),
+                Ok(bytes) => Ok(SwitchTrigger::Bytes(bytes)),
+            }
+        }
+        _ => return Err(bad()),
+    };
+    // 'M' is perf's megabytes, 'm' its minutes.
+    if text.ends_with('M') {
+        return match parse_size(text) {
+            Ok(0) | Err(_) => Err(bad()),
+            Ok(bytes) => Ok(SwitchTrigger::Bytes(bytes)),
+        };
+    }
+    match text[..text.len() - 1].parse::<u64>() {
+        Ok(n) if n > 0 => Ok(SwitchTrigger::Every(std::time::Duration::from_secs(
+            n.checked_mul(seconds).ok_or_else(bad)?,
+        ))),
+        _ => Err(bad()),
+    }
+}
+
 /// Parses `-m`: a number of pages (a power of two), or a size with a
 /// B/K/M/G suffix, as perf accepts; perf's `PAGES,AUXPAGES` form is read,
 /// but an AUX area (Intel PT, Arm SPE) is not recorded yet.
@@ -244,6 +292,40 @@ mod tests {
         assert_eq!(parse_frequency("max"), Ok(Sampling::MaxFrequency));
         assert_eq!(parse_frequency("99"), Ok(Sampling::Frequency(99)));
         assert!(parse_frequency("fast").is_err());
+    }
+
+    #[test]
+    fn switch_output_triggers_as_perf_reads_them() {
+        use crate::SwitchTrigger::*;
+        use std::time::Duration;
+        assert_eq!(parse_switch_trigger(""), Ok(Signal));
+        assert_eq!(parse_switch_trigger("signal"), Ok(Signal));
+        assert_eq!(
+            parse_switch_trigger("30s"),
+            Ok(Every(Duration::from_secs(30)))
+        );
+        assert_eq!(
+            parse_switch_trigger("5m"),
+            Ok(Every(Duration::from_secs(300)))
+        );
+        assert_eq!(
+            parse_switch_trigger("2h"),
+            Ok(Every(Duration::from_secs(7200)))
+        );
+        assert_eq!(
+            parse_switch_trigger("1d"),
+            Ok(Every(Duration::from_secs(86400)))
+        );
+        assert_eq!(
+            parse_switch_trigger("250ms"),
+            Ok(Every(Duration::from_millis(250)))
+        );
+        assert_eq!(parse_switch_trigger("100M"), Ok(Bytes(100 << 20)));
+        assert_eq!(parse_switch_trigger("1G"), Ok(Bytes(1 << 30)));
+        assert_eq!(parse_switch_trigger("512K"), Ok(Bytes(512 << 10)));
+        for bad in ["100", "0s", "1x", "fast", "-1s", "0M"] {
+            assert!(parse_switch_trigger(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -1,0 +1,218 @@
+//! `--switch-output`: the recording goes on without a gap while each
+//! window becomes its own perf.data, merged in the background; each reads
+//! alone, and together they hold every sample the windows' shards held.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use common::*;
+use shardrec_shard::RecordingDir;
+
+/// Records `shardrec record -o perf.data ARGS` (merging) and returns its
+/// stderr and the timestamped outputs, oldest first.
+fn record_switching(scratch: &Scratch, args: &[&str]) -> (String, Vec<PathBuf>) {
+    let mut command = shardrec();
+    command
+        .arg("record")
+        .arg("-o")
+        .arg(scratch.output())
+        .args(args);
+    let output = run(command);
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(output.status.success(), "{args:?}: {stderr}");
+    let mut outputs: Vec<PathBuf> = std::fs::read_dir(&scratch.0)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            let name = p.file_name().unwrap().to_string_lossy();
+            name.strip_prefix("perf.data.")
+                .is_some_and(|stamp| stamp.len() == 16 && stamp.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .collect();
+    outputs.sort();
+    for output in &outputs {
+        let dump = format!("[ shardrec record: Dump {} ]", output.display());
+        assert!(stderr.contains(&dump), "no '{dump}' in {stderr}");
+    }
+    (stderr, outputs)
+}
+
+/// Each sample's time (ns) by CPU, as perf script prints them.
+fn times_by_cpu(file: &Path) -> BTreeMap<u32, Vec<u64>> {
+    let script = perf(&["script", "-F", "cpu,time"], file);
+    let mut times: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
+    for line in String::from_utf8_lossy(&script.stdout).lines() {
+        let mut words = line.split_whitespace();
+        let (Some(cpu), Some(time)) = (words.next(), words.next()) else {
+            continue;
+        };
+        let cpu = cpu.trim_matches(['[', ']']).parse().unwrap();
+        let (secs, micros) = time.trim_end_matches(':').split_once('.').unwrap();
+        let ns =
+            secs.parse::<u64>().unwrap() * 1_000_000_000 + micros.parse::<u64>().unwrap() * 1000;
+        times.entry(cpu).or_default().push(ns);
+    }
+    times
+}
+
+#[test]
+fn every_second_becomes_a_perf_data_and_no_sample_falls_between() {
+    let Some((_serial, scratch)) = recording_test("switch-time") else {
+        return;
+    };
+    // Every CPU busy, so each takes a sample every millisecond (an idle
+    // CPU's cpu-clock timer sleeps with it).
+    let spin = "timeout 3.5 sh -c 'while :; do :; done'";
+    let busy = format!("{spin} & {spin} & wait");
+    let args = [
+        "-a",
+        "-e",
+        "cpu-clock",
+        "-c",
+        "1000000",
+        "--switch-output=1s",
+        "--keep-shards",
+    ];
+    let args = [&args[..], &["--", "sh", "-c", &busy]].concat();
+    let (_, outputs) = record_switching(&scratch, &args);
+    assert!(outputs.len() >= 3, "{outputs:?}");
+    let mut total = 0;
+    let mut last: BTreeMap<u32, u64> = BTreeMap::new();
+    for output in &outputs {
+        let report = perf(&["report", "--stdio", "--sort", "comm"], output);
+        assert_no_complaint(&report, &output.display().to_string());
+        let times = times_by_cpu(output);
+        for (cpu, times) in &times {
+            assert!(
+                times.windows(2).all(|w| w[0] <= w[1]),
+                "CPU {cpu} out of order"
+            );
+            // The first sample of a window follows the previous window's
+            // last within about one period (one millisecond), as samples
+            // follow each other inside a window: no gap.
+            let inside = times.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
+            if let Some(previous) = last.get(cpu) {
+                let gap = times[0].saturating_sub(*previous);
+                assert!(
+                    gap <= inside.max(2_500_000),
+                    "CPU {cpu}: {gap} ns between {} and the previous output ({inside} ns at most inside it)",
+                    output.display()
+                );
+            }
+            last.insert(*cpu, *times.last().unwrap());
+            total += times.len() as u64;
+        }
+    }
+    // Every window's shards, kept, counted: the outputs hold all of their
+    // samples, and the recording's whole span is covered at the rate asked.
+    let root = RecordingDir::open(scratch.shards());
+    let mut in_shards = 0;
+    for window in 0..outputs.len() as u32 {
+        let meta = root.window(window).read_meta().unwrap();
+        let stats = meta.stats.expect("each window's meta has its statistics");
+        in_shards += stats.cpus.iter().map(|c| c.samples).sum::<u64>();
+        assert_eq!(stats.cpus.iter().map(|c| c.dropped()).sum::<u64>(), 0);
+    }
+    assert_eq!(
+        total, in_shards,
+        "samples merged = samples the windows' shards hold"
+    );
+    let expected = 3500 * last.len() as u64;
+    assert!(
+        total * 10 >= expected * 9 && total * 10 <= expected * 11,
+        "{total} samples, about {expected} expected"
+    );
+}
+
+#[test]
+fn sigusr2_switches_each_output_reads_alone_and_the_oldest_go() {
+    let Some((_serial, scratch)) = recording_test("switch-signal") else {
+        return;
+    };
+    // A workload that starts a new busy process for each window, then
+    // asks its recorder (its parent) to switch.
+    let script = "for i in 1 2 3 4; do timeout 0.4 sh -c 'while :; do :; done'; \
+                  kill -USR2 $PPID; sleep 0.2; done";
+    let (stderr, outputs) = record_switching(
+        &scratch,
+        &[
+            "-F",
+            "999",
+            "-g",
+            "--switch-output",
+            "--switch-max-files=3",
+            "--",
+            "sh",
+            "-c",
+            script,
+        ],
+    );
+    let dumps = stderr.matches("[ shardrec record: Dump ").count();
+    assert_eq!(dumps, 5, "four switches and the end: {stderr}");
+    assert_eq!(
+        outputs.len(),
+        3,
+        "--switch-max-files=3 keeps the newest three"
+    );
+    assert!(
+        !scratch.shards().exists(),
+        "the windows' shards are removed"
+    );
+    for output in &outputs[..2] {
+        // Each window's busy loop resolves to the shell's binary and libc:
+        // the window carries the tasks' maps as they were at its start.
+        let report = perf(
+            &["report", "--stdio", "--no-children", "--sort", "comm,dso"],
+            output,
+        );
+        assert_no_complaint(&report, &output.display().to_string());
+        let text = String::from_utf8_lossy(&report.stdout);
+        let resolved: f64 = text
+            .lines()
+            .filter(|l| l.contains(" sh ") && (l.contains("dash") || l.contains("libc")))
+            .filter_map(|l| {
+                l.split_whitespace()
+                    .next()?
+                    .trim_end_matches('%')
+                    .parse::<f64>()
+                    .ok()
+            })
+            .sum();
+        assert!(resolved > 90.0, "{}: {text}", output.display());
+    }
+}
+
+#[test]
+fn the_background_merges_are_not_in_the_syscall_tracepoints() {
+    let Some((_serial, scratch)) = recording_test("switch-tracepoint") else {
+        return;
+    };
+    let (_, outputs) = record_switching(
+        &scratch,
+        &[
+            "-a",
+            "-e",
+            "syscalls:sys_enter_write",
+            "--switch-output=250ms",
+            "--",
+            "sh",
+            "-c",
+            "for i in $(seq 40); do echo $i > /dev/null; sleep 0.03; done",
+        ],
+    );
+    assert!(outputs.len() >= 3, "{outputs:?}");
+    let mut writes = 0;
+    for output in &outputs {
+        for sample in samples(output) {
+            assert!(
+                !sample.comm.starts_with("shardrec"),
+                "{} records the recorder's own write: {sample:?}",
+                output.display()
+            );
+            writes += 1;
+        }
+    }
+    assert!(writes >= 40, "the workload's 40 writes, at least: {writes}");
+}
