@@ -174,6 +174,11 @@ const DELIBERATE: &[(&str, &str)] = &[
          the one before it, once normalized, counts once",
     ),
     (
+        "build_id",
+        "shardrec asks every MMAP2 to carry its file's build id by default (perf only with \
+         --buildid-mmap), so its merge reads no file and works on another host",
+    ),
+    (
         "ksymbol, bpf_event",
         "perf asks them of its first event and of a side-band dummy; shardrec only of the VIP's \
          side-band dummy (one per CPU), whose records the VIP reads",
@@ -230,6 +235,7 @@ fn normalized(mut attr: Fields) -> Fields {
         "{ wakeup_events, wakeup_watermark }",
         "ksymbol",
         "bpf_event",
+        "build_id",
     ] {
         attr.remove(name);
     }

@@ -442,8 +442,8 @@ fn perf_options_are_options_not_the_command() {
         ),
         ("-z=99", "-z: compression level '99' must be in [1, 22]"),
         (
-            "--switch-output",
-            "perf record's --switch-output is not supported by shardrec yet",
+            "--switch-output-event=sched:sched_switch",
+            "perf record's --switch-output-event is not supported by shardrec yet",
         ),
     ] {
         let output = run(&scratch, &[&[option][..], &touch].concat());
@@ -460,16 +460,16 @@ fn perf_options_are_options_not_the_command() {
         &[&["-u", "no-such-user-here"][..], &touch].concat(),
     );
     assert_refused(&output, &scratch, "-u: invalid user 'no-such-user-here'");
-    // A value that is not a path is still the option's (--switch-max-files
-    // takes one), not the command.
+    // A value that is not a path is still the option's
+    // (--proc-map-timeout takes one), not the command.
     let output = run(
         &scratch,
-        &[&["--switch-max-files", "3"][..], &touch].concat(),
+        &[&["--proc-map-timeout", "3"][..], &touch].concat(),
     );
     assert_refused(
         &output,
         &scratch,
-        "--switch-max-files is not supported by shardrec yet",
+        "--proc-map-timeout is not supported by shardrec yet",
     );
     if !require_root() {
         return;

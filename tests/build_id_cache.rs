@@ -170,3 +170,136 @@ fn an_archive_resolves_the_profile_on_another_host() {
         "not resolved from the archive:\n{report}"
     );
 }
+
+/// A file's build id in hex, as perf buildid-list prints it.
+fn build_id_of(path: &Path) -> String {
+    let id = shardrec_perfdata::build_id::read_build_id(path)
+        .unwrap()
+        .expect("a build id");
+    id.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The build id `perf buildid-list` gives `path` in `file`, if any.
+fn listed_id(home: &Path, file: &Path, path: &Path) -> Option<String> {
+    let list = perf_in(home, &["buildid-list"], file);
+    let path = path.to_str().unwrap();
+    list.lines()
+        .find_map(|l| l.strip_suffix(path).map(|id| id.trim().to_string()))
+}
+
+#[test]
+fn a_binary_replaced_while_recording_keeps_its_own_build_id() {
+    let Some((_serial, scratch)) = recording_test("build-id-replaced") else {
+        return;
+    };
+    let home = scratch.0.join("home");
+    let binary = scratch.0.join("replaced-load");
+    let other = scratch.0.join("other-binary");
+    let replace = |build_id_mmap: &[&str]| {
+        std::fs::copy(load(), &binary).unwrap();
+        std::fs::copy(env!("CARGO_BIN_EXE_shardrec"), &other).unwrap();
+        // The workload runs the binary, then renames another over it: at
+        // the merge the path names a file with another build id.
+        let script = format!(
+            "{} hot 0.5 && mv {} {}",
+            binary.display(),
+            other.display(),
+            binary.display()
+        );
+        let _ = std::fs::remove_file(scratch.output());
+        let mut record = shardrec();
+        record
+            .env("HOME", &home)
+            .env_remove("PERF_BUILDID_DIR")
+            .args(["record", "-e", "cpu-clock", "-o"])
+            .arg(scratch.output())
+            .args(build_id_mmap)
+            .args(["--", "sh", "-c", &script]);
+        let output = run(record);
+        assert!(output.status.success(), "{output:?}");
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    };
+    let original = {
+        std::fs::copy(load(), &binary).unwrap();
+        build_id_of(&binary)
+    };
+    assert_ne!(
+        original,
+        build_id_of(Path::new(env!("CARGO_BIN_EXE_shardrec")))
+    );
+    // By default the kernel's MMAP2 carries the build id of the file that
+    // was mapped: the header names it, and the cache refuses the file now
+    // at that path instead of filing it under the old id.
+    let stderr = replace(&[]);
+    let listed = listed_id(&home, &scratch.output(), &binary);
+    assert_eq!(listed.as_deref(), Some(&original[..]), "{stderr}");
+    assert!(stderr.contains("replaced since it was mapped"), "{stderr}");
+    let cached = home
+        .join(".debug")
+        .join(binary.to_str().unwrap().trim_start_matches('/'));
+    assert!(!cached.exists(), "the replacement was cached");
+    // Without it the merge can only read the path, whose file is another:
+    // it leaves the binary out rather than name the wrong one.
+    replace(&["--no-buildid-mmap"]);
+    assert_eq!(listed_id(&home, &scratch.output(), &binary), None);
+}
+
+#[test]
+fn a_recording_merged_where_its_binaries_are_gone_keeps_their_build_ids() {
+    let Some((_serial, scratch)) = recording_test("build-id-elsewhere") else {
+        return;
+    };
+    let (home, elsewhere) = (scratch.0.join("home"), scratch.0.join("elsewhere"));
+    let binary = scratch.0.join("moved-load");
+    std::fs::copy(load(), &binary).unwrap();
+    let id = build_id_of(&binary);
+    record_binary(&scratch, &home, &binary, &["--keep-shards"]);
+    let mut archive = shardrec();
+    archive
+        .env("HOME", &home)
+        .env_remove("PERF_BUILDID_DIR")
+        .arg("archive")
+        .arg(scratch.output());
+    assert!(run(archive).status.success());
+    // Another root: the binary renamed away and the recording host's cache
+    // gone; the shards merged again there.
+    std::fs::rename(&binary, scratch.0.join("renamed-away")).unwrap();
+    std::fs::remove_dir_all(&home).unwrap();
+    let merged = scratch.0.join("elsewhere.data");
+    let mut merge = shardrec();
+    merge
+        .env("HOME", &elsewhere)
+        .env_remove("PERF_BUILDID_DIR")
+        .args(["merge", "-q", "-N"])
+        .arg(scratch.shards())
+        .arg("-o")
+        .arg(&merged);
+    let output = run(merge);
+    assert!(output.status.success(), "{output:?}");
+    assert_eq!(
+        listed_id(&elsewhere, &merged, &binary).as_deref(),
+        Some(&id[..])
+    );
+    let list = perf_in(&elsewhere, &["buildid-list"], &merged);
+    assert!(
+        list.contains("[kernel.kallsyms]"),
+        "the kernel's, as recorded: {list}"
+    );
+    // The archive made on the recording host resolves it.
+    let debug = elsewhere.join(".debug");
+    std::fs::create_dir_all(&debug).unwrap();
+    let mut tarball = scratch.output().into_os_string();
+    tarball.push(".tar.bz2");
+    let untar = Command::new("tar")
+        .arg("xf")
+        .arg(&tarball)
+        .arg("-C")
+        .arg(&debug)
+        .status();
+    assert!(untar.unwrap().success());
+    let report = perf_in(&elsewhere, &["report", "--stdio", "--sort", "sym"], &merged);
+    assert!(
+        report.contains("hot_loop"),
+        "not resolved from the archive:\n{report}"
+    );
+}

@@ -171,8 +171,10 @@ const MAY_DIFFER: &[(&str, &str)] = &[
 /// An event line with what shardrec sets on purpose taken out: the ids
 /// (each recording's own), IDENTIFIER and CPU in every sample (the merge
 /// orders and attributes records from many shards), the wakeup watermark
-/// (writers wake at a quarter ring instead of at every half), and KSYMBOL
-/// and BPF_EVENT, which the VIP's own dummy event reports instead.
+/// (writers wake at a quarter ring instead of at every half), KSYMBOL
+/// and BPF_EVENT, which the VIP's own dummy event reports instead, and
+/// build_id (shardrec's MMAP2 carry build ids by default, perf's with
+/// `--buildid-mmap`).
 fn event_essentials(line: &str) -> String {
     let mut line = line.to_string();
     if let (Some(start), Some(end)) = (line.find(", id = {"), line.find('}')) {
@@ -183,6 +185,7 @@ fn event_essentials(line: &str) -> String {
         ("|IDENTIFIER", ""),
         (", watermark = 1", ""),
         (", ksymbol = 1, bpf_event = 1", ""),
+        (", build_id = 1", ""),
     ] {
         line = line.replace(from, to);
     }

@@ -71,7 +71,6 @@ pub const OPTIONS: &[PerfOption] = &[
     opt(None, "affinity", Required("node|cpu"), "Set affinity mask of trace reading thread", Moot(PER_CPU)),
     opt(None, "aio", Optional("n"), "Use <n> control blocks in asynchronous trace writing mode", Moot(IO_URING)),
     opt(None, "aux-sample", Optional("opts"), "sample AUX area", Later),
-    opt(None, "buildid-mmap", Flag, "Record build-id in map events", Later),
     opt(None, "clang-opt", Required("clang options"), "options passed to clang when compiling BPF scriptlets", Later),
     opt(None, "clang-path", Required("clang path"), "clang binary to use for compiling BPF scriptlets", Later),
     opt(None, "debuginfod", Optional("debuginfod urls"), "Enable debuginfod data retrieval", Later),

@@ -67,6 +67,12 @@ pub struct SampleArgs {
     /// don't sample
     #[arg(short = 'n', long = "no-samples")]
     no_samples: bool,
+    /// Record build-id in map events (shardrec's default where the kernel has it, 5.12+)
+    #[arg(long = "buildid-mmap", conflicts_with = "no_buildid_mmap")]
+    buildid_mmap: bool,
+    /// Record map events without build ids (the build ids are then read from the files at the merge, on the recording host only)
+    #[arg(long = "no-buildid-mmap")]
+    no_buildid_mmap: bool,
 }
 
 impl SampleArgs {
@@ -105,6 +111,7 @@ impl SampleArgs {
                 _ => None,
             },
             no_samples: self.no_samples,
+            no_build_id_mmap: self.no_buildid_mmap,
         })
     }
 }

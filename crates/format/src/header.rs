@@ -134,6 +134,10 @@ pub const MISC_KERNEL: u16 = 1;
 pub const MISC_USER: u16 = 2;
 /// `PERF_RECORD_MISC_MMAP_DATA`: a mapping that is not executable.
 pub const MISC_MMAP_DATA: u16 = 1 << 13;
+/// `PERF_RECORD_MISC_MMAP_BUILD_ID`: an MMAP2 carries the file's build id
+/// (size, reserved bytes, 20 bytes of id) where the device, inode and
+/// generation would be (`attr.build_id`, Linux 5.12).
+pub const MISC_MMAP_BUILD_ID: u16 = 1 << 14;
 /// `PERF_RECORD_MISC_COMM_EXEC`
 pub const MISC_COMM_EXEC: u16 = 1 << 13;
 

@@ -45,6 +45,12 @@ impl RecordBuilder {
         self
     }
 
+    /// Appends bytes as they are.
+    pub fn bytes(mut self, bytes: &[u8]) -> Self {
+        self.bytes.extend_from_slice(bytes);
+        self
+    }
+
     /// Appends a u16.
     pub fn u16(mut self, value: u16) -> Self {
         self.bytes.extend_from_slice(&value.to_ne_bytes());
@@ -112,23 +118,31 @@ pub struct Mapping<'a> {
     pub flags: u32,
     /// The mapped file's path (or a name such as `[vdso]`).
     pub filename: &'a [u8],
+    /// The file's build id (up to 20 bytes), written instead of the
+    /// device and inode where known: the caller adds
+    /// [`MISC_MMAP_BUILD_ID`](crate::header::MISC_MMAP_BUILD_ID).
+    pub build_id: Option<&'a [u8]>,
 }
 
 /// `PERF_RECORD_MMAP2`: a mapping with its file's identity.
 pub fn mmap2(pid: u32, tid: u32, map: &Mapping, misc: u16) -> RecordBuilder {
-    RecordBuilder::new(RecordType::MMAP2, misc)
+    let record = RecordBuilder::new(RecordType::MMAP2, misc)
         .u32(pid)
         .u32(tid)
         .u64(map.start)
         .u64(map.len)
-        .u64(map.pgoff)
-        .u32(map.major)
-        .u32(map.minor)
-        .u64(map.inode)
-        .u64(0)
-        .u32(map.prot)
-        .u32(map.flags)
-        .string(map.filename)
+        .u64(map.pgoff);
+    let record = match map.build_id {
+        Some(id) => {
+            let id = &id[..id.len().min(20)];
+            let mut field = [0u8; 24];
+            field[0] = id.len() as u8;
+            field[4..4 + id.len()].copy_from_slice(id);
+            record.bytes(&field)
+        }
+        None => record.u32(map.major).u32(map.minor).u64(map.inode).u64(0),
+    };
+    record.u32(map.prot).u32(map.flags).string(map.filename)
 }
 
 /// `PERF_RECORD_MMAP`: a mapping by name only, as perf writes the kernel's.
@@ -219,6 +233,22 @@ mod tests {
             .unwrap();
         // 8 + 8 + 24 + 8 + 16 + 8 + "/bin/true\0" padded to 16 + 8
         assert_eq!(record.len(), 96);
+        assert_eq!(&record[72..81], b"/bin/true");
+        // With a build id: its size, 3 reserved bytes, the id padded to 20
+        // bytes where the device and inode were; the rest in place.
+        let id = [0xab; 20];
+        let map = Mapping {
+            build_id: Some(&id),
+            prot: 5,
+            ..map
+        };
+        let record = mmap2(5, 5, &map, MISC_USER)
+            .finish(&layout, &SampleId::default())
+            .unwrap();
+        assert_eq!(record.len(), 96);
+        assert_eq!(record[40], 20);
+        assert_eq!(&record[44..64], &id);
+        assert_eq!(crate::u32_at(&record, 64), Some(5));
         assert_eq!(&record[72..81], b"/bin/true");
     }
 

@@ -8,7 +8,7 @@
 
 use std::path::{Path, PathBuf};
 
-use shardrec_perfdata::build_id::{BuildIdEntry, KERNEL_NAME, VDSO_NAME};
+use shardrec_perfdata::build_id::{read_build_id, BuildIdEntry, KERNEL_NAME, VDSO_NAME};
 
 /// The cache perf uses: `$HOME/.debug`, or `$PERF_BUILDID_DIR` where perf
 /// has set it for the commands it runs.
@@ -47,6 +47,16 @@ fn add_one(root: &Path, entry: &BuildIdEntry) -> std::io::Result<bool> {
         KERNEL_NAME => (KERNEL_NAME, "kallsyms", Path::new("/proc/kallsyms")),
         path => (path, "elf", Path::new(path)),
     };
+    // A build id from an MMAP2 is the mapped file's, which the path may no
+    // longer hold: only that file goes under its id.
+    if file == "elf" {
+        let now = read_build_id(source)?;
+        if now.as_deref() != Some(&entry.build_id[..]) {
+            return Err(std::io::Error::other(
+                "the file was replaced since it was mapped: its build id is in perf.data, its binary is not cached",
+            ));
+        }
+    }
     let dir = root.join(name.trim_start_matches('/')).join(&id);
     std::fs::create_dir_all(&dir)?;
     let target = dir.join(file);

@@ -13,7 +13,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
-use shardrec_format::header::{RecordHeader, RecordType, MISC_COMM_EXEC};
+use shardrec_format::header::{RecordHeader, RecordType, MISC_COMM_EXEC, MISC_MMAP_BUILD_ID};
 use shardrec_format::{u32_at, u64_at, SampleId};
 
 const CPUMODE_MASK: u16 = 7;
@@ -27,6 +27,9 @@ pub struct MappedFile {
     pub path: String,
     /// Device (major, minor) and inode, when an MMAP2 gave them.
     pub identity: Option<(u32, u32, u64)>,
+    /// The build id, when the MMAP2 carried it instead (`attr.build_id`):
+    /// the file's as it was mapped, whatever the path holds now.
+    pub build_id: Option<Vec<u8>>,
 }
 
 struct Map {
@@ -156,7 +159,7 @@ impl DsoHits {
 
     fn change(&mut self, header: RecordHeader, record: &[u8]) {
         match header.type_ {
-            RecordType::MMAP | RecordType::MMAP2 => self.map(header.type_, record),
+            RecordType::MMAP | RecordType::MMAP2 => self.map(header, record),
             RecordType::COMM => {
                 if let Some(pid) = u32_at(record, 8) {
                     self.maps.remove(&pid);
@@ -229,28 +232,38 @@ impl DsoHits {
         None
     }
 
-    fn map(&mut self, type_: RecordType, record: &[u8]) {
+    fn map(&mut self, header: RecordHeader, record: &[u8]) {
         let (Some(pid), Some(start), Some(len)) =
             (u32_at(record, 8), u64_at(record, 16), u64_at(record, 24))
         else {
             return;
         };
-        let (name_at, identity) = if type_ == RecordType::MMAP2 {
-            let identity = (|| {
-                Some((
-                    u32_at(record, 40)?,
-                    u32_at(record, 44)?,
-                    u64_at(record, 48)?,
-                ))
-            })();
-            (72, identity)
-        } else {
-            (40, None)
+        let (name_at, identity, build_id) = match header.type_ {
+            RecordType::MMAP2 if header.misc & MISC_MMAP_BUILD_ID != 0 => {
+                // A size byte, three reserved, then the id (20 bytes room).
+                let size = record.get(40).map_or(0, |&s| usize::from(s).min(20));
+                (72, None, record.get(44..44 + size).map(<[u8]>::to_vec))
+            }
+            RecordType::MMAP2 => {
+                let identity = (|| {
+                    Some((
+                        u32_at(record, 40)?,
+                        u32_at(record, 44)?,
+                        u64_at(record, 48)?,
+                    ))
+                })();
+                (72, identity, None)
+            }
+            _ => (40, None, None),
         };
         let Some(path) = c_string(record.get(name_at..).unwrap_or_default()) else {
             return;
         };
-        let file = MappedFile { path, identity };
+        let file = MappedFile {
+            path,
+            identity,
+            build_id,
+        };
         let next = self.files.len();
         let index = *self.file_ids.entry(file.clone()).or_insert(next);
         if index == next {

@@ -126,9 +126,11 @@ fn topology(meta: &Meta) -> (Feature, Vec<u8>) {
 
 /// Build ids of the kernel and of every file samples fell in, as perf
 /// writes them (pid -1: the host); the vDSO's is this process's, the same
-/// on one kernel for every 64-bit process. Only when merging on the recording host
-/// (same hostname and kernel), and only for files that are still the ones
-/// mapped (same device and inode), so no build id is ever misattributed.
+/// on one kernel for every 64-bit process. Those the MMAP2 records carry
+/// (`attr.build_id`) are taken as they are, on any host; the others are
+/// read only when merging on the recording host (same hostname and
+/// kernel), and only from files that are still the ones mapped (same
+/// device and inode), so no build id is ever misattributed.
 /// `which` says whose: those samples fell in, every mapped file, or none.
 pub fn build_ids(meta: &Meta, hits: &DsoHits, which: BuildIds) -> Vec<BuildIdEntry> {
     let uname = nix::sys::utsname::uname().ok();
@@ -136,23 +138,35 @@ pub fn build_ids(meta: &Meta, hits: &DsoHits, which: BuildIds) -> Vec<BuildIdEnt
         u.nodename().to_string_lossy() == meta.host.hostname
             && u.release().to_string_lossy() == meta.host.os_release
     });
-    if !same_host || which == BuildIds::None {
+    if which == BuildIds::None {
         return Vec::new();
     }
     let mut entries = Vec::new();
+    // The kernel's and the modules' as recorded (older recordings: as
+    // read here, on the recording host only).
+    let kernel_id = |name: &str| match meta.host.kernel_build_id(name) {
+        Some(id) => Some(id.to_vec()),
+        None if !same_host => None,
+        None if name.is_empty() => build_id::kernel_build_id().ok()?,
+        None => build_id::module_build_id(name).ok()?,
+    };
     if hits.kernel_hit || which == BuildIds::All {
-        if let Ok(Some(id)) = build_id::kernel_build_id() {
+        if let Some(id) = kernel_id("") {
             entries.push(BuildIdEntry::kernel(id));
         }
     }
-    entries.extend(module_build_ids(hits, which));
+    entries.extend(module_build_ids(hits, which, same_host, kernel_id));
     let files: Box<dyn Iterator<Item = &MappedFile>> = match which {
         BuildIds::All => Box::new(hits.all_files()),
         _ => Box::new(hits.hit_files()),
     };
     for file in files {
-        let id = match file.path.as_str() {
-            build_id::VDSO_NAME => build_id::vdso_build_id(),
+        // An MMAP2's own build id holds anywhere; a file's is read only
+        // where it was recorded.
+        let id = match (&file.build_id, file.path.as_str()) {
+            (Some(id), _) => Ok(Some(id.clone())),
+            _ if !same_host => continue,
+            (None, build_id::VDSO_NAME) => build_id::vdso_build_id(),
             _ if still_mapped(file) => build_id::read_build_id(file.path.as_ref()),
             _ => continue,
         };
@@ -165,25 +179,30 @@ pub fn build_ids(meta: &Meta, hits: &DsoHits, which: BuildIds) -> Vec<BuildIdEnt
 
 /// Build ids of the kernel modules samples fell in (every module with
 /// `--buildid-all`), named as their maps are (the `.ko` path, or
-/// `[name]`), read from /sys/module as perf reads them. A sample in no
-/// map is in a module loaded while recording: /proc/modules now says
-/// which, if it is still loaded.
-fn module_build_ids(hits: &DsoHits, which: BuildIds) -> Vec<BuildIdEntry> {
+/// `[name]`), each by `id_of` (as recorded, or read from /sys/module as
+/// perf reads them). A sample in no map is in a module loaded while
+/// recording: on the recording host, /proc/modules now says which, if it
+/// is still loaded.
+fn module_build_ids(
+    hits: &DsoHits,
+    which: BuildIds,
+    same_host: bool,
+    id_of: impl Fn(&str) -> Option<Vec<u8>>,
+) -> Vec<BuildIdEntry> {
     let (hit, unmapped) = hits.kernel_hits();
     let mut names: Vec<String> = match which {
         BuildIds::All => hits.kernel_map_names().map(str::to_string).collect(),
         _ => hit.into_iter().map(str::to_string).collect(),
     };
-    names.extend(loaded_modules_holding(&unmapped));
+    if same_host {
+        names.extend(loaded_modules_holding(&unmapped));
+    }
     names.sort();
     names.dedup();
     names
         .into_iter()
         .filter(|name| !name.starts_with(build_id::KERNEL_NAME))
-        .filter_map(|name| {
-            let id = build_id::module_build_id(&module_name(&name)).ok()??;
-            Some(BuildIdEntry::module(id, &name))
-        })
+        .filter_map(|name| Some(BuildIdEntry::module(id_of(&module_name(&name))?, &name)))
         .collect()
 }
 

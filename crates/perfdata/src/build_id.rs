@@ -219,6 +219,22 @@ pub fn module_build_id(name: &str) -> io::Result<Option<Vec<u8>>> {
     sysfs_build_id(Path::new(&path))
 }
 
+/// The build ids of the running kernel (named `""`) and of every loaded
+/// module that has one, by name.
+pub fn kernel_and_module_build_ids() -> Vec<(String, Vec<u8>)> {
+    let mut ids: Vec<(String, Vec<u8>)> = Vec::new();
+    if let Ok(Some(id)) = kernel_build_id() {
+        ids.push((String::new(), id));
+    }
+    let modules = std::fs::read_dir("/sys/module").into_iter().flatten();
+    for name in modules.filter_map(|m| m.ok()?.file_name().into_string().ok()) {
+        if let Ok(Some(id)) = module_build_id(&name) {
+            ids.push((name, id));
+        }
+    }
+    ids
+}
+
 fn sysfs_build_id(path: &Path) -> io::Result<Option<Vec<u8>>> {
     let bytes = std::fs::read(path)?;
     Ok(notes::gnu_build_id(&bytes, notes::Endian::native(), 4))

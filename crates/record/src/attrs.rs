@@ -273,6 +273,10 @@ fn set_tracking(attr: &mut Attr, plan: &Plan) {
     attr.set_flag(Flag::Namespaces, s.namespaces);
     attr.set_flag(Flag::Cgroup, s.cgroups);
     attr.set_flag(Flag::ContextSwitch, s.switch_events);
+    // Each MMAP2 names its file by build id (5.12+, else switched off as
+    // the kernel refuses it): the merge then needs no file, on this host or
+    // another, and a binary replaced while recording keeps its own id.
+    attr.set_flag(Flag::BuildId, !s.no_build_id_mmap);
 }
 
 /// Wake the writer at a quarter full: three quarters absorb the write's

@@ -128,6 +128,9 @@ pub struct SampleOptions {
     pub callchain_side: Option<AddressSpace>,
     /// `-n`: count only, no samples.
     pub no_samples: bool,
+    /// `--no-buildid-mmap`: MMAP2 records without the files' build ids
+    /// (shardrec asks for them by default, perf with `--buildid-mmap`).
+    pub no_build_id_mmap: bool,
 }
 
 /// `shardrec record`'s options, with perf record's names and defaults.

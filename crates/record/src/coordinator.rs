@@ -295,7 +295,15 @@ impl<'a> Recording<'a> {
         let first = &self.writers[0].events.events[0];
         let sample_type = self.meta.events[first.spec].sample_type();
         let dwarf = matches!(self.plan.call_graph, crate::config::CallGraph::Dwarf(_));
-        let mut synth = Synthesizer::new(sample_type, first.id).with_data_maps(dwarf);
+        // As the kernel's, if the tracking event's MMAP2 carry build ids.
+        let build_ids = self
+            .plan
+            .attrs
+            .iter()
+            .any(|a| a.flag(shardrec_sys::Flag::BuildId));
+        let mut synth = Synthesizer::new(sample_type, first.id)
+            .with_data_maps(dwarf)
+            .with_build_ids(build_ids);
         let workload = self.workload.as_ref().map(|w| w.pid.as_raw());
         if let (Some(pid), Moment::Start) = (workload, moment) {
             synth = synth.with_held_workload(pid);

@@ -125,6 +125,22 @@ pub struct Host {
     /// Memory blocks per node, where sysfs has them.
     #[serde(default)]
     pub memory: Option<MemoryTopology>,
+    /// The kernel's build id and each loaded module's (by the module's
+    /// name as /proc/modules gives it; the kernel as `""`), read at start
+    /// and again at stop, so that a merge on another host still names
+    /// them.
+    #[serde(default)]
+    pub kernel_build_ids: Vec<(String, Vec<u8>)>,
+}
+
+impl Host {
+    /// The build id of the kernel (`""`) or of module `name`, as recorded.
+    pub fn kernel_build_id(&self, name: &str) -> Option<&[u8]> {
+        self.kernel_build_ids
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, id)| &id[..])
+    }
 }
 
 /// CPU topology from `/sys/devices/system/cpu/cpuN/topology`, as perf

@@ -91,6 +91,7 @@ pub struct Synthesizer {
     event_id: u64,
     threads: usize,
     data_maps: bool,
+    build_ids: bool,
     held_workload: Option<i32>,
 }
 
@@ -107,8 +108,18 @@ impl Synthesizer {
             event_id,
             threads: 0,
             data_maps: false,
+            build_ids: false,
             held_workload: None,
         }
+    }
+
+    /// Give each file mapping the file's build id, as the kernel does with
+    /// `attr.build_id` (perf's `--buildid-mmap`), read from the mapped file
+    /// itself (`/proc/PID/map_files`), so a binary replaced on disk since
+    /// it was mapped keeps its own id.
+    pub fn with_build_ids(mut self, build_ids: bool) -> Self {
+        self.build_ids = build_ids;
+        self
     }
 
     /// Also describe readable, non-executable mappings (as perf does with
@@ -182,6 +193,7 @@ impl Synthesizer {
             layout: &self.layout,
             event_id: self.event_id,
             data_maps: self.data_maps,
+            build_ids: self.build_ids,
             stats: SynthStats::default(),
             buf: Vec::with_capacity(FLUSH_AT * 2),
         }
@@ -196,6 +208,7 @@ struct Emitter<'a> {
     layout: &'a SampleIdLayout,
     event_id: u64,
     data_maps: bool,
+    build_ids: bool,
     stats: SynthStats,
     buf: Vec<u8>,
 }

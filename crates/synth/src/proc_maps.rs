@@ -91,6 +91,7 @@ impl<'a> MapsLine<'a> {
             } else {
                 self.path
             },
+            build_id: None,
         }
     }
 }

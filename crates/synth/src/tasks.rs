@@ -8,11 +8,15 @@
 
 use crate::proc_maps;
 use crate::{Emitter, SynthStats, FLUSH_AT};
-use shardrec_format::header::{MISC_MMAP_DATA, MISC_USER};
+use shardrec_format::header::{MISC_MMAP_BUILD_ID, MISC_MMAP_DATA, MISC_USER};
 use shardrec_format::records::{comm, fork, mmap2};
+use shardrec_perfdata::build_id::read_build_id;
+use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::fs::File;
 use std::io::{self, Read, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
 
 /// The pids in `/proc`: one per process, as `/proc` lists thread group
 /// leaders only.
@@ -125,6 +129,9 @@ pub(crate) struct Walker {
     maps: FileBuf,
     main_name: Vec<u8>,
     tids: Vec<i32>,
+    /// Build ids by the mapped file's device and inode (`None`: it has
+    /// none, or is not an ELF file).
+    build_ids: HashMap<(u32, u32, u64), Option<Vec<u8>>>,
 }
 
 impl Walker {
@@ -222,12 +229,30 @@ impl Walker {
         };
         let pid = tgid as u32;
         for line in proc_maps::described_lines(text, emitter.data_maps) {
-            let misc = if line.is_exec() {
+            let mut misc = if line.is_exec() {
                 MISC_USER
             } else {
                 MISC_USER | MISC_MMAP_DATA
             };
-            if emitter.push(mmap2(pid, pid, &line.mapping(), misc), pid, pid) {
+            let mut mapping = line.mapping();
+            if emitter.build_ids && line.inode != 0 {
+                let key = (line.major, line.minor, line.inode);
+                let id = self.build_ids.entry(key).or_insert_with(|| {
+                    // The mapped file itself, even if its path now names
+                    // another; the path where map_files is closed to us.
+                    let mapped = format!("/proc/{tgid}/map_files/{:x}-{:x}", line.start, line.end);
+                    let path = std::ffi::OsStr::from_bytes(line.path);
+                    read_build_id(Path::new(&mapped))
+                        .or_else(|_| read_build_id(Path::new(path)))
+                        .ok()
+                        .flatten()
+                });
+                if let Some(id) = id {
+                    mapping.build_id = Some(id);
+                    misc |= MISC_MMAP_BUILD_ID;
+                }
+            }
+            if emitter.push(mmap2(pid, pid, &mapping, misc), pid, pid) {
                 emitter.stats.maps += 1;
             }
         }

@@ -179,6 +179,12 @@ impl Recording<'_> {
         if let Some(windows) = &self.windows {
             lost_by_event = windows.losses_since_open(&lost_by_event);
         }
+        // Modules loaded while recording, for a merge on another host.
+        for (name, id) in shardrec_perfdata::build_id::kernel_and_module_build_ids() {
+            if self.meta.host.kernel_build_id(&name).is_none() {
+                self.meta.host.kernel_build_ids.push((name, id));
+            }
+        }
         let synth_bytes = std::fs::metadata(self.dir.synth_path()).map_or(0, |m| m.len());
         self.meta.stats = Some(Stats {
             cpus: Vec::new(),

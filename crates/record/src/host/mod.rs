@@ -46,6 +46,7 @@ pub fn facts() -> Host {
         pmus: devices::pmus(),
         caches: devices::caches(),
         memory: nodes::memory_topology(),
+        kernel_build_ids: shardrec_perfdata::build_id::kernel_and_module_build_ids(),
     }
 }
 

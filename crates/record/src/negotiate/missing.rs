@@ -83,10 +83,21 @@ const FEATURES: &[Feature] = &[
         remove: Attr::clear_clock,
         needed: false,
     },
+    // Not perf's (its --buildid-mmap fails instead), as shardrec asks for
+    // it by default: without mmap2 it cannot be.
+    Feature {
+        message: "switching off build id in mmap2 events",
+        used: |a| a.flag(Flag::BuildId),
+        remove: |a| a.set_flag(Flag::BuildId, false),
+        needed: false,
+    },
     Feature {
         message: "switching off mmap2",
         used: |a| a.flag(Flag::Mmap2),
-        remove: |a| a.set_flag(Flag::Mmap2, false),
+        remove: |a| {
+            a.set_flag(Flag::Mmap2, false);
+            a.set_flag(Flag::BuildId, false);
+        },
         needed: false,
     },
     Feature {
