@@ -340,7 +340,7 @@ fn attrs_equal_perfs_for_the_corpus() {
         CORPUS.len() >= 80,
         "the issue asks for at least 80 command lines"
     );
-    assert_eq!(DELIBERATE.len(), 4);
+    assert_eq!(DELIBERATE.len(), 5);
     // The process `-p {pid}` and `-t {pid}` record (a command given with
     // them only bounds the recording).
     let _cgroup = TestCgroup::new(CGROUP);
