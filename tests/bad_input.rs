@@ -168,6 +168,14 @@ fn bad_ring_size_and_options() {
         &scratch,
         "--switch-output cannot be used with --no-merge",
     );
+    let output = run(&scratch, &["--keep-last=1s", "--overwrite", "--", "true"]);
+    assert_refused(
+        &output,
+        &scratch,
+        "--keep-last keeps what the writers stream",
+    );
+    let output = run(&scratch, &["--keep-last=100", "--", "true"]);
+    assert_refused(&output, &scratch, "--keep-last=100: expected a time");
 }
 
 #[test]

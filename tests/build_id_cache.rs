@@ -262,9 +262,18 @@ fn a_recording_merged_where_its_binaries_are_gone_keeps_their_build_ids() {
         .arg(scratch.output());
     assert!(run(archive).status.success());
     // Another root: the binary renamed away and the recording host's cache
-    // gone; the shards merged again there.
+    // gone; the shards merged again there, under another host name (so
+    // nothing is read from this host's files or /sys).
     std::fs::rename(&binary, scratch.0.join("renamed-away")).unwrap();
     std::fs::remove_dir_all(&home).unwrap();
+    let shards = shardrec_shard::RecordingDir::open(scratch.shards());
+    let mut meta = shards.read_meta().unwrap();
+    assert!(
+        !meta.host.kernel_build_ids.is_empty(),
+        "the kernel's build id is in meta"
+    );
+    meta.host.hostname = "another-host".into();
+    shards.write_meta(&meta).unwrap();
     let merged = scratch.0.join("elsewhere.data");
     let mut merge = shardrec();
     merge
@@ -281,8 +290,10 @@ fn a_recording_merged_where_its_binaries_are_gone_keeps_their_build_ids() {
         Some(&id[..])
     );
     let list = perf_in(&elsewhere, &["buildid-list"], &merged);
+    let (_, kernel_id) = &meta.host.kernel_build_ids[0];
+    let kernel_id: String = kernel_id.iter().map(|b| format!("{b:02x}")).collect();
     assert!(
-        list.contains("[kernel.kallsyms]"),
+        list.contains(&format!("{kernel_id} [kernel.kallsyms]")),
         "the kernel's, as recorded: {list}"
     );
     // The archive made on the recording host resolves it.

@@ -121,13 +121,15 @@ fn record(args: RecordArgs, command_line: &[String]) -> Result<ExitCode, Error> 
     let scanned = std::mem::take(&mut report.scanned);
     let output = match &report.switched {
         // The last window, named as the others.
-        Some(_) => shardrec_record::windows::timestamped(&config.output).map_err(|source| {
-            Error::Rename {
-                path: config.output.clone(),
-                source,
-            }
-        })?,
-        None => config.merge_output(),
+        Some(switched) if !switched.last_unstamped => {
+            shardrec_record::windows::timestamped(&config.output).map_err(|source| {
+                Error::Rename {
+                    path: config.output.clone(),
+                    source,
+                }
+            })?
+        }
+        _ => config.merge_output(),
     };
     let merged = merge_and_report(&report.dir, &output, quiet, &options, scanned)?;
     // A shard the merge could not read at all is a failure, even when the
@@ -147,7 +149,7 @@ fn record(args: RecordArgs, command_line: &[String]) -> Result<ExitCode, Error> 
         if !quiet {
             eprintln!("[ shardrec record: Dump {} ]", output.display());
         }
-        if merged {
+        if merged && !switched.last_unstamped {
             switched.add(output);
         }
         for failed in &switched.failed {
@@ -157,8 +159,11 @@ fn record(args: RecordArgs, command_line: &[String]) -> Result<ExitCode, Error> 
                 switched.root.display()
             );
         }
-        // Empty unless a window's merge failed or the shards are kept.
-        let _ = std::fs::remove_dir(&switched.root);
+        // What is left are windows kept for --keep-last (or the shards of
+        // a window whose merge failed, or all with --keep-shards).
+        if switched.failed.is_empty() && !keep_shards {
+            let _ = std::fs::remove_dir_all(&switched.root);
+        }
         if !switched.failed.is_empty() {
             return Ok(ExitCode::from(1));
         }

@@ -79,7 +79,6 @@ pub const OPTIONS: &[PerfOption] = &[
     opt(None, "no-buffering", Flag, "collect data without buffering", Moot("shardrec writes a ring's data below the watermark within 1.25 s")),
     opt(None, "num-thread-synthesize", Required("n"), "number of threads to run for event synthesis", Moot("shardrec picks the synthesis threads from the CPUs and processes")),
     opt(None, "off-cpu", Flag, "Enable off-cpu analysis", Later),
-    opt(None, "overwrite", Flag, "use overwrite mode", Later),
     opt(None, "proc-map-timeout", Required("n"), "per thread proc mmap processing timeout in ms", Later),
     opt(None, "sample-cpu", Flag, "Record the sample cpu", Moot(ALWAYS)),
     opt(None, "sample-identifier", Flag, "Record the sample identifier", Moot("shardrec's samples always carry their identifier")),

@@ -144,6 +144,12 @@ pub struct OutputArgs {
     /// Switch output when receiving SIGUSR2 (signal) or cross a size or time threshold: each window becomes FILE.TIMESTAMP, merged in the background
     #[arg(long = "switch-output", value_name = "signal or size[BKMG] or time[smhd]", num_args = 0..=1, require_equals = true, default_missing_value = "signal")]
     switch_output: Option<String>,
+    /// use overwrite mode: a flight recorder; each SIGUSR2 (or `snapshot` on --control) writes the rings' newest records to FILE.TIMESTAMP, the stop to FILE
+    #[arg(long = "overwrite")]
+    overwrite: bool,
+    /// keep only the last TIME of the recording on disk, in rotating shard windows; each SIGUSR2 (or `snapshot` on --control) merges them into FILE.TIMESTAMP, the stop into FILE
+    #[arg(long = "keep-last", value_name = "time[smhd]")]
+    keep_last: Option<String>,
     /// Limit number of switch output generated files (the oldest are removed)
     #[arg(long = "switch-max-files", value_name = "n")]
     switch_max_files: Option<String>,
@@ -199,18 +205,40 @@ impl OutputArgs {
                 )),
             })
             .transpose()?;
-        let Some(trigger) = self.switch_output.as_deref() else {
-            if max_files.is_some() {
-                eprintln!(
-                    "shardrec: warning: --switch-max-files does nothing without --switch-output"
-                );
+        let keep_last = self
+            .keep_last
+            .as_deref()
+            .map(|time| match options::parse_switch_trigger(time) {
+                Ok(shardrec_record::SwitchTrigger::Every(time)) => Ok(time),
+                _ => Err(format!("--keep-last={time}: expected a time (30s, 5m, 1h)")),
+            })
+            .transpose()?;
+        if keep_last.is_some() && self.overwrite {
+            return Err("--keep-last keeps what the writers stream to disk; --overwrite streams nothing: use one".into());
+        }
+        // --overwrite and --keep-last snapshot on the signal, as
+        // --switch-output does.
+        let trigger = match (
+            self.switch_output.as_deref(),
+            self.overwrite || keep_last.is_some(),
+        ) {
+            (Some(trigger), _) => options::parse_switch_trigger(trigger)?,
+            (None, true) => shardrec_record::SwitchTrigger::Signal,
+            (None, false) => {
+                if max_files.is_some() {
+                    eprintln!("shardrec: warning: --switch-max-files does nothing without --switch-output");
+                }
+                return Ok(None);
             }
-            return Ok(None);
         };
-        let trigger = options::parse_switch_trigger(trigger)?;
+        let option = match (&self.switch_output, keep_last) {
+            (Some(_), _) => "--switch-output",
+            (None, Some(_)) => "--keep-last",
+            (None, None) => "--overwrite",
+        };
         if self.kcore || self.no_merge {
             let other = if self.kcore { "--kcore" } else { "--no-merge" };
-            return Err(format!("--switch-output cannot be used with {other}"));
+            return Err(format!("{option} cannot be used with {other}"));
         }
         Ok(Some(shardrec_record::SwitchOutput {
             trigger,
@@ -218,6 +246,8 @@ impl OutputArgs {
             merge: Default::default(),
             keep_shards: self.keep_shards,
             quiet: false,
+            last_unstamped: self.switch_output.is_none(),
+            keep_last,
         }))
     }
 }
@@ -351,6 +381,7 @@ impl RecordArgs {
                 .map(|s| options::parse_size(s).map_err(|e| format!("--max-size {s}: {e}")))
                 .transpose()?,
             switch_output,
+            overwrite: output.overwrite,
             verbose: run.verbose,
             quiet: run.quiet,
             delay: parsed(&run.delay, options::parse_delay)?,

@@ -65,7 +65,11 @@ fn build_one(plan: &Plan, index: usize, ring_bytes: usize) -> Attr {
         set_tracking(&mut attr, plan);
     }
     set_enabling(&mut attr, plan, spec);
-    attr.set_wakeup_watermark(wakeup_watermark(ring_bytes));
+    match plan.overwrite {
+        // Never read as it fills: no wakeups, as perf's.
+        true => attr.set_flag(Flag::WriteBackward, true),
+        false => attr.set_wakeup_watermark(wakeup_watermark(ring_bytes)),
+    }
     attr
 }
 
@@ -259,8 +263,20 @@ fn set_call_graph(attr: &mut Attr, plan: &Plan, spec: &EventSpec, mut sample_typ
     sample_type
 }
 
-/// The side-band records perf asks of its first event.
+/// The side-band records perf asks of its first event. With `--overwrite`
+/// the tasks' records go to the VIP's side-band events instead
+/// ([`set_task_tracking`]); context switches, as many as the samples,
+/// stay with them.
 fn set_tracking(attr: &mut Attr, plan: &Plan) {
+    if !plan.side_band_tracking {
+        set_task_tracking(attr, plan);
+    }
+    attr.set_flag(Flag::ContextSwitch, plan.sample.switch_events);
+}
+
+/// The records that say which tasks exist and what they map: MMAP/MMAP2,
+/// COMM, FORK/EXIT, namespaces, cgroups.
+pub fn set_task_tracking(attr: &mut Attr, plan: &Plan) {
     attr.set_tracking();
     let s = &plan.sample;
     let dwarf = plan
@@ -272,7 +288,6 @@ fn set_tracking(attr: &mut Attr, plan: &Plan) {
     attr.set_flag(Flag::MmapData, s.data_addr || dwarf);
     attr.set_flag(Flag::Namespaces, s.namespaces);
     attr.set_flag(Flag::Cgroup, s.cgroups);
-    attr.set_flag(Flag::ContextSwitch, s.switch_events);
     // Each MMAP2 names its file by build id (5.12+, else switched off as
     // the kernel refuses it): the merge then needs no file, on this host or
     // another, and a binary replaced while recording keeps its own id.

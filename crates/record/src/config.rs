@@ -46,6 +46,13 @@ pub struct SwitchOutput {
     pub keep_shards: bool,
     /// `-q`: no "Dump" line for each output.
     pub quiet: bool,
+    /// The last window's output is the output itself, not timestamped
+    /// (`--overwrite` without `--switch-output`, as perf writes it, and
+    /// `--keep-last`).
+    pub last_unstamped: bool,
+    /// `--keep-last=TIME`: windows are kept, not merged, while they hold
+    /// the last TIME of the recording; a snapshot merges them together.
+    pub keep_last: Option<std::time::Duration>,
 }
 
 /// Callchain recording.
@@ -170,6 +177,11 @@ pub struct RecordConfig {
     pub max_size: Option<u64>,
     /// `--switch-output`: a perf.data per window of the recording.
     pub switch_output: Option<SwitchOutput>,
+    /// `--overwrite`: a flight recorder. The rings are written backward by
+    /// the kernel over their oldest records and not read while recording;
+    /// a snapshot (SIGUSR2, `snapshot` on `--control`, and the stop) copies
+    /// each ring's newest records out into a window of their own.
+    pub overwrite: bool,
     /// What each sample carries besides the basics.
     pub sample: SampleOptions,
     /// `-v` given this many times: 2 prints each attr before opening it.
@@ -214,6 +226,7 @@ impl RecordConfig {
             kcore: false,
             max_size: None,
             switch_output: None,
+            overwrite: false,
             command: Vec::new(),
             clockid: None,
             sample: SampleOptions::default(),

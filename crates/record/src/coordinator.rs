@@ -72,6 +72,9 @@ fn side_band(config: &RecordConfig, plan: &Plan) -> Result<Option<SideBandEvents
         Err(why) if filtered => Err(RecordError::Kernel(format!(
             "--filter on a sampling event needs BPF (root, or CAP_BPF with CAP_PERFMON): {why}"
         ))),
+        Err(why) if plan.side_band_tracking => Err(RecordError::Kernel(format!(
+            "--overwrite streams the tasks' records through the side-band events (or use --no-bpf-event to keep them in the overwritten rings, as perf does): {why}"
+        ))),
         Err(why) => {
             eprintln!("shardrec: warning: BPF programs will not be captured: {why}");
             Ok(None)
@@ -79,12 +82,14 @@ fn side_band(config: &RecordConfig, plan: &Plan) -> Result<Option<SideBandEvents
     }
 }
 
-/// When `synth.shard` is written: at the start, or at a switch of
-/// output, when the state to describe is that of the recording so far.
+/// When `synth.shard` is written: at the start, at a switch of output
+/// (the new window's, with the state of the recording so far), or at a
+/// window's end (`--overwrite`: appended, with the state of that moment).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Moment {
     Start,
     Switch,
+    End,
 }
 
 /// A recording from the moment its directory exists.
@@ -233,6 +238,7 @@ impl<'a> Recording<'a> {
             enable: self.plan.scope != Scope::Workload && self.plan.delay.is_none(),
             ring_pages: self.plan.ring_pages,
             sync_shard: self.sync_shards,
+            overwrite: self.plan.overwrite,
         };
         let windows = self.window_at();
         for writer in self.writers.iter_mut() {
@@ -296,11 +302,9 @@ impl<'a> Recording<'a> {
         let sample_type = self.meta.events[first.spec].sample_type();
         let dwarf = matches!(self.plan.call_graph, crate::config::CallGraph::Dwarf(_));
         // As the kernel's, if the tracking event's MMAP2 carry build ids.
-        let build_ids = self
-            .plan
-            .attrs
-            .iter()
-            .any(|a| a.flag(shardrec_sys::Flag::BuildId));
+        let side_band = self.side_band.iter().map(|s| &s.attr);
+        let build_ids =
+            (self.plan.attrs.iter().chain(side_band)).any(|a| a.flag(shardrec_sys::Flag::BuildId));
         let mut synth = Synthesizer::new(sample_type, first.id)
             .with_data_maps(dwarf)
             .with_build_ids(build_ids);
@@ -309,12 +313,20 @@ impl<'a> Recording<'a> {
             synth = synth.with_held_workload(pid);
         }
         let path = self.dir.synth_path();
-        let mut out = BufWriter::new(self.dir.create_file(&path)?);
+        let file = match moment {
+            Moment::End => self.dir.reopen_file(&path).and_then(|mut file| {
+                std::io::Seek::seek(&mut file, std::io::SeekFrom::End(0))
+                    .map_err(shardrec_shard::Error::io(&path))?;
+                Ok(file)
+            })?,
+            _ => self.dir.create_file(&path)?,
+        };
+        let mut out = BufWriter::new(file);
         let tasks = match (&self.plan.scope, workload, moment) {
             (Scope::SystemWide, _, _) => Tasks::All,
             (Scope::Threads(_), _, _) => Tasks::Processes(self.plan.pids.clone()),
             // At a switch: the workload and the processes it started.
-            (Scope::Workload, Some(pid), Moment::Switch) => {
+            (Scope::Workload, Some(pid), Moment::Switch | Moment::End) => {
                 Tasks::Processes(shardrec_synth::process_tree(pid))
             }
             // Only the held workload, described by `with_held_workload`.

@@ -78,6 +78,9 @@ pub fn open_side_band(plan: &Plan) -> Result<SideBandEvents, String> {
     });
     attr.set_sample_id_all();
     attr.set_bpf_tracking();
+    if plan.side_band_tracking {
+        crate::attrs::set_task_tracking(&mut attr, plan);
+    }
     attr.set_wakeup_watermark(1);
     if let Some(clockid) = plan.clockid {
         attr.set_clock(clockid);
@@ -88,18 +91,24 @@ pub fn open_side_band(plan: &Plan) -> Result<SideBandEvents, String> {
         &online,
         |&cpu| cpu,
         |&cpu| {
-            let event =
-                PerfEvent::open(&attr, Target::cpu(cpu)).map_err(|e| match e.raw_os_error() {
-                    Some(libc::EINVAL) => {
-                        "this kernel reports no BPF events (KSYMBOL, BPF_EVENT need 5.1)"
-                            .to_string()
-                    }
-                    Some(libc::EACCES) | Some(libc::EPERM) => {
-                        "watching BPF programs needs CPU-wide events (root or CAP_PERFMON)"
-                            .to_string()
-                    }
-                    _ => format!("opening the side-band event on CPU {cpu}: {e}"),
-                })?;
+            // A kernel before 5.12 has no build ids in MMAP2.
+            let event = PerfEvent::open(&attr, Target::cpu(cpu)).or_else(|e| {
+                let mut older = attr.clone();
+                older.set_flag(shardrec_sys::Flag::BuildId, false);
+                match (e.raw_os_error(), attr.flag(shardrec_sys::Flag::BuildId)) {
+                    (Some(libc::EINVAL), true) => PerfEvent::open(&older, Target::cpu(cpu)),
+                    _ => Err(e),
+                }
+            });
+            let event = event.map_err(|e| match e.raw_os_error() {
+                Some(libc::EINVAL) => {
+                    "this kernel reports no BPF events (KSYMBOL, BPF_EVENT need 5.1)".to_string()
+                }
+                Some(libc::EACCES) | Some(libc::EPERM) => {
+                    "watching BPF programs needs CPU-wide events (root or CAP_PERFMON)".to_string()
+                }
+                _ => format!("opening the side-band event on CPU {cpu}: {e}"),
+            })?;
             let id = event.id().map_err(|e| e.to_string())?;
             let ring = RingBuffer::map(&event, crate::vip::RING_PAGES)
                 .map_err(|e| format!("mapping the side-band ring of CPU {cpu}: {e}"))?;
@@ -272,7 +281,12 @@ fn map_ring(
     spec: usize,
     cpu: u32,
 ) -> Result<RingBuffer, RecordError> {
-    RingBuffer::map(event, plan.ring_pages).map_err(|e| {
+    // The first mapping decides: a read-only one makes an overwrite ring.
+    let ring = match plan.overwrite {
+        true => RingBuffer::map_overwrite(event, plan.ring_pages, false),
+        false => RingBuffer::map(event, plan.ring_pages),
+    };
+    ring.map_err(|e| {
         if e.raw_os_error() == Some(libc::EPERM) {
             memlock_error(plan.ring_pages)
         } else {

@@ -54,6 +54,13 @@ pub struct Plan {
     pub tracking: usize,
     /// `-D`: the events start counting late, or when told.
     pub delay: Option<Delay>,
+    /// `--overwrite`: rings written backward, read only at snapshots.
+    pub overwrite: bool,
+    /// The tasks' records (MMAP, COMM, FORK, EXIT) go to the VIP's
+    /// side-band events, which are streamed, instead of the sampling
+    /// rings: with `--overwrite`, whose rings would lose them with the
+    /// oldest samples (a task's exec, say, while its samples are kept).
+    pub side_band_tracking: bool,
     /// Things the user should know that do not stop the recording.
     pub warnings: Vec<String>,
 }
@@ -143,6 +150,8 @@ impl Plan {
             attrs: Vec::new(),
             tracking,
             delay: config.delay,
+            overwrite: config.overwrite,
+            side_band_tracking: config.overwrite && !config.no_bpf_event,
             warnings,
         };
         let mut attrs = crate::attrs::build(&plan);

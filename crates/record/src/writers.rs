@@ -12,7 +12,7 @@ use shardrec_format::layouts::{FieldReader, Layouts};
 use shardrec_format::walk::RecordWalker;
 use shardrec_shard::RecordingDir;
 use shardrec_sys::{cpu, process, PerfEvent, RingBuffer};
-use shardrec_writer::{ShardWriter, WriterConfig};
+use shardrec_writer::{RingWriter, ShardWriter, SnapshotWriter, WriterConfig};
 
 use crate::helper::{self, HelperProcess};
 use crate::open::CpuEvents;
@@ -56,6 +56,8 @@ pub struct WriterOptions {
     pub ring_pages: usize,
     /// Sync the shard at the end (when no merge follows).
     pub sync_shard: bool,
+    /// `--overwrite`: the ring is read only at snapshots.
+    pub overwrite: bool,
 }
 
 /// What a writer process is given.
@@ -208,9 +210,16 @@ impl Writer {
             enable: false,
             ..self.options.expect("a writer spawned before")
         };
-        let keep = self.events.ring.tail() - self.base;
-        shard
-            .set_len(keep)
+        // A streamed shard holds the ring's bytes from `base`: what the dead
+        // writer wrote past the tail is cut, as it is still in the ring. A
+        // snapshot shard is whole snapshots: the new writer appends.
+        let cut = match options.overwrite {
+            true => shard.metadata().map(|m| m.len()),
+            false => Ok(self.events.ring.tail() - self.base),
+        };
+        let mut shard = shard;
+        cut.and_then(|keep| shard.set_len(keep))
+            .and_then(|()| std::io::Seek::seek(&mut shard, io::SeekFrom::End(0)).map(drop))
             .map_err(RecordError::system("cutting a dead writer's shard back"))?;
         self.replaced_at.push(since_start);
         self.spawn(side_band, options, shard)?;
@@ -315,11 +324,19 @@ fn run(
     report: &mut File,
 ) -> io::Result<WriterStats> {
     cpu::pin_to(setup.cpu.cpu)?;
+    let owner = setup.cpu.ring_owner();
+    let start = File::from(control.try_clone()?);
+    if setup.options.overwrite {
+        // Read only at snapshots: no wakeups to serve in time.
+        let ring = RingBuffer::map_overwrite(owner, setup.options.ring_pages, true)?;
+        let writer = SnapshotWriter::new(&ring, owner, shard, control, ring.head())
+            .disabling_at_stop(setup.events());
+        return serve(setup, writer, start, report, &ring);
+    }
     // A wakeup at a quarter full must be served before the ring fills: at
     // 20 kHz with DWARF stacks, a 256 KiB ring lost 6% of its samples at
     // normal priority and none at SCHED_FIFO 1.
     process::prefer_wakeups();
-    let owner = setup.cpu.ring_owner();
     let ring = RingBuffer::map_populated(owner, setup.options.ring_pages)?;
     let config = WriterConfig {
         batch_bytes: crate::attrs::wakeup_watermark(ring.data_size()) as u64,
@@ -329,10 +346,22 @@ fn run(
     // The io_uring is set up before Ready, while nothing is recorded yet:
     // set up by every writer at once after Start, it took a contended
     // kernel lock inside the recording (1% of a 64-CPU guest's samples).
-    let mut start = File::from(control.try_clone()?);
-    let mut writer = ShardWriter::new(&ring, owner, shard, control, config)?
+    let writer = ShardWriter::new(&ring, owner, shard, control, config)?
         .starting_at(setup.base)
         .disabling_at_stop(setup.events());
+    serve(setup, writer, start, report, &ring)
+}
+
+/// Says Ready, waits for Start (on `start`, the control pipe), enables
+/// the CPU's events, says Started, then serves the ring from window to
+/// window until a stop.
+fn serve(
+    setup: &WriterSetup,
+    mut writer: impl RingWriter,
+    mut start: File,
+    report: &mut File,
+    ring: &RingBuffer,
+) -> io::Result<WriterStats> {
     Report::Ready {
         records: Vec::new(),
     }

@@ -65,6 +65,39 @@ impl RecordingDir {
         Ok(window)
     }
 
+    /// Makes this (new, empty) directory one recording of consecutive
+    /// `windows` of a recording (oldest first): each CPU's shard, the VIP's
+    /// and the `bpf` stream are the windows' concatenated in order (a
+    /// window begins where the one before ended, in every ring); the state
+    /// synthesized is the oldest's (the windows after it hold what changed
+    /// since); `meta` is the newest's, without statistics (a merge walks
+    /// the shards for them).
+    pub fn join_windows(&self, windows: &[RecordingDir]) -> Result<(), Error> {
+        let (Some(oldest), Some(newest)) = (windows.first(), windows.last()) else {
+            return Ok(());
+        };
+        let mut meta = newest.read_surviving_meta()?.0;
+        meta.stats = None;
+        let mut names: Vec<PathBuf> = meta.cpus.iter().map(|&c| self.shard_path(c)).collect();
+        names.extend([self.vip_path(), self.bpf_path()]);
+        for joined in names {
+            let name = joined.file_name().expect("a file name");
+            let mut out = self.create_file(&joined)?;
+            for window in windows {
+                let part = window.path.join(name);
+                match File::open(&part) {
+                    Ok(mut part) => std::io::copy(&mut part, &mut out).map(drop),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                    Err(e) => Err(e),
+                }
+                .map_err(Error::io(&part))?;
+            }
+        }
+        std::fs::copy(oldest.synth_path(), self.synth_path())
+            .map_err(Error::io(&oldest.synth_path()))?;
+        self.write_start_meta(&meta)
+    }
+
     /// The directory's path.
     pub fn path(&self) -> &Path {
         &self.path

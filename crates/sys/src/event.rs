@@ -108,6 +108,15 @@ impl PerfEvent {
         check(unsafe { sys::ioctls::DISABLE(self.raw(), 0) })
     }
 
+    /// Pauses (or resumes) writing into this event's ring, which the
+    /// kernel then counts as lost instead: a reader of an overwrite ring
+    /// copies it out meanwhile.
+    pub fn pause_output(&self, paused: bool) -> io::Result<()> {
+        // SAFETY: PAUSE_OUTPUT takes an integer argument; the fd is a perf
+        // event we own.
+        check(unsafe { sys::ioctls::PAUSE_OUTPUT(self.raw(), u32::from(paused)) })
+    }
+
     /// The kernel's id of this event, as found in samples and trailers.
     pub fn id(&self) -> io::Result<u64> {
         let mut id = 0u64;

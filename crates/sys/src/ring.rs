@@ -19,11 +19,16 @@ use memmap2::{MmapOptions, MmapRaw};
 use crate::abi::perf_event_mmap_page;
 use crate::PerfEvent;
 
-/// One event's ring, mapped read-write so the reader can publish `data_tail`.
+/// One event's ring, mapped read-write so the reader can publish
+/// `data_tail`; or read-only, which makes it an overwrite ring (see
+/// [`RingBuffer::map_overwrite`]).
 pub struct RingBuffer {
     map: MmapRaw,
     data_offset: usize,
     data_size: usize,
+    /// Mapped read-only: the kernel writes backward over the oldest
+    /// records and keeps no tail.
+    overwrite: bool,
 }
 
 /// How far a [`RingBuffer::copy_unread`] copied.
@@ -38,7 +43,7 @@ impl RingBuffer {
     /// Fails with `EPERM` when the mapping would exceed `perf_event_mlock_kb`
     /// and `RLIMIT_MEMLOCK` without `CAP_IPC_LOCK`.
     pub fn map(event: &PerfEvent, data_pages: usize) -> io::Result<RingBuffer> {
-        Self::map_with(event, data_pages, false)
+        Self::map_as(event, data_pages, false, false)
     }
 
     /// [`RingBuffer::map`] with every page mapped at once, for the process
@@ -49,13 +54,32 @@ impl RingBuffer {
     /// the first real release does not take a write fault either: that one
     /// flushes the TLB of every CPU the process ran on.
     pub fn map_populated(event: &PerfEvent, data_pages: usize) -> io::Result<RingBuffer> {
-        let ring = Self::map_with(event, data_pages, true)?;
+        let ring = Self::map_as(event, data_pages, true, false)?;
         let tail = ring.tail();
         ring.meta_atomic(DATA_TAIL).store(tail, Ordering::Release);
         Ok(ring)
     }
 
-    fn map_with(event: &PerfEvent, data_pages: usize, populate: bool) -> io::Result<RingBuffer> {
+    /// Maps the ring of an event opened with `write_backward` read-only:
+    /// the first mapping of a ring decides, and a read-only one makes the
+    /// kernel write over the oldest records instead of waiting for a
+    /// reader (perf's `--overwrite`). Nothing is released from such a
+    /// ring; [`snapshot`](Self::snapshot) copies its newest records out.
+    /// Every later mapping of it (the writer's, `populate`d) must be too.
+    pub fn map_overwrite(
+        event: &PerfEvent,
+        data_pages: usize,
+        populate: bool,
+    ) -> io::Result<RingBuffer> {
+        Self::map_as(event, data_pages, populate, true)
+    }
+
+    fn map_as(
+        event: &PerfEvent,
+        data_pages: usize,
+        populate: bool,
+        overwrite: bool,
+    ) -> io::Result<RingBuffer> {
         if !data_pages.is_power_of_two() {
             return Err(io::Error::from_raw_os_error(libc::EINVAL));
         }
@@ -66,11 +90,16 @@ impl RingBuffer {
         if populate {
             options.populate();
         }
-        let map = options.map_raw(event.as_fd().as_raw_fd())?;
+        let fd = event.as_fd().as_raw_fd();
+        let map = match overwrite {
+            true => options.map_raw_read_only(fd)?,
+            false => options.map_raw(fd)?,
+        };
         let mut ring = RingBuffer {
             map,
             data_offset: page,
             data_size: data_pages * page,
+            overwrite,
         };
         // Kernels since 4.1 publish where the data area is; older ones leave 0.
         let (offset, size) = (ring.meta_u64(DATA_OFFSET), ring.meta_u64(DATA_SIZE));
@@ -86,15 +115,71 @@ impl RingBuffer {
         self.data_size
     }
 
-    /// The kernel's write position (a byte count that only grows).
+    /// The kernel's write position (a byte count that only grows; in an
+    /// overwrite ring, one that only falls, from 0 down).
     pub fn head(&self) -> u64 {
         self.meta_atomic(DATA_HEAD).load(Ordering::Acquire)
     }
 
-    /// The reader's position: everything before it may be overwritten.
+    /// The reader's position: everything before it may be overwritten. An
+    /// overwrite ring has none: it reads as the head, nothing unread.
     pub fn tail(&self) -> u64 {
+        if self.overwrite {
+            return self.head();
+        }
         // Only this reader stores the tail, so a relaxed load sees its own last store.
         self.meta_atomic(DATA_TAIL).load(Ordering::Relaxed)
+    }
+
+    /// Bytes the kernel has written into the ring since it was opened.
+    pub fn produced(&self) -> u64 {
+        match self.overwrite {
+            true => self.head().wrapping_neg(),
+            false => self.head(),
+        }
+    }
+
+    /// Whether this is an overwrite ring.
+    pub fn is_overwrite(&self) -> bool {
+        self.overwrite
+    }
+
+    /// Appends to `into` the records an overwrite ring received since
+    /// `since` (the head at the previous snapshot, 0 at first), oldest
+    /// first, at most a ring's worth (the newest whole records, where it
+    /// wrapped), and returns the head to pass next time. The kernel must
+    /// not be writing (the event's output paused), or a record could change
+    /// while it is copied.
+    pub fn snapshot(&self, since: u64, into: &mut Vec<u8>) -> u64 {
+        assert!(
+            self.overwrite,
+            "a snapshot of a ring that is read as it fills"
+        );
+        let head = self.head();
+        let mut records = Vec::new();
+        let (mut at, mut taken) = (head, 0u64);
+        // Backward: from the head up are the newest records first.
+        while at != since {
+            let offset = (at as usize) & (self.data_size - 1);
+            let size = u64::from(u16::from_ne_bytes(
+                self.data(offset + 6, 2).try_into().expect("2 bytes"),
+            ));
+            if size < 8 || taken + size > self.data_size as u64 {
+                break;
+            }
+            records.push(at);
+            at = at.wrapping_add(size);
+            taken += size;
+        }
+        into.reserve(taken as usize);
+        for &start in records.iter().rev() {
+            let offset = (start as usize) & (self.data_size - 1);
+            let size = u16::from_ne_bytes(self.data(offset + 6, 2).try_into().expect("2 bytes"));
+            let first = (size as usize).min(self.data_size - offset);
+            into.extend_from_slice(self.data(offset, first));
+            into.extend_from_slice(self.data(0, size as usize - first));
+        }
+        head
     }
 
     /// Hands the unread bytes `[tail, head)` to `read`, as at most two
@@ -174,7 +259,9 @@ impl RingBuffer {
             self.tail() <= to && to <= self.head(),
             "releasing up to {to} outside the unread bytes"
         );
-        self.meta_atomic(DATA_TAIL).store(to, Ordering::Release);
+        if !self.overwrite {
+            self.meta_atomic(DATA_TAIL).store(to, Ordering::Release);
+        }
     }
 
     fn data(&self, offset: usize, len: usize) -> &[u8] {

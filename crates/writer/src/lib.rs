@@ -1,4 +1,5 @@
-//! The writer: one CPU's perf ring streamed into its shard file.
+//! The writer: one CPU's perf ring streamed into its shard file (or, for
+//! an overwrite ring, copied into it at each snapshot: [`SnapshotWriter`]).
 //!
 //! A [`ShardWriter`] waits on io_uring for the ring's wakeup (a poll on the
 //! event fd) or a word from the coordinator (Flush, for a ring that held
@@ -20,7 +21,46 @@
 //! ```
 
 mod shard_writer;
+mod snapshot_writer;
 mod support;
 
 pub use shard_writer::{ShardWriter, WriterConfig};
+pub use snapshot_writer::SnapshotWriter;
+
+use shardrec_control::{Served, WriterStats};
+
+/// What a writer process runs, whichever the ring: serve until a Switch
+/// (then go on in the next shard) or a stop (then finish).
+pub trait RingWriter {
+    /// Serves until a Switch has been carried out or a stop has.
+    fn serve(&mut self) -> std::io::Result<Served>;
+    /// Goes on in `shard` after [`Served::Switch`].
+    fn switch_shard(&mut self, shard: std::fs::File);
+    /// After a stop: what the writer did.
+    fn finish(self) -> std::io::Result<WriterStats>;
+}
+
+impl RingWriter for ShardWriter<'_> {
+    fn serve(&mut self) -> std::io::Result<Served> {
+        ShardWriter::serve(self)
+    }
+    fn switch_shard(&mut self, shard: std::fs::File) {
+        ShardWriter::switch_shard(self, shard)
+    }
+    fn finish(self) -> std::io::Result<WriterStats> {
+        ShardWriter::finish(self)
+    }
+}
+
+impl RingWriter for SnapshotWriter<'_> {
+    fn serve(&mut self) -> std::io::Result<Served> {
+        SnapshotWriter::serve(self)
+    }
+    fn switch_shard(&mut self, shard: std::fs::File) {
+        SnapshotWriter::switch_shard(self, shard)
+    }
+    fn finish(self) -> std::io::Result<WriterStats> {
+        SnapshotWriter::finish(self)
+    }
+}
 pub use support::check as check_kernel;

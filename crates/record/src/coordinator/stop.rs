@@ -15,7 +15,6 @@ use crate::meta::unix_ns;
 use crate::plan::Scope;
 use crate::signals::{Signals, Wake};
 use crate::summary::{CpuReport, RecordReport};
-use crate::windows::Windows;
 use crate::writers::Writer;
 use crate::RecordError;
 
@@ -54,8 +53,9 @@ impl Recording<'_> {
             if let Some(limit) = self.size_limit_reached() {
                 return Ok((StopReason::SizeLimit(limit), None));
             }
-            if std::mem::take(&mut self.switch_asked) || self.switch_due() {
-                if let Err(error) = self.switch_output() {
+            let asked = std::mem::take(&mut self.switch_asked);
+            if asked || self.switch_due() {
+                if let Err(error) = self.switch_output(asked) {
                     return Ok((StopReason::SwitchFailed, Some(error)));
                 }
             }
@@ -179,6 +179,9 @@ impl Recording<'_> {
         if let Some(windows) = &self.windows {
             lost_by_event = windows.losses_since_open(&lost_by_event);
         }
+        if self.plan.overwrite {
+            self.synthesize_at_end()?;
+        }
         // Modules loaded while recording, for a merge on another host.
         for (name, id) in shardrec_perfdata::build_id::kernel_and_module_build_ids() {
             if self.meta.host.kernel_build_id(&name).is_none() {
@@ -213,10 +216,21 @@ impl Recording<'_> {
         // is what lets meta be written.
         self.dir.release_meta_room();
         self.dir.write_meta(&self.meta)?;
-        let switched = self.windows.take().map(Windows::finish).transpose()?;
+        let (mut dir, mut scanned, mut switched) = (self.dir.path().to_path_buf(), scanned, None);
+        if let Some(windows) = self.windows.take() {
+            // --keep-last: the last output joins the windows kept.
+            let joined = (!windows.merges_every_window()).then(|| windows.kept_and_current());
+            let root = windows.root.clone();
+            switched = Some(windows.finish()?);
+            if let Some(windows) = joined {
+                let last = RecordingDir::create(root.path().join("joined-last"))?;
+                last.join_windows(&windows)?;
+                (dir, scanned) = (last.path().to_path_buf(), Vec::new());
+            }
+        }
         Ok(RecordReport {
             switched,
-            dir: self.dir.path().to_path_buf(),
+            dir,
             cpus,
             elapsed,
             stopped_by,

@@ -24,16 +24,17 @@ impl Recording<'_> {
 
     /// Bytes every ring has produced since the recording began.
     pub(super) fn produced(&self) -> u64 {
-        self.writers.iter().map(|w| w.events.ring.head()).sum()
+        self.writers.iter().map(|w| w.events.ring.produced()).sum()
     }
 
-    /// Ends the current window and goes on in the next: every writer
+    /// Ends the current window and goes on in the next (a `snapshot`: one
+    /// asked for, not the turn of a `--keep-last` window): every writer
     /// writes what its ring holds into the window's shard and goes on in
     /// the next window's (the events stay enabled, so nothing falls
     /// between), the VIP likewise; the new window gets the state of the
     /// tasks and BPF programs of now in its `synth.shard`, so its perf.data
     /// reads alone; the closing window goes to a merge in the background.
-    pub(super) fn switch_output(&mut self) -> Result<(), RecordError> {
+    pub(super) fn switch_output(&mut self, snapshot: bool) -> Result<(), RecordError> {
         let Some(windows) = self.windows.as_mut() else {
             return Ok(());
         };
@@ -47,6 +48,9 @@ impl Recording<'_> {
             Some(vip) => vip.helper.wait_switched()?.1,
             None => Vec::new(),
         };
+        if self.plan.overwrite {
+            self.synthesize_at_end()?;
+        }
         let lost = self.read_lost_counts();
         let produced = self.produced();
         let windows = self.windows.as_mut().expect("checked above");
@@ -68,7 +72,18 @@ impl Recording<'_> {
         closing.release_meta_room();
         closing.write_meta(&meta)?;
         let windows = self.windows.as_mut().expect("checked above");
-        windows.close(windows.current - 1)
+        let snapshot = snapshot || windows.merges_every_window();
+        windows.close(windows.current - 1, snapshot)
+    }
+
+    /// `--overwrite`: a window's records are the rings' last moments
+    /// before its end, so the tasks of that moment are added to its
+    /// `synth.shard` (as perf's `--tail-synthesize` writes them), after
+    /// those of its start, which they override: a task that began after
+    /// the window's start and whose beginning the rings no longer hold is
+    /// still named.
+    pub(super) fn synthesize_at_end(&mut self) -> Result<(), RecordError> {
+        self.synthesize(&[], Moment::End)
     }
 
     /// Tells every helper still running to switch.

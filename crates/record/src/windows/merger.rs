@@ -1,0 +1,284 @@
+//! The merger: one process, forked at the start with the other helpers (so
+//! tracepoints leave it out with them), at the least CPU priority and with
+//! one thread, which carries out the coordinator's jobs one after the
+//! other: merge a window (or several, joined) into an output, or remove a
+//! window no longer wanted. Jobs come on a pipe; when it ends, the merger
+//! reports the outputs it kept and those it could not write, and exits.
+
+use std::ffi::OsString;
+use std::fs::File;
+use std::io::{BufRead, BufReader, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::{Path, PathBuf};
+
+use nix::unistd::Pid;
+use shardrec_shard::{Meta, RecordingDir};
+use shardrec_sys::process;
+
+use super::Outputs;
+use crate::config::SwitchOutput;
+use crate::RecordError;
+
+/// What the merger is asked to do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Job {
+    /// Merge these windows (oldest first; several are joined first) into
+    /// this output; a single window is removed once merged, unless the
+    /// windows are kept for later snapshots.
+    Merge(Vec<u32>, PathBuf),
+    /// Remove this window.
+    Remove(u32),
+}
+
+impl Job {
+    /// Two NUL-ended fields: `m:N,N,...` or `r:N`, then the output's path
+    /// (empty for a removal).
+    fn encode(&self) -> Vec<u8> {
+        let (what, path) = match self {
+            Job::Merge(windows, path) => {
+                let list: Vec<String> = windows.iter().map(u32::to_string).collect();
+                (format!("m:{}", list.join(",")), path.as_os_str().as_bytes())
+            }
+            Job::Remove(window) => (format!("r:{window}"), &b""[..]),
+        };
+        let mut bytes = what.into_bytes();
+        bytes.push(0);
+        bytes.extend_from_slice(path);
+        bytes.push(0);
+        bytes
+    }
+
+    /// The next job on `jobs`; `None` at its end (or on a garbled one).
+    fn read(jobs: &mut impl BufRead) -> Option<Job> {
+        let mut field = || {
+            let mut bytes = Vec::new();
+            matches!(jobs.read_until(0, &mut bytes), Ok(n) if n > 0).then(|| {
+                bytes.pop();
+                bytes
+            })
+        };
+        let (what, path) = (field()?, field()?);
+        let what = String::from_utf8(what).ok()?;
+        let windows = |list: &str| {
+            list.split(',')
+                .map(str::parse)
+                .collect::<Result<Vec<u32>, _>>()
+        };
+        match what.split_once(':')? {
+            ("m", list) => Some(Job::Merge(
+                windows(list).ok()?,
+                PathBuf::from(OsString::from_vec(path)),
+            )),
+            ("r", window) => Some(Job::Remove(window.parse().ok()?)),
+            _ => None,
+        }
+    }
+}
+
+/// The coordinator's handle on the merger.
+pub struct Merger {
+    pub pid: Pid,
+    jobs: File,
+    results: BufReader<File>,
+}
+
+impl Merger {
+    /// Forks the merger over the windows in `root`.
+    pub fn spawn(root: RecordingDir, settings: SwitchOutput) -> Result<Merger, RecordError> {
+        let failed = |e: nix::Error| RecordError::system("starting the merge process")(e.into());
+        let cloexec = nix::fcntl::OFlag::O_CLOEXEC;
+        let (jobs_in, jobs) = nix::unistd::pipe2(cloexec).map_err(failed)?;
+        let (results, results_out) = nix::unistd::pipe2(cloexec).map_err(failed)?;
+        let keep = [jobs_in.as_raw_fd(), results_out.as_raw_fd()];
+        let pid = process::spawn(move || {
+            // SAFETY: this forked child uses only its two pipe ends of what
+            // it inherited (not the coordinator's events, rings and pipes,
+            // which would keep them open) and leaves through `exit_now`,
+            // never dropping the rest.
+            if unsafe { process::close_fds_except(&keep) }.is_err() {
+                return 1;
+            }
+            process::prefer_background();
+            let outputs = serve(&root, &settings, BufReader::new(File::from(jobs_in)));
+            i32::from(
+                File::from(results_out)
+                    .write_all(&encode(&outputs))
+                    .is_err(),
+            )
+        })
+        .map_err(RecordError::system("starting the merge process"))?;
+        Ok(Merger {
+            pid,
+            jobs: File::from(jobs),
+            results: BufReader::new(File::from(results)),
+        })
+    }
+
+    /// Queues `job`.
+    pub fn queue(&mut self, job: &Job) -> Result<(), RecordError> {
+        self.jobs
+            .write_all(&job.encode())
+            .map_err(RecordError::system("handing a window to the merge process"))
+    }
+
+    /// Ends the job pipe and waits for the merger's report.
+    pub fn finish(self) -> Result<Outputs, RecordError> {
+        let Merger {
+            pid,
+            jobs,
+            mut results,
+        } = self;
+        drop(jobs);
+        let mut report = Vec::new();
+        std::io::Read::read_to_end(&mut results, &mut report)
+            .map_err(RecordError::system("reading the merge process's report"))?;
+        let _ = nix::sys::wait::waitpid(pid, None);
+        Ok(decode(&report))
+    }
+}
+
+/// The merger's report: `kept\0PATH\0` and `failed\0PATH\0`.
+fn encode(outputs: &Outputs) -> Vec<u8> {
+    let kept = outputs.kept.iter().map(|p| ("kept", p));
+    let failed = outputs.failed.iter().map(|p| ("failed", p));
+    let mut report = Vec::new();
+    for (word, path) in kept.chain(failed) {
+        report.extend_from_slice(word.as_bytes());
+        report.push(0);
+        report.extend_from_slice(path.as_os_str().as_bytes());
+        report.push(0);
+    }
+    report
+}
+
+fn decode(report: &[u8]) -> Outputs {
+    let mut outputs = Outputs::default();
+    let words: Vec<&[u8]> = report.split(|&b| b == 0).collect();
+    for pair in words.chunks_exact(2) {
+        let path = PathBuf::from(OsString::from_vec(pair[1].to_vec()));
+        match pair[0] {
+            b"kept" => outputs.kept.push_back(path),
+            _ => outputs.failed.push(path),
+        }
+    }
+    outputs
+}
+
+/// The merger's loop: carries out each job, keeping to
+/// `--switch-max-files`, until the job pipe ends.
+fn serve(root: &RecordingDir, settings: &SwitchOutput, mut jobs: impl BufRead) -> Outputs {
+    let mut outputs = Outputs {
+        max_files: settings.max_files,
+        ..Outputs::default()
+    };
+    while let Some(job) = Job::read(&mut jobs) {
+        let (windows, output) = match job {
+            Job::Remove(window) => {
+                let _ = std::fs::remove_dir_all(root.window(window).path());
+                continue;
+            }
+            Job::Merge(windows, output) => (windows, output),
+        };
+        match merge_windows(root, &windows, &output, settings) {
+            Ok(()) => outputs.add(output),
+            Err(error) => {
+                eprintln!(
+                    "shardrec: cannot write {} (the shards are kept in {}): {}",
+                    output.display(),
+                    root.path().display(),
+                    shardrec_shard::with_causes(&error)
+                );
+                outputs.failed.push(output);
+            }
+        }
+    }
+    outputs
+}
+
+/// Merges window `windows[0]` alone (then removes it, unless the shards
+/// are kept or the windows are kept for later snapshots), or several
+/// windows joined into a directory of their own (then removed).
+fn merge_windows(
+    root: &RecordingDir,
+    windows: &[u32],
+    output: &Path,
+    settings: &SwitchOutput,
+) -> Result<(), shardrec_merge::MergeError> {
+    match windows {
+        [window] if settings.keep_last.is_none() => {
+            let dir = root.window(*window);
+            merge(&dir, output, settings)?;
+            if !settings.keep_shards {
+                let _ = std::fs::remove_dir_all(dir.path());
+            }
+            Ok(())
+        }
+        _ => {
+            let last = windows.last().copied().unwrap_or_default();
+            let joined = RecordingDir::open(root.path().join(format!("joined{last:06}")));
+            let _ = std::fs::remove_dir_all(joined.path());
+            let dirs: Vec<RecordingDir> = windows.iter().map(|&w| root.window(w)).collect();
+            let result = RecordingDir::create(joined.path())
+                .and_then(|dir| dir.join_windows(&dirs))
+                .map_err(shardrec_merge::MergeError::from)
+                .and_then(|()| merge(&joined, output, settings));
+            let _ = std::fs::remove_dir_all(joined.path());
+            result
+        }
+    }
+}
+
+/// Merges the recording in `dir`: walks its shards, completes its meta,
+/// merges into a hidden file renamed to the output when whole (a reader
+/// never sees half a file).
+fn merge(
+    dir: &RecordingDir,
+    output: &Path,
+    settings: &SwitchOutput,
+) -> Result<(), shardrec_merge::MergeError> {
+    let mut meta: Meta = dir.read_surviving_meta()?.0;
+    // One thread: the tracepoints leave this process out by its pid, which
+    // new threads would not have.
+    let scanned = crate::coordinator::account(dir, &mut meta, 1)?;
+    dir.release_meta_room();
+    dir.write_meta(&meta)?;
+    let name = output.file_name().unwrap_or_default().to_string_lossy();
+    let partial = output.with_file_name(format!(".{name}.partial"));
+    let options = shardrec_merge::MergeOptions {
+        progress: false,
+        threads: Some(1),
+        ..settings.merge.clone()
+    };
+    shardrec_merge::merge_scanned(dir.path(), &partial, &options, scanned)?;
+    std::fs::rename(&partial, output).map_err(shardrec_shard::Error::io(output))?;
+    if !settings.quiet {
+        eprintln!("[ shardrec record: Dump {} ]", output.display());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jobs_read_as_written() {
+        let jobs = [
+            Job::Merge(vec![3], PathBuf::from("/tmp/perf.data.2026112406014842")),
+            Job::Remove(1),
+            Job::Merge(vec![4, 5, 6], PathBuf::from("a b\nc")),
+        ];
+        let bytes: Vec<u8> = jobs.iter().flat_map(Job::encode).collect();
+        let mut read = &bytes[..];
+        for job in jobs {
+            assert_eq!(Job::read(&mut read), Some(job));
+        }
+        assert_eq!(Job::read(&mut read), None);
+        let mut outputs = Outputs::default();
+        outputs.kept.push_back("x".into());
+        outputs.failed.push("y z".into());
+        let back = decode(&encode(&outputs));
+        assert_eq!((back.kept, back.failed), (outputs.kept, outputs.failed));
+    }
+}

@@ -1,0 +1,280 @@
+//! `--switch-output`: the recording cut into windows, each a recording
+//! directory of its own (`OUTPUT.shards/windowNNNNNN/`), merged into its
+//! own `OUTPUT.TIMESTAMP` in the background while recording goes on.
+//!
+//! At a switch every writer writes what its ring held into the closing
+//! window's shard and goes on in the next window's; the events stay
+//! enabled throughout, so the windows are contiguous. The closing window
+//! is then handed to the merger: one process, forked at the start with
+//! the other helpers (so tracepoints leave it out with them), at the least
+//! CPU priority and with one thread, which merges the windows one after
+//! the other: it walks a window's shards, completes the window's `meta`
+//! with what they hold, merges, and removes the window ([`merger`]).
+//!
+//! `--keep-last=TIME` keeps the windows instead, a quarter of TIME each,
+//! removing those that ended more than TIME ago: the disk holds the last
+//! TIME of the recording. A snapshot (SIGUSR2, `snapshot` on
+//! `--control`, the stop) joins the windows kept into one perf.data.
+
+mod merger;
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use nix::unistd::Pid;
+use shardrec_shard::RecordingDir;
+use shardrec_sys::process;
+
+use crate::config::{SwitchOutput, SwitchTrigger};
+use crate::RecordError;
+use merger::{Job, Merger};
+
+/// The windows of a `--switch-output` recording, and their merger.
+pub struct Windows {
+    /// The recording's directory, which holds the windows.
+    pub root: RecordingDir,
+    /// The window being recorded.
+    pub current: u32,
+    trigger: SwitchTrigger,
+    /// The output each window's name is made from (`perf.data`).
+    output: PathBuf,
+    /// When the current window began, and the bytes the rings had
+    /// produced by then.
+    opened: (Instant, u64),
+    /// Each event's count of dropped samples at the current window's start.
+    lost_before: Vec<(u32, u64, u64)>,
+    /// The merge process, while it runs.
+    merger: Option<Merger>,
+    /// Windows closed after the merger died: kept unmerged.
+    unmerged: Vec<PathBuf>,
+    max_files: Option<usize>,
+    last_unstamped: bool,
+    /// `--keep-last`: how much of the recording the windows kept cover.
+    keep_last: Option<Duration>,
+    /// With `--keep-last`: the windows kept, oldest first, with when each
+    /// ended.
+    kept: VecDeque<(u32, Instant)>,
+}
+
+impl Windows {
+    /// The windows of a recording in `root`, whose outputs are named after
+    /// `output`, with the merger forked (window 0 is the first).
+    pub fn start(
+        root: RecordingDir,
+        settings: SwitchOutput,
+        output: PathBuf,
+    ) -> Result<Windows, RecordError> {
+        Ok(Windows {
+            current: 0,
+            trigger: settings.trigger,
+            max_files: settings.max_files,
+            last_unstamped: settings.last_unstamped,
+            keep_last: settings.keep_last,
+            kept: VecDeque::new(),
+            merger: Some(Merger::spawn(root.clone(), settings)?),
+            root,
+            output,
+            opened: (Instant::now(), 0),
+            lost_before: Vec::new(),
+            unmerged: Vec::new(),
+        })
+    }
+
+    /// The merger's pid, while it runs.
+    pub fn merger_pid(&self) -> Option<Pid> {
+        self.merger.as_ref().map(|m| m.pid)
+    }
+
+    /// Whether the current window has reached its time or size, the rings
+    /// having produced `produced` bytes in all.
+    pub fn due(&self, produced: u64) -> bool {
+        if let Some(window) = self.window_length() {
+            return self.opened.0.elapsed() >= window;
+        }
+        match self.trigger {
+            SwitchTrigger::Signal => false,
+            SwitchTrigger::Every(every) => self.opened.0.elapsed() >= every,
+            SwitchTrigger::Bytes(bytes) => produced - self.opened.1 >= bytes,
+        }
+    }
+
+    /// Whether a signal (or `snapshot` on `--control`) switches.
+    pub fn on_signal(&self) -> bool {
+        self.trigger == SwitchTrigger::Signal || self.keep_last.is_some()
+    }
+
+    /// With `--keep-last`, how long a window lasts: a quarter of what is
+    /// kept (at least 100 ms), so the windows kept cover it to a quarter.
+    fn window_length(&self) -> Option<Duration> {
+        Some((self.keep_last? / 4).max(Duration::from_millis(100)))
+    }
+
+    /// Whether every switch makes an output (else, with `--keep-last`,
+    /// only a snapshot does).
+    pub fn merges_every_window(&self) -> bool {
+        self.keep_last.is_none()
+    }
+
+    /// How long the coordinator may sleep before a switch is due to be
+    /// checked (a size is checked as often as `--max-size`).
+    pub fn tick_ms(&self, size_tick: u16) -> Option<u16> {
+        let every = match (self.window_length(), self.trigger) {
+            (Some(window), _) => window,
+            (None, SwitchTrigger::Signal) => return None,
+            (None, SwitchTrigger::Bytes(_)) => return Some(size_tick),
+            (None, SwitchTrigger::Every(every)) => every,
+        };
+        let left = every.saturating_sub(self.opened.0.elapsed()).as_millis();
+        Some(left.min(u16::MAX as u128) as u16)
+    }
+
+    /// The next window begins: the rings have produced `produced` bytes
+    /// and the events count `lost` dropped samples (per CPU and event).
+    /// Returns the losses of the window that ended.
+    pub fn open_next(&mut self, produced: u64, lost: Vec<(u32, u64, u64)>) -> Vec<(u32, u64, u64)> {
+        self.current += 1;
+        self.opened = (Instant::now(), produced);
+        let since = self.losses_since_open(&lost);
+        self.lost_before = lost;
+        since
+    }
+
+    /// Of the events' counts of dropped samples `lost`, those since the
+    /// current window began.
+    pub fn losses_since_open(&self, lost: &[(u32, u64, u64)]) -> Vec<(u32, u64, u64)> {
+        lost.iter()
+            .map(|&(cpu, id, count)| {
+                let before = self
+                    .lost_before
+                    .iter()
+                    .find(|(c, i, _)| (*c, *i) == (cpu, id))
+                    .map_or(0, |l| l.2);
+                (cpu, id, count - before.min(count))
+            })
+            .filter(|l| l.2 > 0)
+            .collect()
+    }
+
+    /// Window `window` ended (its `meta` is written, with every statistic
+    /// but its shards' own): the merger makes it a timestamped output; with
+    /// `--keep-last` it is kept, those older than kept are removed, and a
+    /// `snapshot` joins the windows kept into a timestamped output.
+    pub fn close(&mut self, window: u32, snapshot: bool) -> Result<(), RecordError> {
+        let Some(keep_last) = self.keep_last else {
+            return self.queue_merge(vec![window]);
+        };
+        self.kept.push_back((window, Instant::now()));
+        while let Some(&(old, ended)) = self.kept.front() {
+            if ended.elapsed() <= keep_last || self.kept.len() == 1 {
+                break;
+            }
+            self.kept.pop_front();
+            self.queue(Job::Remove(old))?;
+        }
+        match snapshot {
+            true => self.queue_merge(self.kept.iter().map(|k| k.0).collect()),
+            false => Ok(()),
+        }
+    }
+
+    /// With `--keep-last`: the windows kept, and the current one after
+    /// them, for the last output.
+    pub fn kept_and_current(&self) -> Vec<RecordingDir> {
+        let kept = self.kept.iter().map(|&(w, _)| w);
+        kept.chain([self.current])
+            .map(|w| self.root.window(w))
+            .collect()
+    }
+
+    /// Has the merger write `windows` (joined if several) into a new
+    /// timestamped output.
+    fn queue_merge(&mut self, windows: Vec<u32>) -> Result<(), RecordError> {
+        let output = timestamped(&self.output)
+            .map_err(RecordError::system("naming a --switch-output file"))?;
+        self.queue(Job::Merge(windows, output))
+    }
+
+    fn queue(&mut self, job: Job) -> Result<(), RecordError> {
+        match (self.merger.as_mut(), job) {
+            (Some(merger), job) => merger.queue(&job),
+            (None, Job::Merge(_, output)) => {
+                self.unmerged.push(output);
+                Ok(())
+            }
+            (None, Job::Remove(_)) => Ok(()),
+        }
+    }
+
+    /// Whether `pid` was the merger, which ended while recording (it
+    /// should not): the windows closed from now on are kept unmerged.
+    pub fn merger_ended(&mut self, pid: Pid) -> bool {
+        if self.merger_pid() != Some(pid) {
+            return false;
+        }
+        self.merger = None;
+        eprintln!(
+            "shardrec: warning: the --switch-output merge process ended early: windows are kept unmerged in {}",
+            self.root.path().display()
+        );
+        true
+    }
+
+    /// Waits for the merger to merge every window closed so far and
+    /// returns the outputs.
+    pub fn finish(mut self) -> Result<Outputs, RecordError> {
+        let mut outputs = match self.merger.take() {
+            Some(merger) => merger.finish()?,
+            None => Outputs::default(),
+        };
+        outputs.root = self.root.path().to_path_buf();
+        outputs.max_files = self.max_files;
+        outputs.last_unstamped = self.last_unstamped;
+        outputs.failed.append(&mut self.unmerged);
+        Ok(outputs)
+    }
+}
+
+/// The outputs of a `--switch-output` recording, the oldest first, kept
+/// to `--switch-max-files`.
+#[derive(Clone, Debug, Default)]
+pub struct Outputs {
+    /// The recording's directory.
+    pub root: PathBuf,
+    /// The outputs kept.
+    pub kept: VecDeque<PathBuf>,
+    /// How many may be kept (`None`: all).
+    pub max_files: Option<usize>,
+    /// Outputs not written, their windows' shards kept.
+    pub failed: Vec<PathBuf>,
+    /// The last window goes to the output itself, not timestamped.
+    pub last_unstamped: bool,
+}
+
+impl Outputs {
+    /// Adds a finished output, removing the oldest past the maximum, as
+    /// perf does.
+    pub fn add(&mut self, output: PathBuf) {
+        self.kept.push_back(output);
+        while self.max_files.is_some_and(|max| self.kept.len() > max) {
+            if let Some(old) = self.kept.pop_front() {
+                let _ = std::fs::remove_file(&old);
+            }
+        }
+    }
+}
+
+/// `output` with perf's `--timestamp-filename` suffix for now
+/// (`perf.data.YYYYMMDDhhmmsscc`), never the name of a file that exists:
+/// two switches within a hundredth of a second get two names.
+pub fn timestamped(output: &Path) -> std::io::Result<PathBuf> {
+    loop {
+        let mut named = output.as_os_str().to_owned();
+        named.push(format!(".{}", process::local_timestamp()?));
+        let named = PathBuf::from(named);
+        if named.symlink_metadata().is_err() {
+            return Ok(named);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}

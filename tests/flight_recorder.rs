@@ -1,0 +1,223 @@
+//! `--overwrite`, the flight recorder: the kernel writes each ring backward
+//! over its oldest records and nothing is written to disk while recording;
+//! a snapshot (SIGUSR2) writes the rings' last moments to
+//! `perf.data.TIMESTAMP`, and the stop writes what came since to
+//! `perf.data`.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use common::*;
+
+/// The bytes under `dir` now (0 if it is gone).
+fn bytes_under(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .filter_map(Result::ok)
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => bytes_under(&e.path()),
+            _ => e.metadata().map_or(0, |m| m.len()),
+        })
+        .sum()
+}
+
+/// Runs `shardrec record ARGS -- sh -c SCRIPT` while watching how much
+/// its shard directory holds; returns stderr and the most it held.
+fn record_watching(scratch: &Scratch, args: &[&str], script: &str) -> (String, u64) {
+    let (done, most) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicU64::new(0)),
+    );
+    let watcher = {
+        let (done, most, dir) = (done.clone(), most.clone(), scratch.shards());
+        std::thread::spawn(move || {
+            while !done.load(Ordering::Relaxed) {
+                most.fetch_max(bytes_under(&dir), Ordering::Relaxed);
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        })
+    };
+    let mut command = shardrec();
+    command
+        .arg("record")
+        .arg("-o")
+        .arg(scratch.output())
+        .args(args)
+        .args(["--", "sh", "-c", script]);
+    let output = run(command);
+    done.store(true, Ordering::Relaxed);
+    watcher.join().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(output.status.success(), "{args:?}: {stderr}");
+    (stderr, most.load(Ordering::Relaxed))
+}
+
+/// How many samples of each of `comms` `file` holds.
+fn samples_of(file: &Path, comms: &[&str]) -> Vec<usize> {
+    let script = perf(&["script", "-F", "comm"], file);
+    let script = String::from_utf8_lossy(&script.stdout);
+    comms
+        .iter()
+        .map(|comm| script.lines().filter(|l| l.trim() == *comm).count())
+        .collect()
+}
+
+#[test]
+fn a_snapshot_holds_the_last_moments_and_the_disk_stays_bounded() {
+    let Some((_serial, scratch)) = recording_test("flight-recorder") else {
+        return;
+    };
+    // Three busy phases, each a copy of the shell under a name of its own;
+    // the recorder (the script's parent) is asked for a snapshot between
+    // the second and the third.
+    let shell = |name: &str| -> PathBuf {
+        let path = scratch.0.join(name);
+        std::fs::copy("/bin/dash", &path).unwrap();
+        path
+    };
+    let spin = |name: &str, secs: &str| {
+        format!(
+            "timeout {secs} {} -c 'while :; do :; done'",
+            shell(name).display()
+        )
+    };
+    let script = format!(
+        "{}; {}; kill -USR2 $PPID; sleep 0.5; {}; true",
+        spin("early-marker", "2"),
+        spin("late-marker", "0.4"),
+        spin("after-marker", "0.3"),
+    );
+    let options = ["-e", "cpu-clock", "-F", "10000", "-g", "-m", "16"];
+    // A continuous recording of the same, for how much its shards hold.
+    let (_, continuous) = record_watching(&scratch, &options, &script);
+    std::fs::remove_file(scratch.output()).unwrap();
+    let (stderr, overwrite) = record_watching(
+        &scratch,
+        &[&options[..], &["--overwrite"]].concat(),
+        &script,
+    );
+    assert!(
+        overwrite * 4 < continuous,
+        "the flight recorder's shards held {overwrite} bytes at most, a continuous recording's {continuous}"
+    );
+    let snapshots: Vec<PathBuf> = std::fs::read_dir(&scratch.0)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().contains("perf.data.2"))
+        .collect();
+    let [snapshot] = &snapshots[..] else {
+        panic!("one snapshot expected: {snapshots:?}\n{stderr}");
+    };
+    assert!(stderr.contains(&format!("[ shardrec record: Dump {} ]", snapshot.display())));
+    for file in [snapshot.as_path(), &scratch.output()] {
+        let report = perf(&["report", "--stdio", "--sort", "comm"], file);
+        assert_no_complaint(&report, &file.display().to_string());
+    }
+    let markers = ["early-marker", "late-marker", "after-marker"];
+    // The snapshot: the last moments before the signal, at most a ring's
+    // worth (64 KiB a CPU holds well under the 20,000 samples of the first
+    // phase), and nothing after it.
+    let [early, late, after] = samples_of(snapshot, &markers)[..] else {
+        unreachable!()
+    };
+    eprintln!("shards held at most {overwrite} bytes (continuous: {continuous}); the snapshot: {early} early, {late} late, {after} after");
+    assert!(late > 100, "{late} samples of the phase before the signal");
+    assert!(
+        early < 5_000,
+        "{early} samples of the first phase: not overwritten?"
+    );
+    assert_eq!(after, 0, "the snapshot holds samples from after it");
+    // The stop: what came since the snapshot, and nothing before it.
+    let [early, late, after] = samples_of(&scratch.output(), &markers)[..] else {
+        unreachable!()
+    };
+    assert!(after > 100, "{after} samples of the last phase");
+    assert_eq!(
+        (early, late),
+        (0, 0),
+        "the stop's output repeats the snapshot's"
+    );
+}
+
+/// `--keep-last=TIME`: the writers stream as always, into windows of a
+/// quarter of TIME; windows that ended more than TIME ago are removed, so
+/// the disk holds about the last TIME; a snapshot joins the windows kept.
+#[test]
+fn keep_last_holds_the_last_seconds_on_disk_and_a_snapshot_joins_them() {
+    let Some((_serial, scratch)) = recording_test("keep-last") else {
+        return;
+    };
+    let shell = |name: &str| -> PathBuf {
+        let path = scratch.0.join(name);
+        std::fs::copy("/bin/dash", &path).unwrap();
+        path
+    };
+    let spin = |name: &str, secs: &str| {
+        format!(
+            "timeout {secs} {} -c 'while :; do :; done'",
+            shell(name).display()
+        )
+    };
+    let script = format!(
+        "{}; {}; kill -USR2 $PPID; sleep 0.3; {}; true",
+        spin("early-marker", "4"),
+        spin("late-marker", "0.3"),
+        spin("after-marker", "0.3"),
+    );
+    let options = ["-e", "cpu-clock", "-F", "10000", "-g"];
+    let (_, continuous) = record_watching(&scratch, &options, &script);
+    std::fs::remove_file(scratch.output()).unwrap();
+    let keep = [&options[..], &["--keep-last=500ms"]].concat();
+    let (stderr, kept) = record_watching(&scratch, &keep, &script);
+    eprintln!("shards held at most {kept} bytes (continuous: {continuous})");
+    assert!(
+        kept * 3 < continuous,
+        "--keep-last held {kept} bytes at most, a continuous recording {continuous}"
+    );
+    assert!(
+        !scratch.shards().exists(),
+        "the windows are removed at the end"
+    );
+    let snapshots: Vec<PathBuf> = std::fs::read_dir(&scratch.0)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().contains("perf.data.2"))
+        .collect();
+    let [snapshot] = &snapshots[..] else {
+        panic!("one snapshot expected: {snapshots:?}\n{stderr}");
+    };
+    let markers = ["early-marker", "late-marker", "after-marker"];
+    for file in [snapshot.as_path(), &scratch.output()] {
+        let report = perf(&["report", "--stdio", "--sort", "comm"], file);
+        assert_no_complaint(&report, &file.display().to_string());
+    }
+    // About the last half second before the signal: all of the late phase
+    // (0.3 s), the end of the early one at most, nothing after.
+    let [early, late, after] = samples_of(snapshot, &markers)[..] else {
+        unreachable!()
+    };
+    eprintln!("the snapshot: {early} early, {late} late, {after} after");
+    assert!(
+        late > 2_000,
+        "{late} samples of the 0.3 s before the signal"
+    );
+    assert!(
+        early < 10_000,
+        "{early} samples of the early phase: not removed?"
+    );
+    assert_eq!(after, 0);
+    // The stop: the last half second, so the last phase, none of the first.
+    let [early, _, after] = samples_of(&scratch.output(), &markers)[..] else {
+        unreachable!()
+    };
+    assert!(after > 2_000, "{after} samples of the last phase");
+    assert_eq!(
+        early, 0,
+        "the stop's output reaches back to the first phase"
+    );
+}
