@@ -175,8 +175,8 @@ const DELIBERATE: &[(&str, &str)] = &[
     ),
     (
         "build_id",
-        "shardrec asks every MMAP2 to carry its file's build id by default (perf only with \
-         --buildid-mmap), so its merge reads no file and works on another host",
+        "shardrec asks every MMAP2 to carry its file's build id by default where the kernel \
+         gives them safely (perf only with --buildid-mmap); on this VM's kernel it does not",
     ),
     (
         "ksymbol, bpf_event",

@@ -445,8 +445,8 @@ fn perf_options_are_options_not_the_command() {
         ("-x", "unknown option '-x'"),
         ("--bogus", "unknown option '--bogus'"),
         (
-            "--overwrite",
-            "perf record's --overwrite is not supported by shardrec yet",
+            "--tail-synthesize",
+            "perf record's --tail-synthesize is not supported by shardrec yet",
         ),
         ("-z=99", "-z: compression level '99' must be in [1, 22]"),
         (

@@ -125,6 +125,41 @@ fn a_binary_samples_fell_in_is_cached_and_resolves_after_it_is_gone() {
     assert!(all > hit, "--buildid-all: {all} build ids, {hit} without");
 }
 
+/// `shardrec archive` of the recording, with `HOME=home`; its stdout.
+fn archive(scratch: &Scratch, home: &Path) -> String {
+    let mut archive = shardrec();
+    archive
+        .env("HOME", home)
+        .env_remove("PERF_BUILDID_DIR")
+        .arg("archive")
+        .arg(scratch.output());
+    let output = run(archive);
+    assert!(output.status.success(), "{output:?}");
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// Unpacks the recording's archive into `home/.debug`, as perf archive
+/// says to, and checks that `perf report` of `file` there names the
+/// binary's hot function.
+fn resolves_from_the_archive(scratch: &Scratch, home: &Path, file: &Path) {
+    let debug = home.join(".debug");
+    std::fs::create_dir_all(&debug).unwrap();
+    let mut tarball = scratch.output().into_os_string();
+    tarball.push(".tar.bz2");
+    let untar = Command::new("tar")
+        .arg("xf")
+        .arg(&tarball)
+        .arg("-C")
+        .arg(&debug)
+        .status();
+    assert!(untar.unwrap().success());
+    let report = perf_in(home, &["report", "--stdio", "--sort", "sym"], file);
+    assert!(
+        report.contains("hot_loop"),
+        "not resolved from the archive:\n{report}"
+    );
+}
+
 #[test]
 fn an_archive_resolves_the_profile_on_another_host() {
     let Some((_serial, scratch)) = recording_test("build-id-archive") else {
@@ -134,41 +169,13 @@ fn an_archive_resolves_the_profile_on_another_host() {
     let binary = scratch.0.join("archived-load");
     std::fs::copy(load(), &binary).unwrap();
     record_binary(&scratch, &home, &binary, &[]);
-    let mut archive = shardrec();
-    archive
-        .env("HOME", &home)
-        .env_remove("PERF_BUILDID_DIR")
-        .arg("archive")
-        .arg(scratch.output());
-    let output = run(archive);
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success(), "{output:?}");
+    let stdout = archive(&scratch, &home);
     assert!(stdout.contains("tar xvf"), "{stdout}");
     // "Another host": the binary and the recording host's cache gone, the
     // archive unpacked into a fresh ~/.debug, as perf archive says.
     std::fs::remove_file(&binary).unwrap();
     std::fs::remove_dir_all(&home).unwrap();
-    let debug = elsewhere.join(".debug");
-    std::fs::create_dir_all(&debug).unwrap();
-    let mut tarball = scratch.output().into_os_string();
-    tarball.push(".tar.bz2");
-    let untar = Command::new("tar")
-        .arg("xf")
-        .arg(&tarball)
-        .arg("-C")
-        .arg(&debug)
-        .status()
-        .unwrap();
-    assert!(untar.success());
-    let report = perf_in(
-        &elsewhere,
-        &["report", "--stdio", "--sort", "sym"],
-        &scratch.output(),
-    );
-    assert!(
-        report.contains("hot_loop"),
-        "not resolved from the archive:\n{report}"
-    );
+    resolves_from_the_archive(&scratch, &elsewhere, &scratch.output());
 }
 
 /// A file's build id in hex, as perf buildid-list prints it.
@@ -227,10 +234,10 @@ fn a_binary_replaced_while_recording_keeps_its_own_build_id() {
         original,
         build_id_of(Path::new(env!("CARGO_BIN_EXE_shardrec")))
     );
-    // By default the kernel's MMAP2 carries the build id of the file that
-    // was mapped: the header names it, and the cache refuses the file now
-    // at that path instead of filing it under the old id.
-    let stderr = replace(&[]);
+    // With --buildid-mmap the kernel's MMAP2 carries the build id of the
+    // file that was mapped: the header names it, and the cache refuses the
+    // file now at that path instead of filing it under the old id.
+    let stderr = replace(&["--buildid-mmap"]);
     let listed = listed_id(&home, &scratch.output(), &binary);
     assert_eq!(listed.as_deref(), Some(&original[..]), "{stderr}");
     assert!(stderr.contains("replaced since it was mapped"), "{stderr}");
@@ -253,14 +260,13 @@ fn a_recording_merged_where_its_binaries_are_gone_keeps_their_build_ids() {
     let binary = scratch.0.join("moved-load");
     std::fs::copy(load(), &binary).unwrap();
     let id = build_id_of(&binary);
-    record_binary(&scratch, &home, &binary, &["--keep-shards"]);
-    let mut archive = shardrec();
-    archive
-        .env("HOME", &home)
-        .env_remove("PERF_BUILDID_DIR")
-        .arg("archive")
-        .arg(scratch.output());
-    assert!(run(archive).status.success());
+    record_binary(
+        &scratch,
+        &home,
+        &binary,
+        &["--keep-shards", "--buildid-mmap"],
+    );
+    archive(&scratch, &home);
     // Another root: the binary renamed away and the recording host's cache
     // gone; the shards merged again there, under another host name (so
     // nothing is read from this host's files or /sys).
@@ -297,20 +303,57 @@ fn a_recording_merged_where_its_binaries_are_gone_keeps_their_build_ids() {
         "the kernel's, as recorded: {list}"
     );
     // The archive made on the recording host resolves it.
-    let debug = elsewhere.join(".debug");
-    std::fs::create_dir_all(&debug).unwrap();
-    let mut tarball = scratch.output().into_os_string();
-    tarball.push(".tar.bz2");
-    let untar = Command::new("tar")
-        .arg("xf")
-        .arg(&tarball)
-        .arg("-C")
-        .arg(&debug)
-        .status();
-    assert!(untar.unwrap().success());
-    let report = perf_in(&elsewhere, &["report", "--stdio", "--sort", "sym"], &merged);
+    resolves_from_the_archive(&scratch, &elsewhere, &merged);
+}
+
+/// The kernel marks other recordings' MMAP2 records as carrying a build id
+/// once an event with `attr.build_id` saw the same mapping (see
+/// `shardrec_sys::build_id_probe`), which makes perf 6.1 abort: shardrec's
+/// default must leave a perf record running beside it unharmed.
+#[test]
+fn a_perf_record_beside_shardrec_reads_its_own_maps() {
+    let Some((_serial, scratch)) = recording_test("beside-perf") else {
+        return;
+    };
+    let probe = shardrec_sys::build_id_probe::probe().unwrap();
+    eprintln!("this kernel's build ids in MMAP2: {probe:?}");
+    let mut ours = shardrec();
+    ours.args(["record", "-q", "-a", "-e", "cpu-clock", "-o"])
+        .arg(scratch.output())
+        .args(["--", "sleep", "2"]);
+    let recording = run_in_background(ours);
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    let theirs = scratch.0.join("perf.perf.data");
+    let perf = Command::new("perf")
+        .args(["record", "-q", "-e", "cpu-clock", "-o"])
+        .arg(&theirs)
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "for i in 1 2 3 4 5 6 7 8; do /bin/true; done",
+        ])
+        .output()
+        .unwrap();
+    let ours = recording.join().unwrap();
     assert!(
-        report.contains("hot_loop"),
-        "not resolved from the archive:\n{report}"
+        perf.status.success(),
+        "perf record beside shardrec: {perf:?}"
     );
+    assert!(ours.status.success(), "{ours:?}");
+    // perf asked for no build ids: none of its map events may say one.
+    let maps = perf_in(&scratch.0, &["script", "--show-mmap-events"], &theirs);
+    let marked: Vec<&str> = maps
+        .lines()
+        .filter(|l| l.contains("MMAP2") && l.contains('<'))
+        .collect();
+    assert!(
+        marked.is_empty(),
+        "perf's map events marked with build ids: {marked:?}"
+    );
+}
+
+/// Runs `command` to its end on a thread of its own (see [`run`]).
+fn run_in_background(command: Command) -> std::thread::JoinHandle<std::process::Output> {
+    std::thread::spawn(move || run(command))
 }

@@ -67,31 +67,49 @@ fn samples_of(file: &Path, comms: &[&str]) -> Vec<usize> {
         .collect()
 }
 
+/// The markers' names: three busy phases, each a copy of the shell under
+/// a name of its own.
+const MARKERS: [&str; 3] = ["early-marker", "late-marker", "after-marker"];
+
+/// A script that runs the three phases of `MARKERS` for `secs` each and
+/// asks the recorder (its parent) for a snapshot between the second and
+/// the third, `pause` seconds before it.
+fn phases(scratch: &Scratch, secs: [&str; 3], pause: &str) -> String {
+    let spin = |(name, secs): (&str, &str)| {
+        let shell = scratch.0.join(name);
+        std::fs::copy("/bin/dash", &shell).unwrap();
+        format!(
+            "timeout {secs} {} -c 'while :; do :; done'",
+            shell.display()
+        )
+    };
+    let [early, late, after] = [0, 1, 2].map(|i| spin((MARKERS[i], secs[i])));
+    format!("{early}; {late}; kill -USR2 $PPID; sleep {pause}; {after}; true")
+}
+
+/// The snapshot a recording left: its one `perf.data.TIMESTAMP`.
+fn the_snapshot(scratch: &Scratch, stderr: &str) -> PathBuf {
+    let snapshots: Vec<PathBuf> = std::fs::read_dir(&scratch.0)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().contains("perf.data.2"))
+        .collect();
+    let [snapshot] = &snapshots[..] else {
+        panic!("one snapshot expected: {snapshots:?}\n{stderr}");
+    };
+    for file in [snapshot.as_path(), &scratch.output()] {
+        let report = perf(&["report", "--stdio", "--sort", "comm"], file);
+        assert_no_complaint(&report, &file.display().to_string());
+    }
+    snapshot.clone()
+}
+
 #[test]
 fn a_snapshot_holds_the_last_moments_and_the_disk_stays_bounded() {
     let Some((_serial, scratch)) = recording_test("flight-recorder") else {
         return;
     };
-    // Three busy phases, each a copy of the shell under a name of its own;
-    // the recorder (the script's parent) is asked for a snapshot between
-    // the second and the third.
-    let shell = |name: &str| -> PathBuf {
-        let path = scratch.0.join(name);
-        std::fs::copy("/bin/dash", &path).unwrap();
-        path
-    };
-    let spin = |name: &str, secs: &str| {
-        format!(
-            "timeout {secs} {} -c 'while :; do :; done'",
-            shell(name).display()
-        )
-    };
-    let script = format!(
-        "{}; {}; kill -USR2 $PPID; sleep 0.5; {}; true",
-        spin("early-marker", "2"),
-        spin("late-marker", "0.4"),
-        spin("after-marker", "0.3"),
-    );
+    let script = phases(&scratch, ["2", "0.4", "0.3"], "0.5");
     let options = ["-e", "cpu-clock", "-F", "10000", "-g", "-m", "16"];
     // A continuous recording of the same, for how much its shards hold.
     let (_, continuous) = record_watching(&scratch, &options, &script);
@@ -105,24 +123,12 @@ fn a_snapshot_holds_the_last_moments_and_the_disk_stays_bounded() {
         overwrite * 4 < continuous,
         "the flight recorder's shards held {overwrite} bytes at most, a continuous recording's {continuous}"
     );
-    let snapshots: Vec<PathBuf> = std::fs::read_dir(&scratch.0)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.to_string_lossy().contains("perf.data.2"))
-        .collect();
-    let [snapshot] = &snapshots[..] else {
-        panic!("one snapshot expected: {snapshots:?}\n{stderr}");
-    };
+    let snapshot = the_snapshot(&scratch, &stderr);
     assert!(stderr.contains(&format!("[ shardrec record: Dump {} ]", snapshot.display())));
-    for file in [snapshot.as_path(), &scratch.output()] {
-        let report = perf(&["report", "--stdio", "--sort", "comm"], file);
-        assert_no_complaint(&report, &file.display().to_string());
-    }
-    let markers = ["early-marker", "late-marker", "after-marker"];
     // The snapshot: the last moments before the signal, at most a ring's
     // worth (64 KiB a CPU holds well under the 20,000 samples of the first
     // phase), and nothing after it.
-    let [early, late, after] = samples_of(snapshot, &markers)[..] else {
+    let [early, late, after] = samples_of(&snapshot, &MARKERS)[..] else {
         unreachable!()
     };
     eprintln!("shards held at most {overwrite} bytes (continuous: {continuous}); the snapshot: {early} early, {late} late, {after} after");
@@ -133,7 +139,7 @@ fn a_snapshot_holds_the_last_moments_and_the_disk_stays_bounded() {
     );
     assert_eq!(after, 0, "the snapshot holds samples from after it");
     // The stop: what came since the snapshot, and nothing before it.
-    let [early, late, after] = samples_of(&scratch.output(), &markers)[..] else {
+    let [early, late, after] = samples_of(&scratch.output(), &MARKERS)[..] else {
         unreachable!()
     };
     assert!(after > 100, "{after} samples of the last phase");
@@ -152,23 +158,7 @@ fn keep_last_holds_the_last_seconds_on_disk_and_a_snapshot_joins_them() {
     let Some((_serial, scratch)) = recording_test("keep-last") else {
         return;
     };
-    let shell = |name: &str| -> PathBuf {
-        let path = scratch.0.join(name);
-        std::fs::copy("/bin/dash", &path).unwrap();
-        path
-    };
-    let spin = |name: &str, secs: &str| {
-        format!(
-            "timeout {secs} {} -c 'while :; do :; done'",
-            shell(name).display()
-        )
-    };
-    let script = format!(
-        "{}; {}; kill -USR2 $PPID; sleep 0.3; {}; true",
-        spin("early-marker", "4"),
-        spin("late-marker", "0.3"),
-        spin("after-marker", "0.3"),
-    );
+    let script = phases(&scratch, ["4", "0.3", "0.3"], "0.3");
     let options = ["-e", "cpu-clock", "-F", "10000", "-g"];
     let (_, continuous) = record_watching(&scratch, &options, &script);
     std::fs::remove_file(scratch.output()).unwrap();
@@ -183,22 +173,10 @@ fn keep_last_holds_the_last_seconds_on_disk_and_a_snapshot_joins_them() {
         !scratch.shards().exists(),
         "the windows are removed at the end"
     );
-    let snapshots: Vec<PathBuf> = std::fs::read_dir(&scratch.0)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.to_string_lossy().contains("perf.data.2"))
-        .collect();
-    let [snapshot] = &snapshots[..] else {
-        panic!("one snapshot expected: {snapshots:?}\n{stderr}");
-    };
-    let markers = ["early-marker", "late-marker", "after-marker"];
-    for file in [snapshot.as_path(), &scratch.output()] {
-        let report = perf(&["report", "--stdio", "--sort", "comm"], file);
-        assert_no_complaint(&report, &file.display().to_string());
-    }
+    let snapshot = the_snapshot(&scratch, &stderr);
     // About the last half second before the signal: all of the late phase
     // (0.3 s), the end of the early one at most, nothing after.
-    let [early, late, after] = samples_of(snapshot, &markers)[..] else {
+    let [early, late, after] = samples_of(&snapshot, &MARKERS)[..] else {
         unreachable!()
     };
     eprintln!("the snapshot: {early} early, {late} late, {after} after");
@@ -212,7 +190,7 @@ fn keep_last_holds_the_last_seconds_on_disk_and_a_snapshot_joins_them() {
     );
     assert_eq!(after, 0);
     // The stop: the last half second, so the last phase, none of the first.
-    let [early, _, after] = samples_of(&scratch.output(), &markers)[..] else {
+    let [early, _, after] = samples_of(&scratch.output(), &MARKERS)[..] else {
         unreachable!()
     };
     assert!(after > 2_000, "{after} samples of the last phase");

@@ -67,7 +67,7 @@ pub struct SampleArgs {
     /// don't sample
     #[arg(short = 'n', long = "no-samples")]
     no_samples: bool,
-    /// Record build-id in map events (shardrec's default where the kernel has it, 5.12+)
+    /// Record build-id in map events (shardrec's default where the kernel gives them without marking other sessions' map events)
     #[arg(long = "buildid-mmap", conflicts_with = "no_buildid_mmap")]
     buildid_mmap: bool,
     /// Record map events without build ids (the build ids are then read from the files at the merge, on the recording host only)
@@ -111,7 +111,11 @@ impl SampleArgs {
                 _ => None,
             },
             no_samples: self.no_samples,
-            no_build_id_mmap: self.no_buildid_mmap,
+            build_id_mmap: match (self.buildid_mmap, self.no_buildid_mmap) {
+                (true, _) => Some(true),
+                (_, true) => Some(false),
+                _ => None,
+            },
         })
     }
 }

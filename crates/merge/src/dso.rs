@@ -47,6 +47,9 @@ pub struct DsoHits {
     hit: BTreeSet<usize>,
     /// Whether any sample was in the kernel.
     pub kernel_hit: bool,
+    /// Whether an MMAP2 that says it carries a build id does (an event of
+    /// the recording asked for them).
+    pub trust_build_ids: bool,
     /// The pages kernel samples fell in.
     kernel_pages: BTreeSet<u64>,
     /// The kernel's maps (the image's and each module's), by start: end
@@ -239,7 +242,7 @@ impl DsoHits {
             return;
         };
         let (name_at, identity, build_id) = match header.type_ {
-            RecordType::MMAP2 if header.misc & MISC_MMAP_BUILD_ID != 0 => {
+            RecordType::MMAP2 if header.misc & MISC_MMAP_BUILD_ID != 0 && self.trust_build_ids => {
                 // A size byte, three reserved, then the id (20 bytes room).
                 let size = record.get(40).map_or(0, |&s| usize::from(s).min(20));
                 (72, None, record.get(44..44 + size).map(<[u8]>::to_vec))

@@ -73,6 +73,10 @@ pub fn write_data(
     let buffered = BufWriter::with_capacity(1 << 20, out);
     let mut writer = PerfDataWriter::create(buffered, &attrs(plan.meta))?;
     let mut written = Written::default();
+    // An MMAP2 says it carries a build id only if an event of the
+    // recording asked for them: the kernel sets the bit on other events'
+    // records too (see shardrec_sys::build_id_probe).
+    written.hits.trust_build_ids = plan.meta.events.iter().any(|e| e.build_id_mmap());
     // The start records and the synthesized state are written as they are;
     // -z compresses what follows, as perf record compresses what it reads
     // from its rings.

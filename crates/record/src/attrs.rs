@@ -291,7 +291,7 @@ pub fn set_task_tracking(attr: &mut Attr, plan: &Plan) {
     // Each MMAP2 names its file by build id (5.12+, else switched off as
     // the kernel refuses it): the merge then needs no file, on this host or
     // another, and a binary replaced while recording keeps its own id.
-    attr.set_flag(Flag::BuildId, !s.no_build_id_mmap);
+    attr.set_flag(Flag::BuildId, plan.build_id_mmap);
 }
 
 /// Wake the writer at a quarter full: three quarters absorb the write's

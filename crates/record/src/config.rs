@@ -135,9 +135,11 @@ pub struct SampleOptions {
     pub callchain_side: Option<AddressSpace>,
     /// `-n`: count only, no samples.
     pub no_samples: bool,
-    /// `--no-buildid-mmap`: MMAP2 records without the files' build ids
-    /// (shardrec asks for them by default, perf with `--buildid-mmap`).
-    pub no_build_id_mmap: bool,
+    /// `--buildid-mmap` (`Some(true)`), `--no-buildid-mmap` (`Some(false)`):
+    /// whether MMAP2 records carry the files' build ids. By default they do
+    /// where the kernel gives them safely (see
+    /// `shardrec_sys::build_id_probe`).
+    pub build_id_mmap: Option<bool>,
 }
 
 /// `shardrec record`'s options, with perf record's names and defaults.

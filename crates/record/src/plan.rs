@@ -56,6 +56,8 @@ pub struct Plan {
     pub delay: Option<Delay>,
     /// `--overwrite`: rings written backward, read only at snapshots.
     pub overwrite: bool,
+    /// MMAP2 records carry build ids (`attr.build_id`).
+    pub build_id_mmap: bool,
     /// The tasks' records (MMAP, COMM, FORK, EXIT) go to the VIP's
     /// side-band events, which are streamed, instead of the sampling
     /// rings: with `--overwrite`, whose rings would lose them with the
@@ -151,6 +153,7 @@ impl Plan {
             tracking,
             delay: config.delay,
             overwrite: config.overwrite,
+            build_id_mmap: build_id_mmap(config.sample.build_id_mmap, &mut warnings),
             side_band_tracking: config.overwrite && !config.no_bpf_event,
             warnings,
         };
@@ -188,6 +191,26 @@ impl Plan {
             }
         }
         Ok(())
+    }
+}
+
+/// Whether MMAP2 records carry build ids: as asked, or by default where
+/// the kernel gives them without marking other events' MMAP2 records as
+/// carrying one (a kernel bug that makes a perf record running beside
+/// shardrec misread its own records, and perf 6.1 abort).
+fn build_id_mmap(asked: Option<bool>, warnings: &mut Vec<String>) -> bool {
+    use shardrec_sys::build_id_probe::{probe, BuildIdMmap};
+    let kernel = probe().unwrap_or(BuildIdMmap::Missing);
+    match (asked, kernel) {
+        (Some(false), _) => false,
+        (Some(true), BuildIdMmap::Leaks) => {
+            warnings.push("--buildid-mmap: this kernel also marks the map events of every other recording of the same mappings as carrying a build id (a kernel bug): a perf record running meanwhile reads them wrong (perf 6.1 aborts)".into());
+            true
+        }
+        // Without kernel support the attr bit is switched off as the
+        // kernel refuses it, with -vv saying so.
+        (Some(true), _) => true,
+        (None, kernel) => kernel == BuildIdMmap::Works,
     }
 }
 

@@ -89,6 +89,14 @@ impl fmt::Display for RecordReport {
                 s.dropped()
             )?;
         }
+        if let Some(switched) = &self.switched {
+            writeln!(
+                f,
+                "  the figures above are the last window's: {} earlier outputs kept, {} not written",
+                switched.kept.len(),
+                switched.failed.len()
+            )?;
+        }
         if let Some(bpf) = &self.bpf {
             writeln!(
                 f,

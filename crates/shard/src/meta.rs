@@ -88,6 +88,12 @@ impl EventMeta {
     pub fn sample_type(&self) -> u64 {
         shardrec_format::u64_at(&self.attr, 24).unwrap_or(0)
     }
+
+    /// Whether the attr asks for build ids in MMAP2 records (`build_id`,
+    /// bit 34 of the flags at offset 40).
+    pub fn build_id_mmap(&self) -> bool {
+        shardrec_format::u64_at(&self.attr, 40).is_some_and(|flags| flags & 1 << 34 != 0)
+    }
 }
 
 /// Facts about the recording host.

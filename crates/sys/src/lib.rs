@@ -30,6 +30,7 @@
 
 mod attr;
 pub mod bpf;
+pub mod build_id_probe;
 pub mod cpu;
 mod event;
 pub mod fds;

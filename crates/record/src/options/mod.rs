@@ -203,6 +203,7 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
 /// with B/K/M/G (a unit is needed, since a bare number could be either).
 pub fn parse_switch_trigger(text: &str) -> Result<crate::SwitchTrigger, String> {
     use crate::SwitchTrigger;
+    use std::time::Duration;
     let text = text.trim();
     if text.is_empty() || text == "signal" {
         return Ok(SwitchTrigger::Signal);
@@ -210,39 +211,29 @@ pub fn parse_switch_trigger(text: &str) -> Result<crate::SwitchTrigger, String> 
     let bad = || {
         format!("--switch-output={text}: expected signal, a time (30s, 5m, 1h, 1d) or a size (100M, 1G)")
     };
-    // Milliseconds are shardrec's own (perf takes whole seconds at least).
-    if let Some(ms) = text.strip_suffix("ms") {
-        return match ms.parse::<u64>() {
-            Ok(n) if n > 0 => Ok(SwitchTrigger::Every(std::time::Duration::from_millis(n))),
-            _ => Err(bad()),
-        };
-    }
-    let unit = text.chars().last().map(|c| c.to_ascii_lowercase());
-    let seconds = match unit {
-        Some('s') => 1,
-        Some('m') => 60,
-        Some('h') => 3600,
-        Some('d') => 86400,
-        Some('b' | 'k' | 'g') => {
-            return match parse_size(text) {
-                Ok(0) | Err(_) => Err(bad()),
-                Ok(bytes) => Ok(SwitchTrigger::Bytes(bytes)),
-            }
-        }
-        _ => return Err(bad()),
+    // Milliseconds are shardrec's own (perf's least unit is the second);
+    // 'M' is perf's megabytes and 'm' its minutes.
+    let (number, unit) = match text.strip_suffix("ms") {
+        Some(number) => (number, "ms"),
+        None => text.split_at(text.len() - text.chars().last().map_or(0, char::len_utf8)),
     };
-    // 'M' is perf's megabytes, 'm' its minutes.
-    if text.ends_with('M') {
-        return match parse_size(text) {
-            Ok(0) | Err(_) => Err(bad()),
-            Ok(bytes) => Ok(SwitchTrigger::Bytes(bytes)),
-        };
-    }
-    match text[..text.len() - 1].parse::<u64>() {
-        Ok(n) if n > 0 => Ok(SwitchTrigger::Every(std::time::Duration::from_secs(
-            n.checked_mul(seconds).ok_or_else(bad)?,
-        ))),
-        _ => Err(bad()),
+    let time = |per: u64| {
+        Some(Duration::from_millis(
+            number.parse::<u64>().ok()?.checked_mul(per)?,
+        ))
+    };
+    let trigger = match unit {
+        "ms" => time(1).map(SwitchTrigger::Every),
+        "s" | "S" => time(1_000).map(SwitchTrigger::Every),
+        "m" => time(60_000).map(SwitchTrigger::Every),
+        "h" | "H" => time(3_600_000).map(SwitchTrigger::Every),
+        "d" | "D" => time(86_400_000).map(SwitchTrigger::Every),
+        "B" | "b" | "K" | "k" | "M" | "G" | "g" => parse_size(text).ok().map(SwitchTrigger::Bytes),
+        _ => None,
+    };
+    match trigger {
+        Some(SwitchTrigger::Every(Duration::ZERO) | SwitchTrigger::Bytes(0)) | None => Err(bad()),
+        Some(trigger) => Ok(trigger),
     }
 }
 
