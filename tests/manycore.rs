@@ -576,6 +576,36 @@ fn modules_hit_by_samples_have_their_build_ids() {
     };
     let notes = key_values(&guest.file("module-notes"));
     let list = perf(&["buildid-list"], &guest.file("features.data"));
+    virtio_build_ids_are_the_kernels(&list, &notes);
+}
+
+/// The same recording merged on the host, which is another host to it
+/// (another name, another kernel, no /sys/module of the guest's): the
+/// modules' build ids come from what the recorder kept in `meta`.
+#[test]
+fn modules_build_ids_survive_a_merge_on_another_host() {
+    let Some(guest) = Guest::from_env() else {
+        return;
+    };
+    let notes = key_values(&guest.file("module-notes"));
+    let merged = std::env::temp_dir().join(format!("shardrec-features-{}", std::process::id()));
+    let mut merge = shardrec();
+    merge
+        .args(["merge", "-q", "-N"])
+        .arg(guest.file("features.shards"))
+        .arg("-o")
+        .arg(&merged);
+    let output = run(merge);
+    let list = perf(&["buildid-list"], &merged);
+    let _ = std::fs::remove_file(&merged);
+    assert!(output.status.success(), "{output:?}");
+    virtio_build_ids_are_the_kernels(&list, &notes);
+}
+
+/// Checks that `perf buildid-list`'s output names a virtio module, each
+/// with the build id the guest's kernel gave it (`notes`: the note of each
+/// module, in hex).
+fn virtio_build_ids_are_the_kernels(list: &Output, notes: &BTreeMap<String, String>) {
     let list = String::from_utf8_lossy(&list.stdout);
     let modules: Vec<(&str, &str)> = list
         .lines()
@@ -589,9 +619,8 @@ fn modules_hit_by_samples_have_their_build_ids() {
     for (id, name) in modules {
         let base = name.trim_matches(['[', ']']).rsplit('/').next().unwrap();
         let module = base.split('.').next().unwrap().replace('-', "_");
-        let note = &notes[&module];
         // namesz, descsz, type (4 bytes each), "GNU\0", then the id.
-        assert_eq!(id, &note[32..72], "{name}'s build id");
+        assert_eq!(id, &notes[&module][32..72], "{name}'s build id");
     }
 }
 

@@ -119,6 +119,24 @@ fn every_second_becomes_a_perf_data_and_no_sample_falls_between() {
         total, in_shards,
         "samples merged = samples the windows' shards hold"
     );
+    // The same recording merged whole: its windows joined into one
+    // recording (as --keep-last joins them) and merged at once.
+    let windows: Vec<RecordingDir> = (0..outputs.len() as u32).map(|w| root.window(w)).collect();
+    let whole = RecordingDir::create(scratch.0.join("whole.shards")).unwrap();
+    whole.join_windows(&windows).unwrap();
+    let whole_data = scratch.0.join("whole.data");
+    let mut merge = shardrec();
+    merge
+        .args(["merge", "-q", "-N"])
+        .arg(whole.path())
+        .arg("-o")
+        .arg(&whole_data);
+    assert!(run(merge).status.success());
+    let whole_samples: usize = times_by_cpu(&whole_data).values().map(Vec::len).sum();
+    assert_eq!(
+        total, whole_samples as u64,
+        "the outputs' samples = the whole recording's"
+    );
     let expected = 3500 * last.len() as u64;
     assert!(
         total * 10 >= expected * 9 && total * 10 <= expected * 11,
