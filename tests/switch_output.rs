@@ -137,6 +137,20 @@ fn every_second_becomes_a_perf_data_and_no_sample_falls_between() {
         total, whole_samples as u64,
         "the outputs' samples = the whole recording's"
     );
+    // The directory of windows is not one recording: the merge says so.
+    let mut merge = shardrec();
+    merge
+        .arg("merge")
+        .arg(scratch.shards())
+        .arg("-o")
+        .arg(&whole_data);
+    let refused = run(merge);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("holds the windows of a --switch-output recording"),
+        "{stderr}"
+    );
     let expected = 3500 * last.len() as u64;
     assert!(
         total * 10 >= expected * 9 && total * 10 <= expected * 11,

@@ -174,6 +174,7 @@ fn record(args: RecordArgs, command_line: &[String]) -> Result<ExitCode, Error> 
 }
 
 fn merge(args: &MergeArgs) -> Result<ExitCode, Error> {
+    windows_are_merged_alone(&args.dir)?;
     let options = shardrec_merge::MergeOptions {
         progress: !args.quiet,
         compression_level: args.compression.level().map_err(RecordError::Usage)?,
@@ -201,6 +202,31 @@ fn merge(args: &MergeArgs) -> Result<ExitCode, Error> {
     } else {
         ExitCode::from(1)
     })
+}
+
+/// A `--switch-output` (or `--overwrite`, `--keep-last`) recording left
+/// whole (by `--keep-shards`, a kill, a failed merge) is a directory of
+/// windows, each a recording of its own: say which to merge.
+fn windows_are_merged_alone(dir: &Path) -> Result<(), Error> {
+    let recording = shardrec_shard::RecordingDir::open(dir);
+    if recording.meta_path().exists() || !recording.window(0).path().exists() {
+        return Ok(());
+    }
+    let mut windows: Vec<String> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|name| name.starts_with("window"))
+        .collect();
+    windows.sort();
+    let (first, last) = (windows.first(), windows.last());
+    Err(Error::Record(RecordError::Usage(format!(
+        "{} holds the windows of a --switch-output recording ({} to {}), each a recording of its own: merge one with shardrec merge {}/WINDOW -o FILE",
+        dir.display(),
+        first.map_or("", String::as_str),
+        last.map_or("", String::as_str),
+        dir.display()
+    ))))
 }
 
 /// The perf.data file `path` names: a directory output (perf's --kcore or
