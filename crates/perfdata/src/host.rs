@@ -130,6 +130,11 @@ pub fn cache(caches: &[CacheLevel]) -> (Feature, Vec<u8>) {
     (Feature::Cache, buf.into_bytes())
 }
 
+/// Memory block numbers from here on are no host's (2^24 blocks of the
+/// smallest size, 128 MiB, are 2 PiB): a damaged `meta`, whose bitmap
+/// would ask for that much memory. They are left out.
+const MAX_MEMORY_BLOCK: u64 = 1 << 24;
+
 /// `HEADER_MEM_TOPOLOGY`: version 1, block size, node count, then per node
 /// its number and a bitmap of its blocks (bit count, then u64 words).
 pub fn mem_topology(memory: &MemoryTopology) -> (Feature, Vec<u8>) {
@@ -138,9 +143,14 @@ pub fn mem_topology(memory: &MemoryTopology) -> (Feature, Vec<u8>) {
         .u64(memory.block_size)
         .u64(memory.nodes.len() as u64);
     for (node, blocks) in &memory.nodes {
+        let blocks: Vec<u64> = blocks
+            .iter()
+            .copied()
+            .filter(|&b| b < MAX_MEMORY_BLOCK)
+            .collect();
         let bits = blocks.iter().max().map_or(1, |&max| max + 1);
         let mut words = vec![0u64; bits.div_ceil(64) as usize];
-        for &block in blocks {
+        for block in blocks {
             words[(block / 64) as usize] |= 1 << (block % 64);
         }
         buf.u64(*node).u64(bits).u64(bits);
@@ -167,6 +177,13 @@ mod tests {
             .map(|c| u64::from_ne_bytes(c.try_into().unwrap()))
             .collect();
         assert_eq!(words, [1, 0x800_0000, 1, 0, 65, 65, 0b11, 1]);
+        // A block number no host has (a damaged meta, found by the fuzzer)
+        // is left out instead of asking for a bitmap of its size.
+        let memory = MemoryTopology {
+            nodes: vec![(0, vec![0, 1, 64, 224_433_440_327_563_672])],
+            ..memory
+        };
+        assert_eq!(mem_topology(&memory).1, bytes);
     }
 
     #[test]
