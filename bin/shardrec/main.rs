@@ -121,14 +121,7 @@ fn record(args: RecordArgs, command_line: &[String]) -> Result<ExitCode, Error> 
     let scanned = std::mem::take(&mut report.scanned);
     let output = match &report.switched {
         // The last window, named as the others.
-        Some(switched) if !switched.last_unstamped => {
-            shardrec_record::windows::timestamped(&config.output).map_err(|source| {
-                Error::Rename {
-                    path: config.output.clone(),
-                    source,
-                }
-            })?
-        }
+        Some(switched) if !switched.last_unstamped => timestamped(&config.output)?,
         _ => config.merge_output(),
     };
     let merged = merge_and_report(&report.dir, &output, quiet, &options, scanned)?;
@@ -145,32 +138,64 @@ fn record(args: RecordArgs, command_line: &[String]) -> Result<ExitCode, Error> 
             source,
         })?;
     }
-    if let Some(mut switched) = report.switched {
-        if !quiet {
-            eprintln!("[ shardrec record: Dump {} ]", output.display());
+    match report.switched {
+        Some(switched) => {
+            Ok(last_window_done(switched, output, merged, quiet, keep_shards).unwrap_or(code))
         }
-        if merged && !switched.last_unstamped {
-            switched.add(output);
+        None if timestamp_filename => {
+            let named = timestamped(&config.output)?;
+            std::fs::rename(&config.output, &named).map_err(|source| Error::Rename {
+                path: config.output.clone(),
+                source,
+            })?;
+            eprintln!("[ shardrec record: Dump {} ]", named.display());
+            Ok(code)
         }
-        for failed in &switched.failed {
-            eprintln!(
-                "shardrec: error: {} was not written: its window's shards are kept in {}",
-                failed.display(),
-                switched.root.display()
-            );
-        }
-        // What is left are windows kept for --keep-last (or the shards of
-        // a window whose merge failed, or all with --keep-shards).
-        if switched.failed.is_empty() && !keep_shards {
-            let _ = std::fs::remove_dir_all(&switched.root);
-        }
-        if !switched.failed.is_empty() {
-            return Ok(ExitCode::from(1));
-        }
-    } else if timestamp_filename {
-        dump_with_timestamp(&config.output)?;
+        None => Ok(code),
     }
-    Ok(code)
+}
+
+/// `--switch-output` and the like: the last window's `output` is written
+/// (if `merged`); it joins the others, and the recording's directory goes
+/// unless something in it is still wanted. An exit code when an output
+/// could not be written.
+fn last_window_done(
+    mut switched: shardrec_record::windows::Outputs,
+    output: std::path::PathBuf,
+    merged: bool,
+    quiet: bool,
+    keep_shards: bool,
+) -> Option<ExitCode> {
+    if !quiet {
+        eprintln!("[ shardrec record: Dump {} ]", output.display());
+    }
+    if merged && !switched.last_unstamped {
+        switched.add(output);
+    }
+    for failed in &switched.failed {
+        eprintln!(
+            "shardrec: error: {} was not written: its window's shards are kept in {}",
+            failed.display(),
+            switched.root.display()
+        );
+    }
+    if !switched.failed.is_empty() {
+        return Some(ExitCode::from(1));
+    }
+    // What is left are the windows kept for --keep-last (or all, with
+    // --keep-shards).
+    if !keep_shards {
+        let _ = std::fs::remove_dir_all(&switched.root);
+    }
+    None
+}
+
+/// `output` named with a timestamp, as perf's `--timestamp-filename`.
+fn timestamped(output: &Path) -> Result<std::path::PathBuf, Error> {
+    shardrec_record::windows::timestamped(output).map_err(|source| Error::Rename {
+        path: output.to_path_buf(),
+        source,
+    })
 }
 
 fn merge(args: &MergeArgs) -> Result<ExitCode, Error> {
@@ -236,21 +261,6 @@ fn perf_data_file(path: &Path) -> std::path::PathBuf {
         true => path.join("data"),
         false => path.to_path_buf(),
     }
-}
-
-/// `--timestamp-filename`: the output renamed `NAME.TIMESTAMP` at the
-/// end, as perf does, saying perf's line.
-fn dump_with_timestamp(output: &Path) -> Result<(), Error> {
-    let rename = |source| Error::Rename {
-        path: output.to_path_buf(),
-        source,
-    };
-    let stamp = shardrec_sys::process::local_timestamp().map_err(rename)?;
-    let mut named = output.as_os_str().to_owned();
-    named.push(format!(".{stamp}"));
-    std::fs::rename(output, &named).map_err(rename)?;
-    eprintln!("[ shardrec record: Dump {} ]", Path::new(&named).display());
-    Ok(())
 }
 
 /// `shardrec archive`: the tarball, and perf archive's advice.

@@ -4,7 +4,7 @@ use std::io::{BufWriter, Write};
 use std::time::Instant;
 
 use shardrec_control::Command;
-use shardrec_shard::{EventMeta, Meta, RecordingDir};
+use shardrec_shard::{EventMeta, Meta, RecordingDir, WindowCursor};
 use shardrec_synth::{Synthesizer, Tasks};
 
 mod counting;
@@ -242,9 +242,7 @@ impl<'a> Recording<'a> {
         };
         let windows = self.window_at();
         for writer in self.writers.iter_mut() {
-            if let Some((root, window)) = windows.clone() {
-                writer.in_windows(root, window);
-            }
+            writer.in_windows(windows.clone());
             let shard = self.dir.create_file(&self.dir.shard_path(writer.cpu()))?;
             let side_band = self.side_band.as_ref().and_then(|s| s.on_cpu(writer.cpu()));
             writer.spawn(side_band, options, shard)?;
@@ -301,13 +299,10 @@ impl<'a> Recording<'a> {
         let first = &self.writers[0].events.events[0];
         let sample_type = self.meta.events[first.spec].sample_type();
         let dwarf = matches!(self.plan.call_graph, crate::config::CallGraph::Dwarf(_));
-        // As the kernel's, if the tracking event's MMAP2 carry build ids.
-        let side_band = self.side_band.iter().map(|s| &s.attr);
-        let build_ids =
-            (self.plan.attrs.iter().chain(side_band)).any(|a| a.flag(shardrec_sys::Flag::BuildId));
+        // As the kernel's MMAP2 records: with build ids where they carry them.
         let mut synth = Synthesizer::new(sample_type, first.id)
             .with_data_maps(dwarf)
-            .with_build_ids(build_ids);
+            .with_build_ids(self.plan.build_id_mmap);
         let workload = self.workload.as_ref().map(|w| w.pid.as_raw());
         if let (Some(pid), Moment::Start) = (workload, moment) {
             synth = synth.with_held_workload(pid);
@@ -404,8 +399,9 @@ impl<'a> Recording<'a> {
 
     /// With `--switch-output`: the recording's directory and the window
     /// being recorded, for a helper that goes on from window to window.
-    fn window_at(&self) -> Option<(RecordingDir, u32)> {
-        self.windows.as_ref().map(|w| (w.root.clone(), w.current))
+    fn window_at(&self) -> Option<WindowCursor> {
+        let windows = self.windows.as_ref()?;
+        Some(WindowCursor::new(windows.root.clone(), windows.current))
     }
 
     /// The writers' and the VIP's processes.

@@ -91,24 +91,18 @@ pub fn open_side_band(plan: &Plan) -> Result<SideBandEvents, String> {
         &online,
         |&cpu| cpu,
         |&cpu| {
-            // A kernel before 5.12 has no build ids in MMAP2.
-            let event = PerfEvent::open(&attr, Target::cpu(cpu)).or_else(|e| {
-                let mut older = attr.clone();
-                older.set_flag(shardrec_sys::Flag::BuildId, false);
-                match (e.raw_os_error(), attr.flag(shardrec_sys::Flag::BuildId)) {
-                    (Some(libc::EINVAL), true) => PerfEvent::open(&older, Target::cpu(cpu)),
-                    _ => Err(e),
-                }
-            });
-            let event = event.map_err(|e| match e.raw_os_error() {
-                Some(libc::EINVAL) => {
-                    "this kernel reports no BPF events (KSYMBOL, BPF_EVENT need 5.1)".to_string()
-                }
-                Some(libc::EACCES) | Some(libc::EPERM) => {
-                    "watching BPF programs needs CPU-wide events (root or CAP_PERFMON)".to_string()
-                }
-                _ => format!("opening the side-band event on CPU {cpu}: {e}"),
-            })?;
+            let event =
+                PerfEvent::open(&attr, Target::cpu(cpu)).map_err(|e| match e.raw_os_error() {
+                    Some(libc::EINVAL) => {
+                        "this kernel reports no BPF events (KSYMBOL, BPF_EVENT need 5.1)"
+                            .to_string()
+                    }
+                    Some(libc::EACCES) | Some(libc::EPERM) => {
+                        "watching BPF programs needs CPU-wide events (root or CAP_PERFMON)"
+                            .to_string()
+                    }
+                    _ => format!("opening the side-band event on CPU {cpu}: {e}"),
+                })?;
             let id = event.id().map_err(|e| e.to_string())?;
             let ring = RingBuffer::map(&event, crate::vip::RING_PAGES)
                 .map_err(|e| format!("mapping the side-band ring of CPU {cpu}: {e}"))?;

@@ -197,7 +197,8 @@ impl Plan {
 /// Whether MMAP2 records carry build ids: as asked, or by default where
 /// the kernel gives them without marking other events' MMAP2 records as
 /// carrying one (a kernel bug that makes a perf record running beside
-/// shardrec misread its own records, and perf 6.1 abort).
+/// shardrec misread its own records, and perf 6.1 abort). The probe is
+/// the one place that asks the kernel: every attr follows what it says.
 fn build_id_mmap(asked: Option<bool>, warnings: &mut Vec<String>) -> bool {
     use shardrec_sys::build_id_probe::{probe, BuildIdMmap};
     let kernel = probe().unwrap_or(BuildIdMmap::Missing);
@@ -207,10 +208,11 @@ fn build_id_mmap(asked: Option<bool>, warnings: &mut Vec<String>) -> bool {
             warnings.push("--buildid-mmap: this kernel also marks the map events of every other recording of the same mappings as carrying a build id (a kernel bug): a perf record running meanwhile reads them wrong (perf 6.1 aborts)".into());
             true
         }
-        // Without kernel support the attr bit is switched off as the
-        // kernel refuses it, with -vv saying so.
-        (Some(true), _) => true,
-        (None, kernel) => kernel == BuildIdMmap::Works,
+        (Some(true), BuildIdMmap::Missing) => {
+            warnings.push("--buildid-mmap: this kernel has no build ids in map events (Linux 5.12): build ids are read from the files at the merge".into());
+            false
+        }
+        (asked, kernel) => asked.unwrap_or(true) && kernel == BuildIdMmap::Works,
     }
 }
 

@@ -8,7 +8,7 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use shardrec_control::{Outcome, Report, Served, VipStats};
 use shardrec_filter::FilterProgram;
 use shardrec_format::SampleIdLayout;
-use shardrec_shard::RecordingDir;
+use shardrec_shard::{RecordingDir, WindowCursor};
 use shardrec_sys::{process, PerfEvent, RingBuffer};
 use shardrec_vip::capture::Capturer;
 use shardrec_vip::{existing, SideBand, Vip, BUFFER};
@@ -42,7 +42,7 @@ pub fn spawn(
     events: &SideBandEvents,
     dir: &RecordingDir,
     programs: &[FilterProgram],
-    windows: Option<(RecordingDir, u32)>,
+    windows: Option<WindowCursor>,
 ) -> Result<(VipProcess, Vec<u8>, Vec<OwnedFd>), RecordError> {
     let shard = dir.create_file(&dir.vip_path())?;
     let bpf = dir.create_file(&dir.bpf_path())?;
@@ -59,7 +59,7 @@ pub fn spawn(
 pub fn restart(
     events: &SideBandEvents,
     dir: &RecordingDir,
-    windows: Option<(RecordingDir, u32)>,
+    windows: Option<WindowCursor>,
 ) -> Result<VipProcess, RecordError> {
     let whole_records = |bytes: &[u8]| {
         shardrec_format::walk::RecordWalker::new(bytes)
@@ -96,7 +96,7 @@ fn start(
     shard: File,
     bpf: File,
     programs: &[FilterProgram],
-    windows: Option<(RecordingDir, u32)>,
+    windows: Option<WindowCursor>,
 ) -> Result<(VipProcess, Vec<u8>, Vec<OwnedFd>), RecordError> {
     let layout = SampleIdLayout::new(events.sample_type);
     let first_id = events.events.first().map_or(0, |(_, _, id)| *id);
@@ -151,9 +151,8 @@ struct VipFiles {
     control: OwnedFd,
     /// Where the loaded filters' descriptors go.
     filters: OwnedFd,
-    /// With `--switch-output`: the recording's directory and the window
-    /// being written.
-    windows: Option<(RecordingDir, u32)>,
+    /// With `--switch-output`: the window being written.
+    windows: Option<WindowCursor>,
 }
 
 impl VipProcess {
@@ -221,9 +220,8 @@ fn run(
     while vip.serve()? == Served::Switch {
         // Without windows, a Switch goes on in the same files.
         let mut records = Vec::new();
-        if let Some((root, window)) = windows.as_mut() {
-            *window += 1;
-            let dir = root.window(*window);
+        if let Some(windows) = windows.as_mut() {
+            let dir = windows.advance();
             let create =
                 |path: std::path::PathBuf| dir.create_file(&path).map_err(io::Error::other);
             let (shard, bpf) = (create(dir.vip_path())?, create(dir.bpf_path())?);

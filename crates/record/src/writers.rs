@@ -10,7 +10,7 @@ use shardrec_control::{Command, Outcome, Report, Served, WriterStats};
 use shardrec_format::header::RecordType;
 use shardrec_format::layouts::{FieldReader, Layouts};
 use shardrec_format::walk::RecordWalker;
-use shardrec_shard::RecordingDir;
+use shardrec_shard::{RecordingDir, WindowCursor};
 use shardrec_sys::{cpu, process, PerfEvent, RingBuffer};
 use shardrec_writer::{RingWriter, ShardWriter, SnapshotWriter, WriterConfig};
 
@@ -38,9 +38,9 @@ pub struct Writer {
     pub replaced_at: Vec<Duration>,
     /// Whether it died too often and its CPU went unrecorded from then on.
     pub given_up: bool,
-    /// With `--switch-output`: the recording's directory and the window
-    /// being written, whose successor the process goes on in at a Switch.
-    windows: Option<(RecordingDir, u32)>,
+    /// With `--switch-output`: the window being written, whose successor
+    /// the process goes on in at a Switch.
+    windows: Option<WindowCursor>,
 }
 
 /// A writer that dies this often is not replaced again.
@@ -66,7 +66,7 @@ struct WriterSetup<'a> {
     side_band: Option<&'a PerfEvent>,
     options: WriterOptions,
     base: u64,
-    windows: Option<(RecordingDir, u32)>,
+    windows: Option<WindowCursor>,
 }
 
 impl WriterSetup<'_> {
@@ -94,28 +94,26 @@ impl Writer {
         }
     }
 
-    /// Records `--switch-output` windows inside `root`, beginning with
-    /// window `window`.
-    pub fn in_windows(&mut self, root: RecordingDir, window: u32) {
-        self.windows = Some((root, window));
+    /// Records `--switch-output` windows from `windows` on (`None`: one
+    /// shard for the whole recording).
+    pub fn in_windows(&mut self, windows: Option<WindowCursor>) {
+        self.windows = windows;
     }
 
     /// After a Switch: waits for the process to go on in the next window's
-    /// shard (or, for a writer given up on, writes its ring into the
-    /// closing window's `shard` from here) and notes where that shard
-    /// begins in the ring.
-    pub fn switched(&mut self, shard: &std::path::Path) -> Result<(), RecordError> {
-        if let Some((_, window)) = self.windows.as_mut() {
-            *window += 1;
+    /// shard (or, for a writer given up on, writes its ring into its shard
+    /// in `closing` from here) and notes where that shard begins in the
+    /// ring.
+    pub fn switched(&mut self, closing: &RecordingDir) -> Result<(), RecordError> {
+        if let Some(windows) = self.windows.as_mut() {
+            windows.advance();
         }
         let process = self.process.as_mut().filter(|p| !p.has_exited());
         self.base = match process {
             Some(process) => process.wait_switched()?.0,
             None if self.given_up => {
-                let file = std::fs::OpenOptions::new()
-                    .write(true)
-                    .open(shard)
-                    .map_err(RecordError::system(format!("writing {}", shard.display())))?;
+                let shard = closing.shard_path(self.cpu());
+                let file = closing.reopen_file(&shard)?;
                 self.write_remaining(&file)
                     .map_err(RecordError::system(format!("writing {}", shard.display())))?;
                 self.events.ring.tail()
@@ -213,13 +211,12 @@ impl Writer {
         // A streamed shard holds the ring's bytes from `base`: what the dead
         // writer wrote past the tail is cut, as it is still in the ring. A
         // snapshot shard is whole snapshots: the new writer appends.
-        let cut = match options.overwrite {
-            true => shard.metadata().map(|m| m.len()),
-            false => Ok(self.events.ring.tail() - self.base),
-        };
         let mut shard = shard;
-        cut.and_then(|keep| shard.set_len(keep))
-            .and_then(|()| std::io::Seek::seek(&mut shard, io::SeekFrom::End(0)).map(drop))
+        let cut = match options.overwrite {
+            true => Ok(()),
+            false => shard.set_len(self.events.ring.tail() - self.base),
+        };
+        cut.and_then(|()| std::io::Seek::seek(&mut shard, io::SeekFrom::End(0)).map(drop))
             .map_err(RecordError::system("cutting a dead writer's shard back"))?;
         self.replaced_at.push(since_start);
         self.spawn(side_band, options, shard)?;
@@ -380,9 +377,8 @@ fn serve(
     let mut windows = setup.windows.clone();
     while writer.serve()? == Served::Switch {
         // Without windows, a Switch goes on in the same shard.
-        if let Some((root, window)) = windows.as_mut() {
-            *window += 1;
-            let dir = root.window(*window);
+        if let Some(windows) = windows.as_mut() {
+            let dir = windows.advance();
             let next = dir
                 .create_file(&dir.shard_path(setup.cpu.cpu))
                 .map_err(io::Error::other)?;

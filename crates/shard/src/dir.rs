@@ -266,3 +266,25 @@ fn read_meta_file(path: &Path) -> Result<Meta, Error> {
     }
     Ok(meta)
 }
+
+/// Which window of a `--switch-output` recording a helper writes: the
+/// recording's directory and the window's number. Every helper moves to
+/// the next window at each Switch, as the coordinator does.
+#[derive(Clone, Debug)]
+pub struct WindowCursor {
+    root: RecordingDir,
+    current: u32,
+}
+
+impl WindowCursor {
+    /// Window `current` of the recording in `root`.
+    pub fn new(root: RecordingDir, current: u32) -> WindowCursor {
+        WindowCursor { root, current }
+    }
+
+    /// Moves to the next window, and returns its directory.
+    pub fn advance(&mut self) -> RecordingDir {
+        self.current += 1;
+        self.root.window(self.current)
+    }
+}

@@ -27,7 +27,7 @@ pub mod scan;
 pub mod shard_index;
 pub mod time_index;
 
-pub use dir::RecordingDir;
+pub use dir::{RecordingDir, WindowCursor};
 pub use meta::{
     dropped, ClockRef, CpuStats, EventMeta, FilterStats, Host, Meta, Stats, StopReason, Topology,
     META_VERSION,

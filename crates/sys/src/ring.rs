@@ -139,11 +139,6 @@ impl RingBuffer {
         }
     }
 
-    /// Whether this is an overwrite ring.
-    pub fn is_overwrite(&self) -> bool {
-        self.overwrite
-    }
-
     /// Appends to `into` the records an overwrite ring received since
     /// `since` (the head at the previous snapshot, 0 at first), oldest
     /// first, at most a ring's worth (the newest whole records, where it
@@ -167,17 +162,16 @@ impl RingBuffer {
             if size < 8 || taken + size > self.data_size as u64 {
                 break;
             }
-            records.push(at);
+            records.push((offset, size as usize));
             at = at.wrapping_add(size);
             taken += size;
         }
         into.reserve(taken as usize);
-        for &start in records.iter().rev() {
-            let offset = (start as usize) & (self.data_size - 1);
-            let size = u16::from_ne_bytes(self.data(offset + 6, 2).try_into().expect("2 bytes"));
-            let first = (size as usize).min(self.data_size - offset);
+        for &(offset, size) in records.iter().rev() {
+            // A record may wrap around the ring's end.
+            let first = size.min(self.data_size - offset);
             into.extend_from_slice(self.data(offset, first));
-            into.extend_from_slice(self.data(0, size as usize - first));
+            into.extend_from_slice(self.data(0, size - first));
         }
         head
     }

@@ -81,13 +81,6 @@ impl<'a> Vip<'a> {
         })
     }
 
-    /// Runs until told to stop; a Drain reads the rings once more first.
-    pub fn run(mut self) -> io::Result<VipStats> {
-        // A Switch with no next files to go to goes on in these.
-        while self.serve()? == Served::Switch {}
-        self.finish()
-    }
-
     /// Serves the rings until a stop (carried out: a Drain reads every
     /// ring once more first) or a Switch (every ring read up to then).
     pub fn serve(&mut self) -> io::Result<Served> {

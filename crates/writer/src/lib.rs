@@ -14,7 +14,7 @@
 //! ```no_run
 //! # fn demo(ring: &shardrec_sys::RingBuffer, event: &shardrec_sys::PerfEvent,
 //! #         shard: std::fs::File, control: std::os::fd::OwnedFd) -> std::io::Result<()> {
-//! use shardrec_writer::{ShardWriter, WriterConfig};
+//! use shardrec_writer::{RingWriter, ShardWriter, WriterConfig};
 //! let stats = ShardWriter::new(ring, event, shard, control, WriterConfig::default())?.run()?;
 //! println!("{} bytes in {} writes", stats.bytes, stats.writes);
 //! # Ok(()) }
@@ -26,41 +26,24 @@ mod support;
 
 pub use shard_writer::{ShardWriter, WriterConfig};
 pub use snapshot_writer::SnapshotWriter;
+pub use support::check as check_kernel;
 
 use shardrec_control::{Served, WriterStats};
 
 /// What a writer process runs, whichever the ring: serve until a Switch
 /// (then go on in the next shard) or a stop (then finish).
-pub trait RingWriter {
+pub trait RingWriter: Sized {
     /// Serves until a Switch has been carried out or a stop has.
     fn serve(&mut self) -> std::io::Result<Served>;
     /// Goes on in `shard` after [`Served::Switch`].
     fn switch_shard(&mut self, shard: std::fs::File);
     /// After a stop: what the writer did.
     fn finish(self) -> std::io::Result<WriterStats>;
-}
 
-impl RingWriter for ShardWriter<'_> {
-    fn serve(&mut self) -> std::io::Result<Served> {
-        ShardWriter::serve(self)
-    }
-    fn switch_shard(&mut self, shard: std::fs::File) {
-        ShardWriter::switch_shard(self, shard)
-    }
-    fn finish(self) -> std::io::Result<WriterStats> {
-        ShardWriter::finish(self)
+    /// Serves until a stop, a Switch going on in the same shard, then
+    /// finishes.
+    fn run(mut self) -> std::io::Result<WriterStats> {
+        while self.serve()? == Served::Switch {}
+        self.finish()
     }
 }
-
-impl RingWriter for SnapshotWriter<'_> {
-    fn serve(&mut self) -> std::io::Result<Served> {
-        SnapshotWriter::serve(self)
-    }
-    fn switch_shard(&mut self, shard: std::fs::File) {
-        SnapshotWriter::switch_shard(self, shard)
-    }
-    fn finish(self) -> std::io::Result<WriterStats> {
-        SnapshotWriter::finish(self)
-    }
-}
-pub use support::check as check_kernel;

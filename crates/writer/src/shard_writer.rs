@@ -10,6 +10,8 @@ use shardrec_sys::{PerfEvent, RingBuffer};
 use shardrec_control::fault::{self, Fault};
 use shardrec_control::{Command, Served, WriterStats};
 
+use crate::RingWriter;
+
 // user_data of each kind of request.
 const POLL: u64 = 1;
 const CONTROL: u64 = 3;
@@ -138,21 +140,17 @@ impl<'a> ShardWriter<'a> {
         self.stop_events = events;
         self
     }
+}
 
-    /// Runs until the coordinator says stop (or goes away), then syncs the
-    /// shard if configured to. An I/O error ends the writer; the shard
-    /// holds every write completed before it. It sleeps until its ring
-    /// reaches the watermark or a command comes: an idle CPU's writer
-    /// never wakes.
-    pub fn run(mut self) -> io::Result<WriterStats> {
-        // A Switch with no next shard to go to goes on in this one.
-        while self.serve()? == Served::Switch {}
-        self.finish()
-    }
-
+/// The writer's loop ([`RingWriter::run`] serves until the coordinator
+/// says stop, or goes away): it sleeps until its ring reaches the
+/// watermark or a command comes, so an idle CPU's writer never wakes. An
+/// I/O error ends the writer; the shard holds every write completed
+/// before it.
+impl RingWriter for ShardWriter<'_> {
     /// Serves the ring until a stop has been carried out or a Switch needs
     /// the next shard (see [`Served`]).
-    pub fn serve(&mut self) -> io::Result<Served> {
+    fn serve(&mut self) -> io::Result<Served> {
         if !self.armed {
             self.arm_poll()?;
             self.arm_control()?;
@@ -197,14 +195,14 @@ impl<'a> ShardWriter<'a> {
 
     /// Goes on in `shard`, whose first byte holds the ring's tail (after
     /// [`Served::Switch`], with no write in flight).
-    pub fn switch_shard(&mut self, shard: File) {
+    fn switch_shard(&mut self, shard: File) {
         assert!(self.in_flight.is_none(), "switching shards mid-write");
         self.shard = shard;
         self.base = self.ring.tail();
     }
 
     /// After a stop: ends the poll and syncs the shard if configured to.
-    pub fn finish(mut self) -> io::Result<WriterStats> {
+    fn finish(mut self) -> io::Result<WriterStats> {
         self.cancel_poll()?;
         if self.sync_shard {
             if let Some(error) = fault::inject("writer.sync").and_then(Fault::error) {
@@ -214,7 +212,9 @@ impl<'a> ShardWriter<'a> {
         }
         Ok(self.stats)
     }
+}
 
+impl ShardWriter<'_> {
     /// Writes whatever the ring holds, if no write is in flight. Returns
     /// whether a write was started.
     fn start_write(&mut self) -> io::Result<bool> {

@@ -10,6 +10,8 @@ use std::io::{self, Write};
 use std::os::fd::OwnedFd;
 
 use shardrec_control::{Command, Served, WriterStats};
+
+use crate::RingWriter;
 use shardrec_sys::{PerfEvent, RingBuffer};
 
 /// Snapshots one overwrite ring into one shard file.
@@ -57,11 +59,28 @@ impl<'a> SnapshotWriter<'a> {
         self
     }
 
+    /// Copies what the ring received since the last snapshot into the
+    /// shard, with the ring paused meanwhile (the kernel counts what it
+    /// drops then, and reports it as LOST).
+    fn snapshot(&mut self) -> io::Result<()> {
+        self.owner.pause_output(true)?;
+        self.buf.clear();
+        self.since = self.ring.snapshot(self.since, &mut self.buf);
+        let resumed = self.owner.pause_output(false);
+        self.stats.peak_fill = self.stats.peak_fill.max(self.buf.len() as u64);
+        self.shard.write_all(&self.buf)?;
+        self.stats.writes += 1;
+        self.stats.bytes += self.buf.len() as u64;
+        resumed
+    }
+}
+
+impl RingWriter for SnapshotWriter<'_> {
     /// Waits for commands: returns after a snapshot for a Switch (the
     /// caller hands over the next shard), or after a stop (Drain: the
     /// events disabled, a last snapshot; Quit: none; the end of the pipe
     /// reads as Drain).
-    pub fn serve(&mut self) -> io::Result<Served> {
+    fn serve(&mut self) -> io::Result<Served> {
         loop {
             match Command::read_from(&mut self.control)? {
                 Command::Switch => {
@@ -82,28 +101,13 @@ impl<'a> SnapshotWriter<'a> {
     }
 
     /// Goes on in `shard` (after [`Served::Switch`]).
-    pub fn switch_shard(&mut self, shard: File) {
+    fn switch_shard(&mut self, shard: File) {
         self.shard = shard;
     }
 
     /// After a stop: what it wrote.
-    pub fn finish(self) -> io::Result<WriterStats> {
+    fn finish(self) -> io::Result<WriterStats> {
         self.shard.sync_data()?;
         Ok(self.stats)
-    }
-
-    /// Copies what the ring received since the last snapshot into the
-    /// shard, with the ring paused meanwhile (the kernel counts what it
-    /// drops then, and reports it as LOST).
-    fn snapshot(&mut self) -> io::Result<()> {
-        self.owner.pause_output(true)?;
-        self.buf.clear();
-        self.since = self.ring.snapshot(self.since, &mut self.buf);
-        let resumed = self.owner.pause_output(false);
-        self.stats.peak_fill = self.stats.peak_fill.max(self.buf.len() as u64);
-        self.shard.write_all(&self.buf)?;
-        self.stats.writes += 1;
-        self.stats.bytes += self.buf.len() as u64;
-        resumed
     }
 }

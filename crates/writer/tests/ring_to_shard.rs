@@ -9,7 +9,7 @@ use shardrec_format::header::RecordType;
 use shardrec_format::walk::{End, RecordWalker};
 use shardrec_sys::abi;
 use shardrec_sys::{Attr, PerfEvent, RingBuffer, Target};
-use shardrec_writer::{ShardWriter, WriterConfig};
+use shardrec_writer::{RingWriter, ShardWriter, WriterConfig};
 
 /// Samples this thread's cpu-clock every 10 µs into a ring of `pages`,
 /// streams it with a writer thread while busy for `busy`, and returns the

@@ -188,15 +188,10 @@ impl Recording<'_> {
                 self.meta.host.kernel_build_ids.push((name, id));
             }
         }
-        let synth_bytes = std::fs::metadata(self.dir.synth_path()).map_or(0, |m| m.len());
         self.meta.stats = Some(Stats {
-            cpus: Vec::new(),
-            synth_bytes,
-            lost_by_event,
             bpf: self.vip_stats(),
             filters: self.filters.iter().map(|f| f.stats(self.plan)).collect(),
-            stopped_by: stopped_by.clone(),
-            stop_unix_ns: unix_ns(),
+            ..self.unwalked_stats(lost_by_event, stopped_by.clone())
         });
         let scanned = account(&self.dir, &mut self.meta, parallel::online_cpus())?;
         let stats = self.meta.stats.as_ref().map_or(&[][..], |s| &s.cpus[..]);
@@ -249,6 +244,24 @@ impl Recording<'_> {
                 .map(|v| v.restarted_at.clone())
                 .unwrap_or_default(),
         })
+    }
+
+    /// The current window's (or the recording's) statistics as far as they
+    /// are known without walking its shards, which [`account`] then does.
+    pub(super) fn unwalked_stats(
+        &self,
+        lost_by_event: Vec<(u32, u64, u64)>,
+        stopped_by: StopReason,
+    ) -> Stats {
+        Stats {
+            cpus: Vec::new(),
+            synth_bytes: self.synth_bytes,
+            lost_by_event,
+            bpf: None,
+            filters: Vec::new(),
+            stopped_by,
+            stop_unix_ns: unix_ns(),
+        }
     }
 
     /// What the VIP reported, with the side-band records lost in its

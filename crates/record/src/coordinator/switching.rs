@@ -2,10 +2,9 @@
 //! the next without a gap (see [`crate::windows`]).
 
 use shardrec_control::Command;
-use shardrec_shard::{Stats, StopReason};
+use shardrec_shard::StopReason;
 
 use super::{Moment, Recording};
-use crate::meta::unix_ns;
 use crate::RecordError;
 
 impl Recording<'_> {
@@ -41,8 +40,7 @@ impl Recording<'_> {
         let next = windows.root.create_window(windows.current + 1)?;
         self.send_switch();
         for writer in self.writers.iter_mut() {
-            let closing_shard = self.dir.shard_path(writer.cpu());
-            writer.switched(&closing_shard)?;
+            writer.switched(&self.dir)?;
         }
         let bpf = match self.vip.as_mut().filter(|v| !v.helper.has_exited()) {
             Some(vip) => vip.helper.wait_switched()?.1,
@@ -55,20 +53,12 @@ impl Recording<'_> {
         let produced = self.produced();
         let windows = self.windows.as_mut().expect("checked above");
         let lost_by_event = windows.open_next(produced, lost);
+        let mut meta = self.meta.clone();
+        meta.stats = Some(self.unwalked_stats(lost_by_event, StopReason::Switched));
         let closing = std::mem::replace(&mut self.dir, next);
         self.synthesize(&bpf, Moment::Switch)?;
         self.dir.write_start_meta(&self.meta)?;
         self.dir.reserve_meta_room(&self.meta)?;
-        let mut meta = self.meta.clone();
-        meta.stats = Some(Stats {
-            cpus: Vec::new(),
-            synth_bytes: std::fs::metadata(closing.synth_path()).map_or(0, |m| m.len()),
-            lost_by_event,
-            bpf: None,
-            filters: Vec::new(),
-            stopped_by: StopReason::Switched,
-            stop_unix_ns: unix_ns(),
-        });
         closing.release_meta_room();
         closing.write_meta(&meta)?;
         let windows = self.windows.as_mut().expect("checked above");

@@ -83,17 +83,10 @@ const FEATURES: &[Feature] = &[
         remove: Attr::clear_clock,
         needed: false,
     },
-    // Not perf's (its --buildid-mmap fails instead), as shardrec asks for
-    // it by default: without mmap2 it cannot be.
-    Feature {
-        message: "switching off build id in mmap2 events",
-        used: |a| a.flag(Flag::BuildId),
-        remove: |a| a.set_flag(Flag::BuildId, false),
-        needed: false,
-    },
     Feature {
         message: "switching off mmap2",
         used: |a| a.flag(Flag::Mmap2),
+        // Build ids come in MMAP2 records only.
         remove: |a| {
             a.set_flag(Flag::Mmap2, false);
             a.set_flag(Flag::BuildId, false);

@@ -89,13 +89,10 @@ impl Windows {
     /// Whether the current window has reached its time or size, the rings
     /// having produced `produced` bytes in all.
     pub fn due(&self, produced: u64) -> bool {
-        if let Some(window) = self.window_length() {
-            return self.opened.0.elapsed() >= window;
-        }
-        match self.trigger {
-            SwitchTrigger::Signal => false,
-            SwitchTrigger::Every(every) => self.opened.0.elapsed() >= every,
-            SwitchTrigger::Bytes(bytes) => produced - self.opened.1 >= bytes,
+        match (self.period(), self.trigger) {
+            (Some(period), _) => self.opened.0.elapsed() >= period,
+            (None, SwitchTrigger::Bytes(bytes)) => produced - self.opened.1 >= bytes,
+            (None, _) => false,
         }
     }
 
@@ -104,10 +101,15 @@ impl Windows {
         self.trigger == SwitchTrigger::Signal || self.keep_last.is_some()
     }
 
-    /// With `--keep-last`, how long a window lasts: a quarter of what is
-    /// kept (at least 100 ms), so the windows kept cover it to a quarter.
-    fn window_length(&self) -> Option<Duration> {
-        Some((self.keep_last? / 4).max(Duration::from_millis(100)))
+    /// How long a window lasts, where time ends it: with `--keep-last` a
+    /// quarter of what is kept (at least 100 ms), so the windows kept cover
+    /// it to a quarter; else `--switch-output=TIME`.
+    fn period(&self) -> Option<Duration> {
+        match (self.keep_last, self.trigger) {
+            (Some(kept), _) => Some((kept / 4).max(Duration::from_millis(100))),
+            (None, SwitchTrigger::Every(every)) => Some(every),
+            (None, _) => None,
+        }
     }
 
     /// Whether every switch makes an output (else, with `--keep-last`,
@@ -119,14 +121,14 @@ impl Windows {
     /// How long the coordinator may sleep before a switch is due to be
     /// checked (a size is checked as often as `--max-size`).
     pub fn tick_ms(&self, size_tick: u16) -> Option<u16> {
-        let every = match (self.window_length(), self.trigger) {
-            (Some(window), _) => window,
-            (None, SwitchTrigger::Signal) => return None,
-            (None, SwitchTrigger::Bytes(_)) => return Some(size_tick),
-            (None, SwitchTrigger::Every(every)) => every,
-        };
-        let left = every.saturating_sub(self.opened.0.elapsed()).as_millis();
-        Some(left.min(u16::MAX as u128) as u16)
+        match (self.period(), self.trigger) {
+            (Some(period), _) => {
+                let left = period.saturating_sub(self.opened.0.elapsed()).as_millis();
+                Some(left.min(u16::MAX as u128) as u16)
+            }
+            (None, SwitchTrigger::Bytes(_)) => Some(size_tick),
+            (None, _) => None,
+        }
     }
 
     /// The next window begins: the rings have produced `produced` bytes
