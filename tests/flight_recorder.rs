@@ -100,6 +100,14 @@ fn the_snapshot(scratch: &Scratch, stderr: &str) -> PathBuf {
     for file in [snapshot.as_path(), &scratch.output()] {
         let report = perf(&["report", "--stdio", "--sort", "comm"], file);
         assert_no_complaint(&report, &file.display().to_string());
+        let script = perf(&["script", "-F", "comm"], file);
+        let in_perf = String::from_utf8_lossy(&script.stdout).lines().count() as u64;
+        assert_eq!(
+            samples_by_linux_perf_data(file),
+            in_perf,
+            "linux-perf-data reads {}",
+            file.display()
+        );
     }
     snapshot.clone()
 }

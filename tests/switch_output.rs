@@ -84,6 +84,13 @@ fn every_second_becomes_a_perf_data_and_no_sample_falls_between() {
         let report = perf(&["report", "--stdio", "--sort", "comm"], output);
         assert_no_complaint(&report, &output.display().to_string());
         let times = times_by_cpu(output);
+        let in_perf: usize = times.values().map(Vec::len).sum();
+        assert_eq!(
+            samples_by_linux_perf_data(output),
+            in_perf as u64,
+            "linux-perf-data reads {}",
+            output.display()
+        );
         for (cpu, times) in &times {
             assert!(
                 times.windows(2).all(|w| w[0] <= w[1]),
