@@ -91,6 +91,8 @@ fn record(args: RecordArgs, command_line: &[String]) -> Result<ExitCode, Error> 
         slice_bytes: None,
         build_ids,
         build_id_cache,
+        // The shards go once merged: free them as the merge goes.
+        consume: !keep_shards,
     };
     let mut config = args.into_config().map_err(RecordError::Usage)?;
     if let Some(switch) = config.switch_output.as_mut() {
@@ -207,6 +209,7 @@ fn merge(args: &MergeArgs) -> Result<ExitCode, Error> {
         slice_bytes: args.slice_size,
         build_ids: args.build_ids.which(),
         build_id_cache: args.build_ids.cache(),
+        consume: args.consume && args.time.is_none(),
     };
     let output = perf_data_file(&args.output);
     if let Some(spec) = &args.time {

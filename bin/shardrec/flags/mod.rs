@@ -65,6 +65,9 @@ pub struct MergeArgs {
     /// Record bytes per time slice, the unit of work of each thread (default: 32M, more with many shards); smaller slices spread a small recording over more threads.
     #[arg(long = "slice-size", value_name = "SIZE", value_parser = slice_size)]
     pub slice_size: Option<u64>,
+    /// Free each shard's bytes once they are merged, so the merge needs no more disk than the recording (the recorder's own merge does this; the shards are spent after). An interrupted merge is completed by merging DIR again. Not with -z, --time, or a damaged shard (then the shards stay whole)
+    #[arg(long = "consume")]
+    pub consume: bool,
     /// Merge only this time window, as perf report --time reads it (START,END in seconds; 10%/2; 0%-10%,30%-40%): the samples in it, and the state before it
     #[arg(long = "time", value_name = "TIME")]
     pub time: Option<String>,

@@ -189,7 +189,7 @@ pub struct RecordWriter<'a, S> {
     pub out: DataOut<S>,
     fields: FieldReader<'a>,
     /// What they say about binaries.
-    pub hits: SliceHits<'a>,
+    pub hits: SliceHits,
     /// How many went out.
     pub records: u64,
 }

@@ -79,29 +79,31 @@ fn is_kernel_map(header: RecordHeader) -> bool {
 /// Maps change on a page boundary: a sample's page says which map it is in.
 const PAGE_MASK: u64 = !0xfff;
 
-enum Step<'a> {
-    Change(RecordHeader, &'a [u8]),
+enum Step {
+    Change(RecordHeader, Vec<u8>),
     Pages(HashSet<(u32, u64)>),
 }
 
-/// One slice's part of [`DsoHits`], kept to be replayed in order.
+/// One slice's part of [`DsoHits`], kept to be replayed in order. It
+/// holds copies of the few records it needs, as a merge that frees the
+/// shards as it goes ([`crate::consume`]) may have freed them by then.
 #[derive(Default)]
-pub struct SliceHits<'a> {
-    steps: Vec<Step<'a>>,
+pub struct SliceHits {
+    steps: Vec<Step>,
     kernel_hit: bool,
     kernel_pages: HashSet<u64>,
     /// The kernel maps (records of the kernel's cpumode), which no other
     /// record changes.
-    kernel_maps: Vec<&'a [u8]>,
+    kernel_maps: Vec<Vec<u8>>,
 }
 
-impl<'a> SliceHits<'a> {
+impl SliceHits {
     /// Takes one record into account; `id` gives its identifying fields,
     /// asked for only for user samples.
     pub fn observe(
         &mut self,
         header: RecordHeader,
-        record: &'a [u8],
+        record: &[u8],
         id: impl FnOnce() -> Option<SampleId>,
     ) {
         if header.type_ == RecordType::SAMPLE {
@@ -124,9 +126,9 @@ impl<'a> SliceHits<'a> {
                 _ => {}
             }
         } else if changes_maps(header) {
-            self.steps.push(Step::Change(header, record));
+            self.steps.push(Step::Change(header, record.to_vec()));
         } else if is_kernel_map(header) {
-            self.kernel_maps.push(record);
+            self.kernel_maps.push(record.to_vec());
         }
     }
 }
@@ -138,8 +140,8 @@ impl DsoHits {
         self.kernel_pages.extend(slice.kernel_pages);
         for record in slice.kernel_maps {
             if let (Some(start), Some(len), Some(name)) = (
-                u64_at(record, 16),
-                u64_at(record, 24),
+                u64_at(&record, 16),
+                u64_at(&record, 24),
                 c_string(record.get(40..).unwrap_or_default()),
             ) {
                 self.kernel_maps
@@ -148,7 +150,7 @@ impl DsoHits {
         }
         for step in slice.steps {
             match step {
-                Step::Change(header, record) => self.change(header, record),
+                Step::Change(header, record) => self.change(header, &record),
                 Step::Pages(pages) => {
                     for (pid, page) in pages {
                         if let Some(file) = self.find(pid, page) {

@@ -18,6 +18,7 @@
 pub mod archive;
 mod bpf;
 pub mod build_id_cache;
+mod consume;
 mod data_out;
 mod dso;
 mod features;
@@ -35,6 +36,8 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use shardrec_format::header::RecordType;
+use shardrec_shard::merged_prefix::MergedPrefix;
+use shardrec_shard::scan::ShardBytes;
 use shardrec_shard::RecordingDir;
 
 pub use report::{CpuSummary, MergeReport};
@@ -50,6 +53,17 @@ pub enum MergeError {
     /// A `--time` that is not one.
     #[error("{0}")]
     BadTime(String),
+    /// The merge failed after it had freed part of the shards: that part
+    /// is in `merged.partial`, and a merge of the directory completes it.
+    #[error("the merge stopped after it had freed the first part of the shards, which is in {}: shardrec merge {} -o FILE completes it", .partial.display(), .dir.display())]
+    Interrupted {
+        /// The recording.
+        dir: PathBuf,
+        /// What the merge wrote.
+        partial: PathBuf,
+        /// Why it stopped.
+        source: std::io::Error,
+    },
     /// The output could not be written.
     #[error("cannot write {}", .path.display())]
     Output {
@@ -82,6 +96,11 @@ pub struct MergeOptions {
     /// The build-id cache to add them to (perf's `~/.debug`); `None`
     /// (`-N`) for none.
     pub build_id_cache: Option<PathBuf>,
+    /// Free each shard's bytes once they are merged
+    /// ([`shardrec_shard::merged_prefix`]): for a merge whose shards are
+    /// deleted after it. Done only where it is safe and pays: without
+    /// `-z`, with no damaged shard, the output on the shards' file system.
+    pub consume: bool,
 }
 
 /// Which binaries get their build id in the header (and the cache).
@@ -150,24 +169,45 @@ pub fn merge_scanned(
         paths.push(recording.vip_path());
     }
     paths.push(recording.synth_path());
-    let mut shards = open_shards(&paths, &layouts, threads, scanned)?;
+    spent(&recording)?;
+    let resumed = recording.read_merged_prefix()?;
+    let mut shards = match &resumed {
+        None => open_shards(&paths, &layouts, threads, scanned)?,
+        Some(prefix) => open_resumed(&paths, &layouts, threads, prefix)?,
+    };
     let synth = shards.pop().expect("the synthesized state's shard");
+    let partial = resumed
+        .as_ref()
+        .map(|prefix| resumed_data(&recording, prefix))
+        .transpose()?;
     let bpf = bpf::read(&recording.bpf_path())?;
-    let input_bytes = synth.summary.valid_len as u64
-        + shards
-            .iter()
-            .map(|s| s.summary.valid_len as u64)
-            .sum::<u64>();
+    let input_bytes = std::iter::once(&synth)
+        .chain(&shards)
+        .map(|s| (s.summary.valid_len - s.summary.start) as u64)
+        .sum::<u64>();
     let bar = progress::Progress::new(input_bytes, progress);
+    let consume = (options.consume && resumed.is_none() && options.compression_level.is_none())
+        .then_some(())
+        .filter(|()| shards.iter().all(|s| s.summary.damage.is_none()))
+        .filter(|()| same_file_system(dir, output));
     let fail = |source| MergeError::Output {
         path: output.to_path_buf(),
         source,
     };
-    let (file, tmp) = output::create_temp(output).map_err(fail)?;
-    // A merge that fails leaves no half-written NAME.tmp behind.
-    let fail = |source| {
-        let _ = std::fs::remove_file(&tmp);
-        fail(source)
+    let tmp_path = consume.map(|()| recording.partial_output_path());
+    let (file, tmp) = output::create_temp(output, tmp_path).map_err(fail)?;
+    // A merge that fails leaves no half-written output behind, unless it
+    // freed shards' bytes already: those are only in it now.
+    let fail = |source| match consume.is_some() && recording.merged_prefix_path().exists() {
+        true => MergeError::Interrupted {
+            dir: dir.to_path_buf(),
+            partial: tmp.clone(),
+            source,
+        },
+        false => {
+            let _ = std::fs::remove_file(&tmp);
+            fail(source)
+        }
     };
     let plan = output::DataPlan {
         meta: &meta,
@@ -177,9 +217,17 @@ pub fn merge_scanned(
         compression: options.compression_level,
         threads,
         slice_bytes: options.slice_bytes,
+        consume: consume.map(|()| slice_writer::ConsumeShards {
+            recording: &recording,
+            paths: &paths[..shards.len()],
+        }),
+        resumed: partial.as_ref().map(|p| (p.data(), p.until)),
     };
     let (writer, written) = output::write_data(&plan, file, &bar).map_err(fail)?;
-    let sample_times = sample_times(&shards);
+    let mut sample_times = sample_times(&shards);
+    if let Some(prefix) = resumed.as_ref().filter(|p| p.first_sample > 0) {
+        sample_times.0 = prefix.first_sample;
+    }
     let build_ids = features::build_ids(&meta, &written.hits, options.build_ids);
     let mut features = features::all(&meta, sample_times, &build_ids);
     features.extend(bpf.features());
@@ -187,6 +235,13 @@ pub fn merge_scanned(
     let threads = written.threads;
     writer.finish(&features).map_err(fail)?;
     output::publish(&tmp, output).map_err(fail)?;
+    if consume.is_some() {
+        let _ = std::fs::write(
+            recording.spent_path(),
+            output.as_os_str().as_encoded_bytes(),
+        );
+        let _ = std::fs::remove_file(recording.merged_prefix_path());
+    }
     bar.finish();
     let mut report = report(
         &meta,
@@ -205,7 +260,91 @@ pub fn merge_scanned(
     report.meta_damage = meta_damage.map(|e| shardrec_shard::with_causes(&e));
     report.bpf_programs = bpf.programs.len();
     report.bpf_torn_bytes = bpf.torn_bytes;
+    report.resumed_bytes = partial.map_or(0, |p| p.data().len() as u64);
     Ok(report)
+}
+
+/// Refuses a recording whose shards a merge freed as it went.
+fn spent(recording: &RecordingDir) -> Result<(), MergeError> {
+    let Ok(output) = std::fs::read(recording.spent_path()) else {
+        return Ok(());
+    };
+    let why = format!(
+        "a merge that freed the shards as it went (--consume, or the recorder's own) wrote this recording into {} already: the shards hold nothing more",
+        String::from_utf8_lossy(&output)
+    );
+    let error = std::io::Error::new(std::io::ErrorKind::InvalidInput, why);
+    Err(shardrec_shard::Error::io(recording.path())(error).into())
+}
+
+/// The shards at `paths` from where an interrupted merge left them (the
+/// synthesized state, last, is in its output whole).
+fn open_resumed(
+    paths: &[PathBuf],
+    layouts: &shardrec_format::layouts::Layouts,
+    threads: usize,
+    prefix: &MergedPrefix,
+) -> Result<Vec<Shard>, MergeError> {
+    let (synth, shards) = paths.split_last().expect("the synthesized state's path");
+    let mut opened = shardrec_shard::parallel::try_map(shards, threads, |_, path| {
+        let start = prefix.resume_offset(&source::file_name(path));
+        Shard::open_from(path, layouts, (start, prefix.until))
+    })?;
+    opened.push(Shard::empty(synth));
+    Ok(opened)
+}
+
+/// What an interrupted merge wrote, mapped: the data `prefix` describes.
+fn resumed_data(
+    recording: &RecordingDir,
+    prefix: &MergedPrefix,
+) -> Result<ResumedData, MergeError> {
+    let path = recording.partial_output_path();
+    let bytes = ShardBytes::open(&path)?;
+    let (start, end) = (prefix.data_offset, prefix.data_offset + prefix.data_len);
+    if (bytes.bytes().len() as u64) < end {
+        let why = format!(
+            "an interrupted merge wrote the first {} bytes of this recording's data here and freed them from the shards, but the file holds {} bytes",
+            prefix.data_len,
+            bytes.bytes().len()
+        );
+        let error = std::io::Error::new(std::io::ErrorKind::InvalidData, why);
+        return Err(shardrec_shard::Error::io(&path)(error).into());
+    }
+    Ok(ResumedData {
+        bytes,
+        range: start as usize..end as usize,
+        until: prefix.until,
+    })
+}
+
+/// The data section an interrupted merge wrote.
+struct ResumedData {
+    bytes: ShardBytes,
+    range: std::ops::Range<usize>,
+    /// The earliest time of the records it does not hold.
+    until: u64,
+}
+
+impl ResumedData {
+    fn data(&self) -> &[u8] {
+        &self.bytes.bytes()[self.range.clone()]
+    }
+}
+
+/// Whether `output` is written on the file system that holds `dir`, so
+/// that the pages the shards give back are the output's to take and the
+/// finished output is renamed into place.
+fn same_file_system(dir: &Path, output: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let parent = match output.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    match (std::fs::metadata(dir), std::fs::metadata(parent)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev(),
+        _ => false,
+    }
 }
 
 /// The shards at `paths`, in order: those in `scanned` as they are, the
@@ -242,7 +381,7 @@ fn open_shards(
 }
 
 /// The first and last sample time over all shards.
-fn sample_times(shards: &[Shard]) -> (u64, u64) {
+pub(crate) fn sample_times(shards: &[Shard]) -> (u64, u64) {
     span(shards, |s| (s.first_sample, s.last_sample))
 }
 

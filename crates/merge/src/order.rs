@@ -66,13 +66,13 @@ impl<'a> SortedShard<'a> {
         SortedShard {
             shard,
             bytes: shard.valid(),
-            pos: 0,
+            pos: shard.summary.start,
             times: FieldReader::new(layouts),
             heap: BinaryHeap::new(),
             outstanding: VecDeque::new(),
             first_seq: 0,
             max_read: 0,
-            released: 0,
+            released: shard.summary.start,
             release_step,
             slice: Slice::default(),
             stop_at: None,
@@ -87,6 +87,7 @@ impl<'a> SortedShard<'a> {
         slice: &Slice,
     ) -> Self {
         let (pos, latest) = shard.summary.index.start_for(slice.start);
+        let pos = pos.max(shard.summary.start);
         let lateness = shard.summary.lateness;
         let mut stream = SortedShard::new(shard, layouts, release_step);
         stream.pos = pos;

@@ -8,7 +8,7 @@ use std::io::{self, BufWriter};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
-use shardrec_format::header::RecordType;
+use shardrec_format::header::{RecordHeader, RecordType};
 use shardrec_format::layouts::Layouts;
 use shardrec_format::records::RecordBuilder;
 use shardrec_format::user_records::{self, IdIndexEntry};
@@ -17,11 +17,11 @@ use shardrec_perfdata::compressed::Totals;
 use shardrec_perfdata::{AttrEntry, PerfDataWriter};
 use shardrec_shard::{EventMeta, Meta};
 
-use crate::data_out::{marker, DataOut, RecordWriter};
+use crate::data_out::{marker, DataOut, RecordSink, RecordWriter};
 use crate::dso::DsoHits;
 use crate::order::{release_step, Merged, SortedShard};
 use crate::progress::Progress;
-use crate::slice_writer::{self, Context};
+use crate::slice_writer::{self, ConsumeShards, Context};
 use crate::slices;
 use crate::source::Shard;
 
@@ -60,6 +60,13 @@ pub struct DataPlan<'a> {
     pub threads: usize,
     /// What a slice aims at, if not the default.
     pub slice_bytes: Option<u64>,
+    /// Free the shards behind the slices written.
+    pub consume: Option<ConsumeShards<'a>>,
+    /// The data an interrupted merge wrote (`merged.partial`), and the
+    /// time its records end at: written as it is instead of the start
+    /// records and the synthesized state, the shards' records from that
+    /// time on after it.
+    pub resumed: Option<(&'a [u8], u64)>,
 }
 
 /// Streams every record into `out`, in order, zstd-compressed if asked,
@@ -81,25 +88,32 @@ pub fn write_data(
     // -z compresses what follows, as perf record compresses what it reads
     // from its rings.
     let mut head = RecordWriter::new(DataOut::new(&mut writer, None)?, plan.layouts);
-    for record in start_records(plan.meta) {
-        head.out.record(&record)?;
+    match plan.resumed {
+        Some((prefix, _)) => write_resumed(prefix, &mut head)?,
+        None => {
+            for record in start_records(plan.meta) {
+                head.out.record(&record)?;
+            }
+            let synth = SortedShard::new(plan.synth, plan.layouts, release_step(1));
+            for (_, record) in Merged::new(vec![synth]) {
+                head.put(record)?;
+            }
+            head.out.record(&marker(RecordType::FINISHED_INIT))?;
+        }
     }
-    let synth = SortedShard::new(plan.synth, plan.layouts, release_step(1));
-    for (_, record) in Merged::new(vec![synth]) {
-        head.put(record)?;
-    }
-    head.out.record(&marker(RecordType::FINISHED_INIT))?;
     written.records = head.records;
     written.hits.replay(head.hits);
     progress.advance(plan.synth.summary.valid_len as u64);
 
-    let slices = slices::plan(plan.shards, plan.slice_bytes);
+    let from = plan.resumed.map_or(0, |(_, until)| until);
+    let slices = slices::plan(plan.shards, plan.slice_bytes, from);
     let context = Context {
         shards: plan.shards,
         layouts: plan.layouts,
         compression: plan.compression,
         threads: slices::threads_for(&slices, plan.threads),
         progress,
+        consume: plan.consume,
     };
     let mut totals = Totals::default();
     for done in slice_writer::write_slices(&context, &slices, &mut writer, &file)? {
@@ -121,6 +135,37 @@ pub fn write_data(
     }
     written.data_bytes = writer.data_size();
     Ok((writer, written))
+}
+
+/// The records an interrupted merge wrote, as they are; the kernel's are
+/// watched for the binaries they hit, as every other record merged.
+fn write_resumed<'a, S: RecordSink>(
+    prefix: &'a [u8],
+    out: &mut RecordWriter<'a, S>,
+) -> io::Result<()> {
+    let mut rest = prefix;
+    while let Some(header) = RecordHeader::parse(rest) {
+        let len = usize::from(header.size);
+        if len < 8 || len > rest.len() {
+            break;
+        }
+        let (record, after) = rest.split_at(len);
+        match header.type_.is_kernels() {
+            true => out.put(record)?,
+            false => out.out.record(record)?,
+        }
+        rest = after;
+    }
+    match rest.is_empty() {
+        true => Ok(()),
+        false => Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "the data an interrupted merge wrote is cut {} bytes before its end",
+                rest.len()
+            ),
+        )),
+    }
 }
 
 /// What perf record writes before any synthesized state: which ring, CPU
@@ -208,12 +253,17 @@ fn write_lost_samples<S: crate::data_out::RecordSink>(
     Ok(added)
 }
 
-/// Creates the output next to its final name (`NAME.tmp`), so a merge
-/// that fails leaves any earlier file untouched.
-pub fn create_temp(output: &Path) -> io::Result<(File, std::path::PathBuf)> {
-    let mut tmp = output.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = std::path::PathBuf::from(tmp);
+/// Creates the output at `tmp`, by default next to its final name
+/// (`NAME.tmp`), so a merge that fails leaves any earlier file untouched.
+pub fn create_temp(
+    output: &Path,
+    tmp: Option<std::path::PathBuf>,
+) -> io::Result<(File, std::path::PathBuf)> {
+    let tmp = tmp.unwrap_or_else(|| {
+        let mut tmp = output.as_os_str().to_owned();
+        tmp.push(".tmp");
+        std::path::PathBuf::from(tmp)
+    });
     let _ = std::fs::remove_file(&tmp);
     let file = std::fs::OpenOptions::new()
         .write(true)

@@ -58,6 +58,8 @@ pub struct MergeReport {
     /// Why `meta` could not be read, when the merge worked from
     /// `meta.start` instead.
     pub meta_damage: Option<String>,
+    /// Bytes of data taken from an interrupted merge's `merged.partial`.
+    pub resumed_bytes: u64,
 }
 
 impl MergeReport {
@@ -101,6 +103,13 @@ impl fmt::Display for MergeReport {
             .map(|(t, n)| format!("{t} {n}"))
             .collect();
         writeln!(f, "  records: {}", types.join(", "))?;
+        if self.resumed_bytes > 0 {
+            writeln!(
+                f,
+                "  resumed: the first {} bytes of data are those an interrupted merge wrote into merged.partial (the counts above are the rest's)",
+                self.resumed_bytes
+            )?;
+        }
         if self.bpf_programs > 0 {
             writeln!(
                 f,

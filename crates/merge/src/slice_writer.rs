@@ -17,6 +17,7 @@ use shardrec_perfdata::compressed::Totals;
 use shardrec_perfdata::PerfDataWriter;
 use shardrec_shard::parallel;
 
+use crate::consume::Consumer;
 use crate::data_out::{DataOut, PositionedSink, RecordSink, RecordWriter};
 use crate::dso::SliceHits;
 use crate::order::{release_step, Merged, SortedShard};
@@ -36,14 +37,25 @@ pub struct Context<'a> {
     pub threads: usize,
     /// Bytes merged, for the bar.
     pub progress: &'a Progress,
+    /// Free the shards behind the slices written (uncompressed only).
+    pub consume: Option<ConsumeShards<'a>>,
+}
+
+/// The shards to free as the merge goes, and where to say how far it got.
+#[derive(Clone, Copy)]
+pub struct ConsumeShards<'a> {
+    /// The recording.
+    pub recording: &'a shardrec_shard::RecordingDir,
+    /// The shards' files, in the order of [`Context::shards`].
+    pub paths: &'a [std::path::PathBuf],
 }
 
 /// What one slice's merge found.
-pub struct SliceDone<'a> {
+pub struct SliceDone {
     /// Records written.
     pub records: u64,
     /// What they say about binaries.
-    pub hits: SliceHits<'a>,
+    pub hits: SliceHits,
     /// What was compressed.
     pub totals: Totals,
 }
@@ -55,7 +67,7 @@ pub fn write_slices<'a, W: Write + Seek + Send>(
     slices: &[Slice],
     writer: &mut PerfDataWriter<W>,
     file: &File,
-) -> io::Result<Vec<SliceDone<'a>>> {
+) -> io::Result<Vec<SliceDone>> {
     match context.compression {
         None => write_positioned(context, slices, writer, file),
         Some(_) => write_in_order(context, slices, writer),
@@ -67,8 +79,21 @@ fn write_positioned<'a, W: Write + Seek>(
     slices: &[Slice],
     writer: &mut PerfDataWriter<W>,
     file: &File,
-) -> io::Result<Vec<SliceDone<'a>>> {
+) -> io::Result<Vec<SliceDone>> {
+    let head = writer.data_size();
     let base = writer.reserve_data(slices::total_len(slices))?;
+    let consumer = context
+        .consume
+        .map(|c| {
+            Consumer::new(
+                c.recording,
+                context.shards,
+                c.paths,
+                slices,
+                (base - head, base),
+            )
+        })
+        .transpose()?;
     let turn = Mutex::new(());
     parallel::try_map(slices, context.threads, |index, slice| {
         let sink = PositionedSink::new(file, &turn, base + slice.offset);
@@ -82,6 +107,9 @@ fn write_positioned<'a, W: Write + Seek>(
             );
             return Err(io::Error::new(io::ErrorKind::InvalidData, why));
         }
+        if let Some(consumer) = &consumer {
+            consumer.written(index)?;
+        }
         Ok(done)
     })
 }
@@ -90,7 +118,7 @@ fn write_in_order<'a, W: Write + Seek + Send>(
     context: &Context<'a>,
     slices: &[Slice],
     writer: &mut PerfDataWriter<W>,
-) -> io::Result<Vec<SliceDone<'a>>> {
+) -> io::Result<Vec<SliceDone>> {
     let queue = InOrder::new(writer, 2 * context.threads);
     parallel::try_map(slices, context.threads, |index, slice| {
         let merged = queue
@@ -111,7 +139,7 @@ fn merge_slice<'a, S: RecordSink>(
     context: &Context<'a>,
     slice: &Slice,
     sink: S,
-) -> io::Result<(S, SliceDone<'a>)> {
+) -> io::Result<(S, SliceDone)> {
     let step = release_step(context.shards.len());
     let streams = context
         .shards

@@ -67,12 +67,16 @@ impl Slice {
     }
 }
 
-/// The slices of `shards`: at least one, each of about `target` bytes (by
+/// The slices of `shards` from time `from` on (0 but for the rest of an
+/// interrupted merge): at least one, each of about `target` bytes (by
 /// default [`target_bytes`]) unless one bucket of the time index is larger.
-pub fn plan(shards: &[Shard], target: Option<u64>) -> Vec<Slice> {
+pub fn plan(shards: &[Shard], target: Option<u64>, from: u64) -> Vec<Slice> {
     let (shift, buckets) = TimeIndex::combined(shards.iter().map(|s| &s.summary.index));
     let target = target.unwrap_or_else(|| target_bytes(shards.len()));
-    cut(shift, &buckets, target.max(1))
+    let mut slices = cut(shift, &buckets, target.max(1));
+    // The first bucket may start before `from`; its records do not.
+    slices[0].start = from.min(slices[0].end.unwrap_or(u64::MAX));
+    slices
 }
 
 /// Slices of at least `target` bytes (the last may be smaller), cut

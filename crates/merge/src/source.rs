@@ -24,14 +24,21 @@ impl Shard {
     /// mapped (not a regular file, unreadable) is empty and damaged from
     /// its first byte, so the other shards are still merged.
     pub fn open(path: &Path, layouts: &Layouts) -> Result<Shard, MergeError> {
+        Self::open_from(path, layouts, (0, 0))
+    }
+
+    /// [`Shard::open`], of the records from offset `from.0` on not earlier
+    /// than `from.1`: what an interrupted merge left to merge
+    /// ([`shardrec_shard::merged_prefix`]).
+    pub fn open_from(
+        path: &Path,
+        layouts: &Layouts,
+        from: (usize, u64),
+    ) -> Result<Shard, MergeError> {
         if !path.exists() {
-            return Ok(Shard {
-                name: file_name(path),
-                bytes: ShardBytes::empty(),
-                summary: ShardSummary::default(),
-            });
+            return Ok(Shard::empty(path));
         }
-        match ScannedShard::scan(path, layouts) {
+        match ScannedShard::scan_from(path, layouts, from) {
             Ok(scanned) => Ok(Shard::from_scanned(scanned)),
             Err(error) => {
                 let reason = match error {
@@ -48,6 +55,15 @@ impl Shard {
         }
     }
 
+    /// A shard with nothing to merge.
+    pub fn empty(path: &Path) -> Shard {
+        Shard {
+            name: file_name(path),
+            bytes: ShardBytes::empty(),
+            summary: ShardSummary::default(),
+        }
+    }
+
     /// A shard the recorder's stop already walked.
     pub fn from_scanned(scanned: ScannedShard) -> Shard {
         Shard {
@@ -57,13 +73,15 @@ impl Shard {
         }
     }
 
-    /// The whole, valid records.
+    /// The shard up to the end of its whole, valid records (those before
+    /// `summary.start` merged already).
     pub fn valid(&self) -> &[u8] {
         &self.bytes.bytes()[..self.summary.valid_len]
     }
 }
 
-fn file_name(path: &Path) -> String {
+/// The name a shard goes by in messages and in `merged.prefix`.
+pub fn file_name(path: &Path) -> String {
     path.file_name()
         .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
 }

@@ -5,6 +5,7 @@ use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
+use crate::merged_prefix::MergedPrefix;
 use crate::{with_causes, Error, Meta};
 
 /// A recording directory: `meta`, `cpuNNN.shard`, `synth.shard`, ...
@@ -150,6 +151,53 @@ impl RecordingDir {
     /// The copy of `meta` written at start and never rewritten.
     pub fn start_meta_path(&self) -> PathBuf {
         self.path.join("meta.start")
+    }
+
+    /// The output of a merge that frees the shards as it goes, until it is
+    /// renamed into place ([`crate::merged_prefix`]).
+    pub fn partial_output_path(&self) -> PathBuf {
+        self.path.join("merged.partial")
+    }
+
+    /// Written by a merge that freed the shards as it went, once done: the
+    /// output it wrote, as the shards hold nothing more.
+    pub fn spent_path(&self) -> PathBuf {
+        self.path.join("merged.done")
+    }
+
+    /// How far `merged.partial` holds the recording.
+    pub fn merged_prefix_path(&self) -> PathBuf {
+        self.path.join("merged.prefix")
+    }
+
+    /// Writes how far `merged.partial` holds the recording: a temporary
+    /// file renamed over the last, so a reader finds one whole.
+    pub fn write_merged_prefix(&self, prefix: &MergedPrefix) -> Result<(), Error> {
+        let path = self.merged_prefix_path();
+        let tmp = path.with_extension("prefix.tmp");
+        let _ = std::fs::remove_file(&tmp);
+        let bytes = rmp_serde::to_vec_named(prefix)
+            .map_err(|e| Error::io(&tmp)(std::io::Error::other(e)))?;
+        self.create_file(&tmp)?
+            .write_all(&bytes)
+            .map_err(Error::io(&tmp))?;
+        std::fs::rename(&tmp, &path).map_err(Error::io(&path))
+    }
+
+    /// How far an interrupted merge got, if one did.
+    pub fn read_merged_prefix(&self) -> Result<Option<MergedPrefix>, Error> {
+        let path = self.merged_prefix_path();
+        let bytes = match std::fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(Error::io(&path)(e)),
+        };
+        rmp_serde::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| Error::BadMergedPrefix {
+                path: path.clone(),
+                reason: e.to_string(),
+            })
     }
 
     /// Creates a new file in the directory: 0600, failing if it exists or is

@@ -7,6 +7,8 @@
 //! - [`scan`]: walking a shard to count its records, losses and time range;
 //! - [`shard_index`]: what that walk learnt, kept beside each shard for a
 //!   merge of a time window.
+//! - [`merged_prefix`]: how far a merge that frees the shards as it goes
+//!   got, so an interrupted one can be completed.
 //!
 //! ```no_run
 //! use shardrec_shard::RecordingDir;
@@ -20,6 +22,7 @@
 
 pub mod bpf_file;
 mod dir;
+pub mod merged_prefix;
 mod meta;
 mod meta_file;
 pub mod parallel;
@@ -48,6 +51,14 @@ pub enum Error {
     /// `meta` is not a meta file this version understands.
     #[error("{path}: not a shardrec meta file ({reason})")]
     BadMeta {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What did not decode.
+        reason: String,
+    },
+    /// `merged.prefix` does not decode.
+    #[error("{path}: not the progress of a shardrec merge ({reason})")]
+    BadMergedPrefix {
         /// The file.
         path: std::path::PathBuf,
         /// What did not decode.

@@ -40,7 +40,10 @@ impl ShardBytes {
         // SAFETY: a regular file, mapped read-only and private, at the
         // length it had when opened. shardrec only ever appends to a shard,
         // which leaves the mapped bytes as they are (a merge of a recording
-        // still running sees a prefix). Another process that truncated the
+        // still running sees a prefix), or (a merge that frees the shards
+        // as it goes) punches out bytes it has merged and does not read
+        // again, which keeps the file's length: a read there would see
+        // zeros, never a fault. Another process that truncated the
         // file while it is mapped would make reads past the new end raise
         // SIGBUS and end the merge: nothing can guard against that short of
         // copying every shard, and the merge writes NAME.tmp and renames it
@@ -101,8 +104,18 @@ pub struct ScannedShard {
 impl ScannedShard {
     /// Maps and walks the shard at `path`.
     pub fn scan(path: &Path, layouts: &Layouts) -> Result<ScannedShard, Error> {
+        Self::scan_from(path, layouts, (0, 0))
+    }
+
+    /// Maps the shard at `path` and walks it from `(offset, time)` on
+    /// ([`summarize_from`]).
+    pub fn scan_from(
+        path: &Path,
+        layouts: &Layouts,
+        from: (usize, u64),
+    ) -> Result<ScannedShard, Error> {
         let bytes = ShardBytes::open(path)?;
-        let summary = summarize(&bytes, layouts);
+        let summary = summarize_from(&bytes, layouts, from);
         Ok(ScannedShard {
             path: path.to_path_buf(),
             bytes,
@@ -145,7 +158,11 @@ pub struct ShardSummary {
     pub last_sample: u64,
     /// The most a record's time falls behind a time read before it.
     pub lateness: u64,
-    /// Bytes of whole, valid records from the start.
+    /// Offset of the first record walked: 0, but for a shard whose first
+    /// part an interrupted merge already wrote and freed
+    /// ([`crate::merged_prefix`]).
+    pub start: usize,
+    /// Offset of the end of the whole, valid records walked.
     pub valid_len: usize,
     /// What is wrong after `valid_len`, if anything.
     pub damage: Option<Damage>,
@@ -203,39 +220,59 @@ impl ShardSummary {
 /// shard there as damage. Pages behind the walk are released, so a shard
 /// of any size is read in bounded memory.
 pub fn summarize(shard: &ShardBytes, layouts: &Layouts) -> ShardSummary {
-    let bytes = shard.bytes();
+    summarize_from(shard, layouts, (0, 0))
+}
+
+/// [`summarize`] of the records from offset `start` on (a record's) that
+/// are not earlier than `until`: what an interrupted merge left to merge
+/// (the bytes before `start` freed, the records earlier than `until` in its
+/// output).
+pub fn summarize_from(
+    shard: &ShardBytes,
+    layouts: &Layouts,
+    (start, until): (usize, u64),
+) -> ShardSummary {
+    let all = shard.bytes();
+    let start = start.min(all.len());
     shard.advise_sequential();
-    let mut summary = ShardSummary::default();
-    let mut walker = RecordWalker::new(bytes);
+    let mut summary = ShardSummary {
+        start,
+        valid_len: start,
+        ..ShardSummary::default()
+    };
+    let mut walker = RecordWalker::new(&all[start..]);
     let mut fields = FieldReader::new(layouts);
-    let mut released = 0;
+    let mut released = start;
     for record in walker.by_ref() {
-        let type_ = record.header.type_;
+        let (type_, offset) = (record.header.type_, start + record.offset);
         let Some(time) = fields.time(record.bytes, type_) else {
             summary.damage = Some(Damage {
-                offset: record.offset,
-                dropped: bytes.len() - record.offset,
+                offset,
+                dropped: all.len() - offset,
                 reason: "a record of no event of this recording".into(),
             });
             break;
         };
-        summary.valid_len = record.offset + record.bytes.len();
+        summary.valid_len = offset + record.bytes.len();
+        if time < until {
+            continue;
+        }
         let bytes = Bytes {
             input: record.bytes.len() as u64,
             output: fields.true_len(record.bytes, type_) as u64,
         };
         let latest = summary.last_time;
-        summary.index.add(record.offset, latest, time, bytes);
+        summary.index.add(offset, latest, time, bytes);
         summary.add(type_, record.bytes, time);
         if type_.describes_state() {
-            add_span(&mut summary.state_spans, record.offset, record.bytes.len());
+            add_span(&mut summary.state_spans, offset, record.bytes.len());
         }
-        if record.offset >= released + RELEASE_STEP {
-            shard.release(released..record.offset);
-            released = record.offset;
+        if offset >= released + RELEASE_STEP {
+            shard.release(released..offset);
+            released = offset;
         }
     }
-    shard.release(released..bytes.len());
+    shard.release(released..all.len());
     summary.index.finish();
     if let End::Torn {
         offset,
@@ -244,7 +281,7 @@ pub fn summarize(shard: &ShardBytes, layouts: &Layouts) -> ShardSummary {
     } = walker.end()
     {
         summary.damage = Some(Damage {
-            offset,
+            offset: start + offset,
             dropped,
             reason: reason.to_string(),
         });

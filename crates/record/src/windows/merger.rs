@@ -208,7 +208,7 @@ fn merge_windows(
     match windows {
         [window] if settings.keep_last.is_none() => {
             let dir = root.window(*window);
-            merge(&dir, output, settings)?;
+            merge(&dir, output, settings, !settings.keep_shards)?;
             if !settings.keep_shards {
                 let _ = std::fs::remove_dir_all(dir.path());
             }
@@ -222,7 +222,7 @@ fn merge_windows(
             let result = RecordingDir::create(joined.path())
                 .and_then(|dir| dir.join_windows(&dirs))
                 .map_err(shardrec_merge::MergeError::from)
-                .and_then(|()| merge(&joined, output, settings));
+                .and_then(|()| merge(&joined, output, settings, true));
             let _ = std::fs::remove_dir_all(joined.path());
             result
         }
@@ -231,11 +231,13 @@ fn merge_windows(
 
 /// Merges the recording in `dir`: walks its shards, completes its meta,
 /// merges into a hidden file renamed to the output when whole (a reader
-/// never sees half a file).
+/// never sees half a file); `consume` frees the shards as it goes (they
+/// are removed after).
 fn merge(
     dir: &RecordingDir,
     output: &Path,
     settings: &SwitchOutput,
+    consume: bool,
 ) -> Result<(), shardrec_merge::MergeError> {
     let mut meta: Meta = dir.read_surviving_meta()?.0;
     // One thread: the tracepoints leave this process out by its pid, which
@@ -248,6 +250,7 @@ fn merge(
     let options = shardrec_merge::MergeOptions {
         progress: false,
         threads: Some(1),
+        consume,
         ..settings.merge.clone()
     };
     shardrec_merge::merge_scanned(dir.path(), &partial, &options, scanned)?;

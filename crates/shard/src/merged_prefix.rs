@@ -1,0 +1,42 @@
+//! What a merge that frees the shards as it goes has written so far.
+//!
+//! The recorder's own merge, whose shards are deleted once it is done,
+//! punches each shard's merged bytes out of the file as it goes, so that
+//! perf.data is written into the pages they leave instead of new ones (on
+//! a host that takes freed memory back, new page-cache pages cost several
+//! times a reused one) and the recording never needs twice its size on
+//! disk. Before each punch it writes down how far its output
+//! (`merged.partial`, in the recording directory) holds the recording, so
+//! a merge interrupted after a punch is completed by `shardrec merge`: the
+//! output's part as written, the shards' from where the punch stopped.
+
+use serde::{Deserialize, Serialize};
+
+/// How far `merged.partial` holds the recording.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MergedPrefix {
+    /// Where its data section starts.
+    pub data_offset: u64,
+    /// Bytes of its data section that are whole: the start records, the
+    /// synthesized state and every shard record earlier than `until`, in
+    /// order.
+    pub data_len: u64,
+    /// The earliest time of the records still to merge.
+    pub until: u64,
+    /// Each shard (by file name) with the offset of its first record still
+    /// to merge; the bytes before it may be freed.
+    pub shards: Vec<(String, u64)>,
+    /// The recording's first sample time (HEADER_SAMPLE_TIME), which the
+    /// shards may no longer hold.
+    pub first_sample: u64,
+}
+
+impl MergedPrefix {
+    /// Where to start reading the shard named `name`.
+    pub fn resume_offset(&self, name: &str) -> usize {
+        self.shards
+            .iter()
+            .find(|(shard, _)| shard == name)
+            .map_or(0, |&(_, offset)| offset as usize)
+    }
+}

@@ -1,0 +1,164 @@
+//! A merge that frees the shards as it goes (`merge --consume`, and the
+//! recorder's own merge): the same perf.data as a merge that keeps them,
+//! shards freed behind it, and one interrupted midway completed by a later
+//! merge with every record.
+
+mod common;
+
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::process::Output;
+
+use common::*;
+
+/// Bytes of `dir`'s CPU shards: (their length, what the disk holds).
+fn shard_sizes(dir: &Path) -> (u64, u64) {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("cpu"))
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".shard"))
+        .map(|e| e.metadata().unwrap())
+        .fold((0, 0), |(len, held), m| {
+            (len + m.len(), held + 512 * m.blocks())
+        })
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+    }
+}
+
+fn merge(dir: &Path, out: &Path, extra: &[&str], faults: Option<&str>) -> Output {
+    let mut command = shardrec();
+    command
+        .args(["merge", "-N", "--slice-size", "64K"])
+        .args(extra)
+        .arg(dir)
+        .arg("-o")
+        .arg(out);
+    if let Some(faults) = faults {
+        command.env("SHARDREC_FAULTS", faults);
+    }
+    run(command)
+}
+
+fn script(file: &Path) -> Vec<u8> {
+    let output = perf(&["script", "-F", "comm,tid,cpu,time,ip,sym"], file);
+    assert_no_complaint(&output, "perf script");
+    output.stdout
+}
+
+#[test]
+fn a_merge_that_frees_the_shards_writes_what_one_that_keeps_them_writes() {
+    let Some((_serial, scratch)) = recording_test("consume") else {
+        return;
+    };
+    record(
+        &scratch,
+        &[
+            "-a",
+            "--call-graph",
+            "dwarf,4096",
+            "-F",
+            "2000",
+            "--",
+            load(),
+            "spin",
+            "1",
+        ],
+    );
+    let kept = scratch.0.join("kept.data");
+    let output = merge(&scratch.shards(), &kept, &[], None);
+    assert!(output.status.success(), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let slices: u64 = stderr
+        .split("merged in ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("{stderr}"));
+    assert!(slices > 20, "{slices} slices");
+    let whole = std::fs::read(&kept).unwrap();
+    let (len, held) = shard_sizes(&scratch.shards());
+    assert!(len > 2 << 20 && held >= len, "{len} bytes, {held} on disk");
+
+    // Freed as it goes, on one thread and on two: the same bytes.
+    for threads in ["1", "2"] {
+        let dir = scratch.0.join(format!("consumed-{threads}.shards"));
+        copy_dir(&scratch.shards(), &dir);
+        let out = scratch.0.join(format!("consumed-{threads}.data"));
+        let output = merge(&dir, &out, &["--consume", "--threads", threads], None);
+        assert!(output.status.success(), "{output:?}");
+        assert!(std::fs::read(&out).unwrap() == whole, "{threads} threads");
+        let (len_after, held_after) = shard_sizes(&dir);
+        assert_eq!(len_after, len, "the shards keep their length");
+        assert!(
+            held_after < held / 4,
+            "{held_after} of {held} bytes still held after the merge"
+        );
+        assert!(!dir.join("merged.prefix").exists());
+        assert!(!dir.join("merged.partial").exists());
+        // Merged again: refused, naming what the shards went into.
+        let output = merge(&dir, &scratch.0.join("spent.data"), &[], None);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(255), "{stderr}");
+        assert!(
+            stderr.contains("the shards hold nothing more")
+                && stderr.contains(&out.display().to_string()),
+            "{stderr}"
+        );
+    }
+
+    // Interrupted by a failed write midway: the error says how to go on,
+    // and the next merge of the directory writes every record.
+    let dir = scratch.0.join("interrupted.shards");
+    copy_dir(&scratch.shards(), &dir);
+    let out = scratch.0.join("interrupted.data");
+    // The writes: a record at a time until the first slice (the start
+    // records, the synthesized state, FINISHED_INIT), then one per slice.
+    let synth = std::fs::read(scratch.shards().join("synth.shard")).unwrap();
+    let head = shardrec_format::walk::RecordWalker::new(&synth).count() as u64 + 4;
+    let fault = format!("merge.write=EIO@{}", head + slices / 2);
+    let output = merge(&dir, &out, &["--consume", "--threads", "1"], Some(&fault));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(255), "{stderr}");
+    assert!(
+        stderr.contains("freed the first part of the shards")
+            && stderr.contains("merged.partial")
+            && stderr.contains(&format!("shardrec merge {} -o FILE", dir.display())),
+        "{stderr}"
+    );
+    assert!(!out.exists());
+    let (_, held_midway) = shard_sizes(&dir);
+    assert!(
+        held_midway < held,
+        "nothing was freed: {held_midway} of {held}"
+    );
+    let output = merge(&dir, &out, &[], None);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(stderr.contains("resumed: the first"), "{stderr}");
+    assert!(script(&out) == script(&kept));
+    // The build ids of the binaries hit before the interruption, and the
+    // first sample's time, come through too.
+    const HEADER_BUILD_ID: usize = 2;
+    const HEADER_SAMPLE_TIME: usize = 21;
+    for feature in [HEADER_BUILD_ID, HEADER_SAMPLE_TIME] {
+        assert_eq!(
+            feature_section(&out, feature),
+            feature_section(&kept, feature),
+            "feature {feature}"
+        );
+    }
+    assert_eq!(
+        samples_by_linux_perf_data(&out),
+        samples_by_linux_perf_data(&kept)
+    );
+    // Merged again: the same again (the directory is left as it was).
+    let again = scratch.0.join("again.data");
+    assert!(merge(&dir, &again, &[], None).status.success());
+    assert!(std::fs::read(&again).unwrap() == std::fs::read(&out).unwrap());
+}
