@@ -137,6 +137,12 @@ fn a_merge_that_frees_the_shards_writes_what_one_that_keeps_them_writes() {
         held_midway < held,
         "nothing was freed: {held_midway} of {held}"
     );
+    // A time window of the freed shards is refused until the merge is
+    // complete.
+    let output = merge(&dir, &out, &["--time", "0%-50%"], None);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(255), "{stderr}");
+    assert!(stderr.contains("complete it first"), "{stderr}");
     let output = merge(&dir, &out, &[], None);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{stderr}");

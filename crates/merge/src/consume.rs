@@ -15,6 +15,7 @@ use std::fs::File;
 use std::io;
 use std::sync::Mutex;
 
+use nix::errno::Errno;
 use nix::fcntl::{fallocate, FallocateFlags};
 use shardrec_shard::merged_prefix::MergedPrefix;
 use shardrec_shard::RecordingDir;
@@ -127,7 +128,8 @@ impl<'a> Consumer<'a> {
 }
 
 /// Frees the whole pages of `file` from `from` to `to`; how far it is
-/// freed now.
+/// freed now. A file system that cannot punch holes frees nothing, and the
+/// merge goes on as one that keeps the shards.
 fn punch(file: &File, from: u64, to: u64) -> io::Result<u64> {
     const PAGE: u64 = 4096;
     let (from, to) = (from.next_multiple_of(PAGE), to / PAGE * PAGE);
@@ -135,6 +137,9 @@ fn punch(file: &File, from: u64, to: u64) -> io::Result<u64> {
         return Ok(from);
     }
     let mode = FallocateFlags::FALLOC_FL_PUNCH_HOLE | FallocateFlags::FALLOC_FL_KEEP_SIZE;
-    fallocate(file, mode, from as i64, (to - from) as i64)?;
-    Ok(to)
+    match fallocate(file, mode, from as i64, (to - from) as i64) {
+        Ok(()) => Ok(to),
+        Err(Errno::EOPNOTSUPP) => Ok(from),
+        Err(errno) => Err(errno.into()),
+    }
 }

@@ -130,6 +130,16 @@ pub fn merge_window(
     options: &MergeOptions,
     spec: &str,
 ) -> Result<(window::WindowReport, MergeReport), MergeError> {
+    let recording = RecordingDir::open(dir);
+    spent(&recording)?;
+    if recording.merged_prefix_path().exists() {
+        let why = format!(
+            "an interrupted merge freed the first part of the shards: complete it first (shardrec merge {} -o FILE), then read its output with perf report --time {spec}",
+            dir.display()
+        );
+        let error = std::io::Error::new(std::io::ErrorKind::InvalidInput, why);
+        return Err(shardrec_shard::Error::io(dir)(error).into());
+    }
     let mut cut = output.as_os_str().to_owned();
     cut.push(".window.shards");
     let cut = PathBuf::from(cut);
