@@ -117,11 +117,8 @@ fn a_merge_that_frees_the_shards_writes_what_one_that_keeps_them_writes() {
     let dir = scratch.0.join("interrupted.shards");
     copy_dir(&scratch.shards(), &dir);
     let out = scratch.0.join("interrupted.data");
-    // The writes: a record at a time until the first slice (the start
-    // records, the synthesized state, FINISHED_INIT), then one per slice.
-    let synth = std::fs::read(scratch.shards().join("synth.shard")).unwrap();
-    let head = shardrec_format::walk::RecordWalker::new(&synth).count() as u64 + 4;
-    let fault = format!("merge.write=EIO@{}", head + slices / 2);
+    // A slice of 64 KiB is one write of its records.
+    let fault = format!("merge.slice=EIO@{}", slices / 2);
     let output = merge(&dir, &out, &["--consume", "--threads", "1"], Some(&fault));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(255), "{stderr}");
@@ -167,4 +164,50 @@ fn a_merge_that_frees_the_shards_writes_what_one_that_keeps_them_writes() {
     let again = scratch.0.join("again.data");
     assert!(merge(&dir, &again, &[], None).status.success());
     assert!(std::fs::read(&again).unwrap() == std::fs::read(&out).unwrap());
+}
+
+#[test]
+fn the_recorders_merge_interrupted_after_freeing_shards_is_completed_by_a_merge() {
+    let Some((_serial, scratch)) = recording_test("consume-record") else {
+        return;
+    };
+    // About 150 MB: five slices of 32 MiB, each 64 writes of 512 KiB; the
+    // 150th write is in the third, after two were freed.
+    let mut command = shardrec();
+    command
+        .env("SHARDREC_FAULTS", "merge.slice=EIO@150")
+        .args(["record", "-q", "-N", "-a", "--call-graph", "dwarf"])
+        .args(["-F", "10000", "-o"])
+        .arg(scratch.output())
+        .args(["--", load(), "spin", "1"]);
+    let recorded = run(command);
+    let stderr = String::from_utf8_lossy(&recorded.stderr);
+    assert_eq!(recorded.status.code(), Some(255), "{stderr}");
+    let dir = scratch.shards();
+    assert!(
+        stderr.contains("freed the first part of the shards")
+            && stderr.contains(&format!("shardrec merge {} -o FILE", dir.display())),
+        "{stderr}"
+    );
+    assert!(!scratch.output().exists());
+    assert!(dir.join("merged.prefix").exists() && dir.join("merged.partial").exists());
+    let (len, held) = shard_sizes(&dir);
+    assert!(
+        held < len * 3 / 4 && held > 0,
+        "{held} of the shards' {len} bytes held"
+    );
+    let meta = shardrec_shard::RecordingDir::open(&dir)
+        .read_meta()
+        .unwrap();
+    let recorded: u64 = meta.stats.unwrap().cpus.iter().map(|c| c.samples).sum();
+    assert!(recorded > 5_000, "{recorded} samples");
+
+    let out = scratch.0.join("completed.data");
+    let output = merge(&dir, &out, &[], None);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(stderr.contains("resumed: the first"), "{stderr}");
+    assert_eq!(samples_by_linux_perf_data(&out), recorded);
+    let report = perf(&["report", "--stdio", "--sort", "comm"], &out);
+    assert_no_complaint(&report, "perf report");
 }

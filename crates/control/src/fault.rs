@@ -5,7 +5,10 @@
 //! `EDQUOT`, `EINTR`) or `short`: a write that takes half of what it was
 //! given. Without the variable nothing is injected, at the cost of one
 //! lookup per process. The sites: `writer.write`, `writer.sync`,
-//! `vip.write`, `meta.write`, `merge.write`, and `filter.load`, where
+//! `vip.write`, `meta.write`, `merge.write` (every write of the merge),
+//! `merge.slice` (a write of a time slice's records: 512 KiB each, so the
+//! Nth is as far into the data whatever came before), and `filter.load`,
+//! where
 //! any fault makes the VIP load a `--filter` program the kernel's
 //! verifier must refuse (a register read before it is set), so the
 //! verifier's real refusal is what the test sees.

@@ -22,15 +22,19 @@ pub trait RecordSink {
 
 impl<W: Write + Seek> RecordSink for PerfDataWriter<W> {
     fn put(&mut self, bytes: &[u8]) -> io::Result<()> {
-        injected_fault()?;
+        injected_fault(&["merge.write"])?;
         self.write_record(bytes)
     }
 }
 
-/// What `SHARDREC_FAULTS` makes of a write of the merge, for a test (see
-/// [`shardrec_control::fault`]).
-fn injected_fault() -> io::Result<()> {
-    match shardrec_control::fault::inject("merge.write").and_then(Fault::error) {
+/// What `SHARDREC_FAULTS` makes of a write of the merge at these `sites`,
+/// for a test (see [`shardrec_control::fault`]).
+fn injected_fault(sites: &[&str]) -> io::Result<()> {
+    let fault = sites
+        .iter()
+        .filter_map(|site| shardrec_control::fault::inject(site))
+        .find_map(Fault::error);
+    match fault {
         Some(error) => Err(error),
         None => Ok(()),
     }
@@ -90,7 +94,7 @@ impl<'f> PositionedSink<'f> {
 
     /// Writes what is buffered.
     pub fn flush(&mut self) -> io::Result<()> {
-        injected_fault()?;
+        injected_fault(&["merge.write", "merge.slice"])?;
         let turn = self.turn.lock().unwrap_or_else(|p| p.into_inner());
         self.file.write_all_at(&self.buf, self.at)?;
         drop(turn);
