@@ -175,8 +175,8 @@ const DELIBERATE: &[(&str, &str)] = &[
     ),
     (
         "build_id",
-        "shardrec asks every MMAP2 to carry its file's build id by default where the kernel \
-         gives them safely (perf only with --buildid-mmap); on this VM's kernel it does not",
+        "shardrec asks every MMAP2 to carry its file's build id only with --buildid-mmap, as \
+         perf: no kernel known gives them without marking other recordings' MMAP2 records too",
     ),
     (
         "ksymbol, bpf_event",

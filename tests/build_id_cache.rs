@@ -353,6 +353,41 @@ fn a_perf_record_beside_shardrec_reads_its_own_maps() {
     );
 }
 
+/// perf profiling shardrec itself sees every mapping shardrec makes: none
+/// may come out marked with a build id (finding out whether the kernel
+/// would mark it takes an event that asks for build ids, so shardrec only
+/// asks with `--buildid-mmap`; perf 6.1 aborted on its own file when it
+/// did at every start).
+#[test]
+fn a_perf_record_of_shardrec_itself_reads_its_own_maps() {
+    let Some((_serial, scratch)) = recording_test("perf-of-shardrec") else {
+        return;
+    };
+    let theirs = scratch.0.join("perf.perf.data");
+    let perf = Command::new("perf")
+        .env("HOME", &scratch.0)
+        .args(["record", "-q", "-g", "-F", "999", "-e", "cpu-clock", "-o"])
+        .arg(&theirs)
+        .arg("--")
+        .arg(env!("CARGO_BIN_EXE_shardrec"))
+        .args(["record", "-q", "-N", "-a", "-e", "cpu-clock", "-o"])
+        .arg(scratch.output())
+        .args(["--", "sleep", "0.2"])
+        .output()
+        .unwrap();
+    assert!(perf.status.success(), "perf record of shardrec: {perf:?}");
+    let report = Command::new("perf")
+        .env("HOME", &scratch.0)
+        .args(["report", "--stdio", "--sort", "comm,dso", "-i"])
+        .arg(&theirs)
+        .output()
+        .unwrap();
+    assert_no_complaint(&report, "perf report of perf's recording of shardrec");
+    assert!(report.status.success(), "{report:?}");
+    let maps = perf_in(&scratch.0, &["script", "--show-mmap-events"], &theirs);
+    assert!(!maps.lines().any(|l| l.contains("MMAP2") && l.contains('<')));
+}
+
 /// Runs `command` to its end on a thread of its own (see [`run`]).
 fn run_in_background(command: Command) -> std::thread::JoinHandle<std::process::Output> {
     std::thread::spawn(move || run(command))

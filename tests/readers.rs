@@ -173,8 +173,7 @@ const MAY_DIFFER: &[(&str, &str)] = &[
 /// orders and attributes records from many shards), the wakeup watermark
 /// (writers wake at a quarter ring instead of at every half), KSYMBOL
 /// and BPF_EVENT, which the VIP's own dummy event reports instead, and
-/// build_id (shardrec's MMAP2 carry build ids by default, perf's with
-/// `--buildid-mmap`).
+/// build_id (set by either only with `--buildid-mmap`).
 fn event_essentials(line: &str) -> String {
     let mut line = line.to_string();
     if let (Some(start), Some(end)) = (line.find(", id = {"), line.find('}')) {

@@ -67,10 +67,10 @@ pub struct SampleArgs {
     /// don't sample
     #[arg(short = 'n', long = "no-samples")]
     no_samples: bool,
-    /// Record build-id in map events (shardrec's default where the kernel gives them without marking other sessions' map events)
+    /// Record build-id in map events (off by default, as in perf: the kernels known also mark other sessions' map events, which this warns about)
     #[arg(long = "buildid-mmap", conflicts_with = "no_buildid_mmap")]
     buildid_mmap: bool,
-    /// Record map events without build ids (the build ids are then read from the files at the merge, on the recording host only)
+    /// Record map events without build ids, the default (the build ids are then read from the files at the merge, on the recording host only)
     #[arg(long = "no-buildid-mmap")]
     no_buildid_mmap: bool,
 }

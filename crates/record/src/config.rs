@@ -137,8 +137,7 @@ pub struct SampleOptions {
     pub no_samples: bool,
     /// `--buildid-mmap` (`Some(true)`), `--no-buildid-mmap` (`Some(false)`):
     /// whether MMAP2 records carry the files' build ids. By default they do
-    /// where the kernel gives them safely (see
-    /// `shardrec_sys::build_id_probe`).
+    /// not, as in perf (see `shardrec_sys::build_id_probe` for why).
     pub build_id_mmap: Option<bool>,
 }
 

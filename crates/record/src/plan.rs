@@ -194,25 +194,31 @@ impl Plan {
     }
 }
 
-/// Whether MMAP2 records carry build ids: as asked, or by default where
-/// the kernel gives them without marking other events' MMAP2 records as
-/// carrying one (a kernel bug that makes a perf record running beside
-/// shardrec misread its own records, and perf 6.1 abort). The probe is
-/// the one place that asks the kernel: every attr follows what it says.
+/// Whether MMAP2 records carry build ids: only when asked. The kernels
+/// known (6.1, 6.18) set the build-id flag on the MMAP2 record they share
+/// between events and leave it set for every event that sees the same
+/// mapping after one with `attr.build_id`, in any recording on the host
+/// (perf 6.1 aborts reading its own file). Learning whether a kernel does
+/// needs an event with `attr.build_id` and a mapping, which marks the
+/// records of whoever watches shardrec at that moment (a `perf record` of
+/// shardrec aborted on the probe's own mapping): so the probe
+/// (`shardrec_sys::build_id_probe`) runs only for `--buildid-mmap`, to
+/// warn or refuse.
 fn build_id_mmap(asked: Option<bool>, warnings: &mut Vec<String>) -> bool {
     use shardrec_sys::build_id_probe::{probe, BuildIdMmap};
-    let kernel = probe().unwrap_or(BuildIdMmap::Missing);
-    match (asked, kernel) {
-        (Some(false), _) => false,
-        (Some(true), BuildIdMmap::Leaks) => {
+    if asked != Some(true) {
+        return false;
+    }
+    match probe().unwrap_or(BuildIdMmap::Missing) {
+        BuildIdMmap::Leaks => {
             warnings.push("--buildid-mmap: this kernel also marks the map events of every other recording of the same mappings as carrying a build id (a kernel bug): a perf record running meanwhile reads them wrong (perf 6.1 aborts)".into());
             true
         }
-        (Some(true), BuildIdMmap::Missing) => {
+        BuildIdMmap::Missing => {
             warnings.push("--buildid-mmap: this kernel has no build ids in map events (Linux 5.12): build ids are read from the files at the merge".into());
             false
         }
-        (asked, kernel) => asked.unwrap_or(true) && kernel == BuildIdMmap::Works,
+        BuildIdMmap::Works => true,
     }
 }
 
