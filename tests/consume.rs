@@ -164,6 +164,28 @@ fn a_merge_that_frees_the_shards_writes_what_one_that_keeps_them_writes() {
     let again = scratch.0.join("again.data");
     assert!(merge(&dir, &again, &[], None).status.success());
     assert!(std::fs::read(&again).unwrap() == std::fs::read(&out).unwrap());
+
+    // Damaged progress: one clear line each, never a panic.
+    let refused = |what: &str, expected: &str| {
+        let output = merge(&dir, &scratch.0.join("damaged.data"), &[], None);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(255), "{what}: {stderr}");
+        assert!(stderr.contains(expected), "{what}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{what}: {stderr}");
+    };
+    let partial = dir.join("merged.partial");
+    let whole_partial = std::fs::read(&partial).unwrap();
+    std::fs::write(&partial, &whole_partial[..100]).unwrap();
+    refused(
+        "merged.partial cut",
+        "merged.partial: an interrupted merge wrote",
+    );
+    std::fs::write(&partial, &whole_partial).unwrap();
+    std::fs::write(dir.join("merged.prefix"), b"\x93garbage").unwrap();
+    refused(
+        "merged.prefix damaged",
+        "merged.prefix: not the progress of a shardrec merge",
+    );
 }
 
 #[test]

@@ -311,7 +311,11 @@ fn resumed_data(
 ) -> Result<ResumedData, MergeError> {
     let path = recording.partial_output_path();
     let bytes = ShardBytes::open(&path)?;
-    let (start, end) = (prefix.data_offset, prefix.data_offset + prefix.data_len);
+    let (start, end) = (
+        prefix.data_offset,
+        prefix.data_offset.checked_add(prefix.data_len),
+    );
+    let end = end.unwrap_or(u64::MAX);
     if (bytes.bytes().len() as u64) < end {
         let why = format!(
             "an interrupted merge wrote the first {} bytes of this recording's data here and freed them from the shards, but the file holds {} bytes",
