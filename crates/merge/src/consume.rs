@@ -34,6 +34,8 @@ pub struct Consumer<'a> {
     /// Where the output's data section starts, and its first slice.
     data_offset: u64,
     base: u64,
+    /// The recording's first sample time, which the shards lose.
+    first_sample: u64,
     state: Mutex<Freed>,
 }
 
@@ -71,6 +73,7 @@ impl<'a> Consumer<'a> {
             slices,
             data_offset,
             base,
+            first_sample: crate::sample_times(shards).0,
             state: Mutex::new(Freed {
                 written: vec![false; slices.len()],
                 next: 0,
@@ -112,7 +115,7 @@ impl<'a> Consumer<'a> {
                 .map(|shard| shard.name.clone())
                 .zip(resume.iter().copied())
                 .collect(),
-            first_sample: crate::sample_times(self.shards).0,
+            first_sample: self.first_sample,
         };
         self.recording
             .write_merged_prefix(&prefix)

@@ -133,12 +133,10 @@ pub fn merge_window(
     let recording = RecordingDir::open(dir);
     spent(&recording)?;
     if recording.merged_prefix_path().exists() {
-        let why = format!(
+        return Err(refused(dir, format!(
             "an interrupted merge freed the first part of the shards: complete it first (shardrec merge {} -o FILE), then read its output with perf report --time {spec}",
             dir.display()
-        );
-        let error = std::io::Error::new(std::io::ErrorKind::InvalidInput, why);
-        return Err(shardrec_shard::Error::io(dir)(error).into());
+        )));
     }
     let mut cut = output.as_os_str().to_owned();
     cut.push(".window.shards");
@@ -196,19 +194,20 @@ pub fn merge_scanned(
         .map(|s| (s.summary.valid_len - s.summary.start) as u64)
         .sum::<u64>();
     let bar = progress::Progress::new(input_bytes, progress);
-    let consume = (options.consume && resumed.is_none() && options.compression_level.is_none())
-        .then_some(())
-        .filter(|()| shards.iter().all(|s| s.summary.damage.is_none()))
-        .filter(|()| same_file_system(dir, output));
+    let consume = options.consume
+        && resumed.is_none()
+        && options.compression_level.is_none()
+        && shards.iter().all(|s| s.summary.damage.is_none())
+        && same_file_system(dir, output);
     let fail = |source| MergeError::Output {
         path: output.to_path_buf(),
         source,
     };
-    let tmp_path = consume.map(|()| recording.partial_output_path());
+    let tmp_path = consume.then(|| recording.partial_output_path());
     let (file, tmp) = output::create_temp(output, tmp_path).map_err(fail)?;
     // A merge that fails leaves no half-written output behind, unless it
     // freed shards' bytes already: those are only in it now.
-    let fail = |source| match consume.is_some() && recording.merged_prefix_path().exists() {
+    let fail = |source| match consume && recording.merged_prefix_path().exists() {
         true => MergeError::Interrupted {
             dir: dir.to_path_buf(),
             partial: tmp.clone(),
@@ -227,7 +226,7 @@ pub fn merge_scanned(
         compression: options.compression_level,
         threads,
         slice_bytes: options.slice_bytes,
-        consume: consume.map(|()| slice_writer::ConsumeShards {
+        consume: consume.then_some(slice_writer::ConsumeShards {
             recording: &recording,
             paths: &paths[..shards.len()],
         }),
@@ -245,7 +244,7 @@ pub fn merge_scanned(
     let threads = written.threads;
     writer.finish(&features).map_err(fail)?;
     output::publish(&tmp, output).map_err(fail)?;
-    if consume.is_some() {
+    if consume {
         let _ = std::fs::write(
             recording.spent_path(),
             output.as_os_str().as_encoded_bytes(),
@@ -279,12 +278,16 @@ fn spent(recording: &RecordingDir) -> Result<(), MergeError> {
     let Ok(output) = std::fs::read(recording.spent_path()) else {
         return Ok(());
     };
-    let why = format!(
+    Err(refused(recording.path(), format!(
         "a merge that freed the shards as it went (--consume, or the recorder's own) wrote this recording into {} already: the shards hold nothing more",
         String::from_utf8_lossy(&output)
-    );
-    let error = std::io::Error::new(std::io::ErrorKind::InvalidInput, why);
-    Err(shardrec_shard::Error::io(recording.path())(error).into())
+    )))
+}
+
+/// A merge refused for what it found at `path`.
+fn refused(path: &Path, why: String) -> MergeError {
+    let error = std::io::Error::new(std::io::ErrorKind::InvalidData, why);
+    shardrec_shard::Error::io(path)(error).into()
 }
 
 /// The shards at `paths` from where an interrupted merge left them (the
@@ -317,13 +320,11 @@ fn resumed_data(
     );
     let end = end.unwrap_or(u64::MAX);
     if (bytes.bytes().len() as u64) < end {
-        let why = format!(
+        return Err(refused(&path, format!(
             "an interrupted merge wrote the first {} bytes of this recording's data here and freed them from the shards, but the file holds {} bytes",
             prefix.data_len,
             bytes.bytes().len()
-        );
-        let error = std::io::Error::new(std::io::ErrorKind::InvalidData, why);
-        return Err(shardrec_shard::Error::io(&path)(error).into());
+        )));
     }
     Ok(ResumedData {
         bytes,

@@ -174,14 +174,11 @@ impl RecordingDir {
     /// file renamed over the last, so a reader finds one whole.
     pub fn write_merged_prefix(&self, prefix: &MergedPrefix) -> Result<(), Error> {
         let path = self.merged_prefix_path();
-        let tmp = path.with_extension("prefix.tmp");
-        let _ = std::fs::remove_file(&tmp);
         let bytes = rmp_serde::to_vec_named(prefix)
-            .map_err(|e| Error::io(&tmp)(std::io::Error::other(e)))?;
-        self.create_file(&tmp)?
-            .write_all(&bytes)
-            .map_err(Error::io(&tmp))?;
-        std::fs::rename(&tmp, &path).map_err(Error::io(&path))
+            .map_err(|e| Error::io(&path)(std::io::Error::other(e)))?;
+        // Not synced: the shards it describes are not either (a crash of
+        // the host loses both alike; a killed merge loses neither).
+        self.replace_file(&path, &bytes, Durability::PageCache)
     }
 
     /// How far an interrupted merge got, if one did.
@@ -257,19 +254,29 @@ impl RecordingDir {
     }
 
     fn write_meta_file(&self, meta: &Meta, path: &Path) -> Result<(), Error> {
+        let bytes = crate::meta_file::encode(meta).map_err(Error::io(path))?;
+        self.replace_file(path, &bytes, Durability::Synced("meta.write"))
+    }
+
+    /// Replaces `path` with `bytes` atomically: `PATH.tmp` written (and
+    /// synced, if asked), then renamed over it.
+    fn replace_file(&self, path: &Path, bytes: &[u8], durability: Durability) -> Result<(), Error> {
         let mut tmp = path.as_os_str().to_owned();
         tmp.push(".tmp");
         let tmp = PathBuf::from(tmp);
         let _ = std::fs::remove_file(&tmp);
-        let bytes = crate::meta_file::encode(meta).map_err(Error::io(&tmp))?;
         let mut file = self.create_file(&tmp)?;
-        if let Some(error) = shardrec_control::fault::inject("meta.write")
-            .and_then(shardrec_control::fault::Fault::error)
-        {
-            return Err(Error::io(&tmp)(error));
+        if let Durability::Synced(site) = durability {
+            if let Some(error) = shardrec_control::fault::inject(site)
+                .and_then(shardrec_control::fault::Fault::error)
+            {
+                return Err(Error::io(&tmp)(error));
+            }
         }
-        file.write_all(&bytes).map_err(Error::io(&tmp))?;
-        file.sync_all().map_err(Error::io(&tmp))?;
+        file.write_all(bytes).map_err(Error::io(&tmp))?;
+        if let Durability::Synced(_) = durability {
+            file.sync_all().map_err(Error::io(&tmp))?;
+        }
         std::fs::rename(&tmp, path).map_err(Error::io(path))
     }
 
@@ -294,6 +301,15 @@ impl RecordingDir {
             }),
         }
     }
+}
+
+/// How far [`RecordingDir::replace_file`] takes a file.
+#[derive(Clone, Copy)]
+enum Durability {
+    /// To the disk, the write named by this fault site for the tests.
+    Synced(&'static str),
+    /// Into the page cache.
+    PageCache,
 }
 
 fn read_meta_file(path: &Path) -> Result<Meta, Error> {
