@@ -288,9 +288,9 @@ pub fn set_task_tracking(attr: &mut Attr, plan: &Plan) {
     attr.set_flag(Flag::MmapData, s.data_addr || dwarf);
     attr.set_flag(Flag::Namespaces, s.namespaces);
     attr.set_flag(Flag::Cgroup, s.cgroups);
-    // Each MMAP2 names its file by build id where the probe found that
-    // safe: the merge then needs no file, on this host or another, and a
-    // binary replaced while recording keeps its own id.
+    // With --buildid-mmap each MMAP2 names its file by build id: the
+    // merge then needs no file, on this host or another, and a binary
+    // replaced while recording keeps its own id.
     attr.set_flag(Flag::BuildId, plan.build_id_mmap);
 }
 
