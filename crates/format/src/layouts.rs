@@ -72,6 +72,12 @@ impl<'a> FieldReader<'a> {
         self.layout(record, type_)?.parse(record, type_)
     }
 
+    /// A sample's pid and ip (see [`SampleIdLayout::sample_pid_ip`]).
+    pub fn sample_pid_ip(&mut self, sample: &[u8]) -> Option<(u32, u64)> {
+        self.layout(sample, RecordType::SAMPLE)?
+            .sample_pid_ip(sample)
+    }
+
     /// The layout of the record's event (the last one found is kept: runs
     /// of records of one event are the rule).
     fn layout(&mut self, record: &[u8], type_: RecordType) -> Option<SampleIdLayout> {

@@ -60,6 +60,9 @@ pub struct SampleIdLayout {
     /// Offset of the time in a sample, and in a trailer, if recorded.
     sample_time_at: Option<usize>,
     trailer_time_at: Option<usize>,
+    /// Offsets of the ip and of the pid in a sample, if recorded.
+    sample_ip_at: Option<usize>,
+    sample_pid_at: Option<usize>,
 }
 
 impl SampleIdLayout {
@@ -70,13 +73,28 @@ impl SampleIdLayout {
             let present = fields.iter().filter(|&&bit| sample_type & bit != 0);
             present.count() * 8
         };
-        let has_time = sample_type & TIME != 0;
+        let at = |bit: u64, before: &[u64]| {
+            (sample_type & bit != 0).then(|| HEADER_SIZE + size_of(before))
+        };
         SampleIdLayout {
             sample_type,
             trailer_size: size_of(&[TID, TIME, ID, STREAM_ID, CPU, IDENTIFIER]),
-            sample_time_at: has_time.then(|| HEADER_SIZE + size_of(&[IDENTIFIER, IP, TID])),
-            trailer_time_at: has_time.then(|| size_of(&[TID])),
+            sample_time_at: at(TIME, &[IDENTIFIER, IP, TID]),
+            trailer_time_at: (sample_type & TIME != 0).then(|| size_of(&[TID])),
+            sample_ip_at: at(IP, &[IDENTIFIER]),
+            sample_pid_at: at(TID, &[IDENTIFIER, IP]),
         }
+    }
+
+    /// A sample's pid and ip alone, as [`SampleIdLayout::parse`] would
+    /// give them (0 when not recorded), read at their fixed offsets: the
+    /// merge asks this of every sample to find the binaries it hits.
+    pub fn sample_pid_ip(&self, sample: &[u8]) -> Option<(u32, u64)> {
+        let read = |at: Option<usize>| match at {
+            Some(at) => u64_at(sample, at),
+            None => Some(0),
+        };
+        Some((split(read(self.sample_pid_at)?).0, read(self.sample_ip_at)?))
     }
 
     /// The record's time alone, as [`SampleIdLayout::parse`] would give
@@ -303,5 +321,13 @@ mod tests {
         assert_eq!(layout.time(&record, RecordType::SAMPLE), Some(999));
         assert_eq!(identifier(&record, RecordType::SAMPLE), Some(5));
         assert_eq!(layout.parse(&record[..20], RecordType::SAMPLE), None);
+        assert_eq!(
+            layout.sample_pid_ip(&record),
+            Some((7, 0xffff_ffff_8100_0000))
+        );
+        assert_eq!(layout.sample_pid_ip(&record[..20]), None);
+        // Without IP and TID both read as 0, as parse gives them.
+        let bare = SampleIdLayout::new(IDENTIFIER | TIME);
+        assert_eq!(bare.sample_pid_ip(&record), Some((0, 0)));
     }
 }

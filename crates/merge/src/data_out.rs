@@ -221,7 +221,7 @@ impl<'a, S: RecordSink> RecordWriter<'a, S> {
         let header = RecordHeader::parse(record).expect("validated");
         let fields = &mut self.fields;
         self.hits
-            .observe(header, record, || fields.sample_id(record, header.type_));
+            .observe(header, record, || fields.sample_pid_ip(record));
         self.records += 1;
         let len = self.fields.true_len(record, header.type_);
         if len == record.len() {

@@ -14,7 +14,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use shardrec_format::header::{RecordHeader, RecordType, MISC_COMM_EXEC, MISC_MMAP_BUILD_ID};
-use shardrec_format::{u32_at, u64_at, SampleId};
+use shardrec_format::{u32_at, u64_at};
 
 const CPUMODE_MASK: u16 = 7;
 const CPUMODE_KERNEL: u16 = 1;
@@ -95,32 +95,46 @@ pub struct SliceHits {
     /// The kernel maps (records of the kernel's cpumode), which no other
     /// record changes.
     kernel_maps: Vec<Vec<u8>>,
+    /// The last page inserted, kernel and user: runs of samples on one
+    /// page are the rule, and hashing each took a tenth of a merge's CPU.
+    last_kernel_page: Option<u64>,
+    last_user_page: Option<(u32, u64)>,
 }
 
 impl SliceHits {
-    /// Takes one record into account; `id` gives its identifying fields,
-    /// asked for only for user samples.
+    /// Takes one record into account; `pid_ip` gives a sample's pid and
+    /// ip, asked for only for kernel and user samples.
     pub fn observe(
         &mut self,
         header: RecordHeader,
         record: &[u8],
-        id: impl FnOnce() -> Option<SampleId>,
+        pid_ip: impl FnOnce() -> Option<(u32, u64)>,
     ) {
         if header.type_ == RecordType::SAMPLE {
             match header.misc & CPUMODE_MASK {
                 CPUMODE_KERNEL => {
                     self.kernel_hit = true;
-                    if let Some(id) = id() {
-                        self.kernel_pages.insert(id.ip & PAGE_MASK);
+                    if let Some((_, ip)) = pid_ip() {
+                        let page = ip & PAGE_MASK;
+                        if self.last_kernel_page != Some(page) {
+                            self.last_kernel_page = Some(page);
+                            self.kernel_pages.insert(page);
+                        }
                     }
                 }
                 CPUMODE_USER => {
-                    let Some(id) = id() else { return };
+                    let Some((pid, ip)) = pid_ip() else { return };
                     if !matches!(self.steps.last(), Some(Step::Pages(_))) {
                         self.steps.push(Step::Pages(HashSet::new()));
+                        self.last_user_page = None;
                     }
+                    let key = (pid, ip & PAGE_MASK);
+                    if self.last_user_page == Some(key) {
+                        return;
+                    }
+                    self.last_user_page = Some(key);
                     if let Some(Step::Pages(pages)) = self.steps.last_mut() {
-                        pages.insert((id.pid, id.ip & PAGE_MASK));
+                        pages.insert(key);
                     }
                 }
                 _ => {}
