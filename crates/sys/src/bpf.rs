@@ -129,17 +129,35 @@ impl HeldProg {
     /// The program's info, captured with one `BPF_OBJ_GET_INFO_BY_FD` call
     /// (two for a large program), and its BTF; the fd is closed after.
     pub fn capture(self) -> io::Result<ProgInfo> {
+        self.capture_with(&mut CaptureScratch::default())
+    }
+
+    /// [`HeldProg::capture`] into buffers kept from one program to the
+    /// next.
+    pub fn capture_with(self, scratch: &mut CaptureScratch) -> io::Result<ProgInfo> {
         let what = || format!("reading BPF program {}", self.id);
-        let (info, arrays) = read_info(&self.fd).map_err(|err| context(err, &what()))?;
+        let (info, arrays) =
+            read_info(&self.fd, &mut scratch.arrays).map_err(|err| context(err, &what()))?;
         let btf_id = u32_at(&info, field::BTF_ID);
         // The program holds its BTF, so while `fd` is open the BTF is there.
         let btf = match btf_id {
             0 => None,
-            _ => btf_data(btf_id)?,
+            _ => read_btf(btf_id, &mut scratch.btf)?,
         };
         drop(self.fd);
         decode(info, arrays, btf)
     }
+}
+
+/// The buffers the kernel fills with a program's arrays and BTF, kept
+/// from one capture to the next: zeroed once, then only overwritten, as
+/// the kernel says how much of each it wrote. Under the many-CPU guest,
+/// zeroing and faulting in some 100 KiB per program was a visible part
+/// of the VIP's time.
+#[derive(Default)]
+pub struct CaptureScratch {
+    arrays: Buffers,
+    btf: Vec<u8>,
 }
 
 /// Program `id` held and captured at once; `Ok(None)` if already gone.
@@ -169,57 +187,74 @@ fn capacity(array: BpilArray) -> u32 {
 /// perf's `get_bpf_prog_info_linear` asks: the kernel's answer is the
 /// same). Under the many-CPU guest, each bpf(2) call the VIP saves per
 /// program is a measurable share of its time.
-fn read_info(fd: &OwnedFd) -> io::Result<(Vec<u8>, Arrays)> {
-    let guess = InfoBuf::guess(&BpilArray::CAPTURED, capacity);
-    let (info, len, buffers) = info_pass(fd, guess)?;
-    let fits = |a: &BpilArray| info.count(*a) <= capacity(*a);
-    let (info, len, buffers) = match BpilArray::CAPTURED.iter().all(fits) {
-        true => (info, len, buffers),
-        false => info_pass(fd, InfoBuf::request(&info, &BpilArray::CAPTURED))?,
-    };
+fn read_info(fd: &OwnedFd, buffers: &mut Buffers) -> io::Result<(Vec<u8>, Arrays)> {
+    let mut request = InfoBuf::guess(&BpilArray::CAPTURED, capacity);
+    let (mut info, mut len) = info_pass(fd, &request, buffers)?;
+    let fits = |info: &InfoBuf, a: &BpilArray| info.count(*a) <= capacity(*a);
+    if !BpilArray::CAPTURED.iter().all(|a| fits(&info, a)) {
+        request = InfoBuf::request(&info, &BpilArray::CAPTURED);
+        (info, len) = info_pass(fd, &request, buffers)?;
+    }
     let arrays = buffers
-        .into_iter()
+        .iter()
         .map(|(array, words)| {
             // Counts never change once a program is loaded; were one to
             // grow, the kernel filled only what the request asked for.
-            let len = info.array_len(array).min(words.len() * 8);
-            let mut bytes: Vec<u8> = words[..len.div_ceil(8)]
-                .iter()
-                .flat_map(|w| w.to_ne_bytes())
-                .collect();
+            let len = info.array_len(*array).min(request.array_len(*array));
+            let mut bytes = Vec::with_capacity(len.next_multiple_of(8));
+            for word in &words[..len.div_ceil(8)] {
+                bytes.extend_from_slice(&word.to_ne_bytes());
+            }
             bytes.truncate(len);
-            (array, bytes)
+            (*array, bytes)
         })
         .collect();
     Ok((info.0[..len as usize].to_vec(), arrays))
 }
 
-/// One `BPF_OBJ_GET_INFO_BY_FD` with `request`'s counts: the info as the
-/// kernel wrote it back, its length and the buffers.
-fn info_pass(fd: &OwnedFd, request: InfoBuf) -> io::Result<(InfoBuf, u32, Buffers)> {
-    let mut buffers: Buffers = BpilArray::CAPTURED
-        .iter()
-        .map(|&array| (array, vec![0u64; request.array_len(array).div_ceil(8)]))
-        .collect();
-    let mut info = request;
-    let len = syscall::prog_info(fd.as_fd(), &mut info, &mut buffers)?;
-    Ok((info, len, buffers))
+/// One `BPF_OBJ_GET_INFO_BY_FD` with `request`'s counts into `buffers`
+/// (grown to them where needed): the info as the kernel wrote it back and
+/// its length.
+fn info_pass(fd: &OwnedFd, request: &InfoBuf, buffers: &mut Buffers) -> io::Result<(InfoBuf, u32)> {
+    if buffers.is_empty() {
+        *buffers = BpilArray::CAPTURED
+            .iter()
+            .map(|&a| (a, Vec::new()))
+            .collect();
+    }
+    for (array, words) in buffers.iter_mut() {
+        let needed = request.array_len(*array).div_ceil(8);
+        if words.len() < needed {
+            words.resize(needed, 0);
+        }
+    }
+    let mut info = request.clone();
+    let len = syscall::prog_info(fd.as_fd(), &mut info, buffers)?;
+    Ok((info, len))
 }
 
 /// The raw BTF of BTF object `btf_id` (`BPF_BTF_GET_FD_BY_ID`, then its
 /// info). `Ok(None)` if the object is gone.
 pub fn btf_data(btf_id: u32) -> io::Result<Option<Vec<u8>>> {
+    read_btf(btf_id, &mut Vec::new())
+}
+
+/// [`btf_data`], read into `buf` (kept from one call to the next) and
+/// copied out at its size.
+fn read_btf(btf_id: u32, buf: &mut Vec<u8>) -> io::Result<Option<Vec<u8>>> {
     let what = || format!("reading BTF object {btf_id}");
     let Some(fd) = syscall::btf_fd(btf_id).map_err(|err| context(err, &what()))? else {
         return Ok(None);
     };
     // One call with room for most programs' BTF, a second for a larger
     // one (the kernel copies what fits and says the whole size).
-    let mut data = vec![0u8; 64 << 10];
-    let size = syscall::btf_info(fd.as_fd(), &mut data).map_err(|err| context(err, &what()))?;
-    if size as usize > data.len() {
-        data = vec![0u8; size as usize];
-        let full = syscall::btf_info(fd.as_fd(), &mut data).map_err(|err| context(err, &what()))?;
+    if buf.len() < 64 << 10 {
+        buf.resize(64 << 10, 0);
+    }
+    let size = syscall::btf_info(fd.as_fd(), buf).map_err(|err| context(err, &what()))?;
+    if size as usize > buf.len() {
+        buf.resize(size as usize, 0);
+        let full = syscall::btf_info(fd.as_fd(), buf).map_err(|err| context(err, &what()))?;
         if full != size {
             // BTF objects are immutable: a change means something else is wrong.
             return Err(io::Error::new(
@@ -228,8 +263,7 @@ pub fn btf_data(btf_id: u32) -> io::Result<Option<Vec<u8>>> {
             ));
         }
     }
-    data.truncate(size as usize);
-    Ok(Some(data))
+    Ok(Some(buf[..size as usize].to_vec()))
 }
 
 /// Turns on run-time statistics of every program (`BPF_ENABLE_STATS`) until

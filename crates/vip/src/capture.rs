@@ -5,13 +5,14 @@ use std::io::{self, Write};
 
 use shardrec_perfdata::bpf::bpil;
 use shardrec_shard::bpf_file::{self, BpfEntry};
-use shardrec_sys::bpf::{self, HeldProg, ProgInfo};
+use shardrec_sys::bpf::{self, CaptureScratch, HeldProg, ProgInfo};
 
 /// Captures programs into a `bpf` file.
 pub struct Capturer<W: Write> {
     out: W,
     programs: HashSet<u32>,
     btfs: HashSet<u32>,
+    scratch: CaptureScratch,
     /// Programs captured.
     pub captured: u64,
     /// Programs gone before they could be captured.
@@ -25,6 +26,7 @@ impl<W: Write> Capturer<W> {
             out,
             programs: HashSet::new(),
             btfs: HashSet::new(),
+            scratch: CaptureScratch::default(),
             captured: 0,
             missed: 0,
         }
@@ -58,7 +60,7 @@ impl<W: Write> Capturer<W> {
 
     /// Captures a program taken by [`Capturer::hold`].
     pub fn capture_held(&mut self, held: HeldProg) -> io::Result<ProgInfo> {
-        let info = held.capture()?;
+        let info = held.capture_with(&mut self.scratch)?;
         let arrays: Vec<(u32, &[u8])> = info
             .arrays
             .iter()
