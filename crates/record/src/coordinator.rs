@@ -27,7 +27,7 @@ use crate::summary::RecordReport;
 use crate::vip::{self, VipProcess};
 use crate::windows::Windows;
 use crate::workload::Workload;
-use crate::writers::{Writer, WriterOptions};
+use crate::writers::{self, Writer, WriterOptions};
 use crate::{RecordConfig, RecordError};
 
 /// Records as `config` asks until the workload exits or a stop is asked
@@ -239,6 +239,7 @@ impl<'a> Recording<'a> {
             ring_pages: self.plan.ring_pages,
             sync_shard: self.sync_shards,
             overwrite: self.plan.overwrite,
+            writes: writers::shard_writes(&self.dir)?,
         };
         let windows = self.window_at();
         for writer in self.writers.iter_mut() {

@@ -11,8 +11,8 @@ use shardrec_format::header::RecordType;
 use shardrec_format::layouts::{FieldReader, Layouts};
 use shardrec_format::walk::RecordWalker;
 use shardrec_shard::{RecordingDir, WindowCursor};
-use shardrec_sys::{cpu, process, PerfEvent, RingBuffer};
-use shardrec_writer::{RingWriter, ShardWriter, SnapshotWriter, WriterConfig};
+use shardrec_sys::{cpu, file_writes, process, PerfEvent, RingBuffer};
+use shardrec_writer::{RingWriter, ShardWriter, ShardWrites, SnapshotWriter, WriterConfig};
 
 use crate::helper::{self, HelperProcess};
 use crate::open::CpuEvents;
@@ -58,6 +58,25 @@ pub struct WriterOptions {
     pub sync_shard: bool,
     /// `--overwrite`: the ring is read only at snapshots.
     pub overwrite: bool,
+    /// How the shards are written ([`shard_writes`]).
+    pub writes: ShardWrites,
+}
+
+/// How the writers write into `dir`, probed once per recording on a
+/// scratch file there, where every shard goes.
+pub fn shard_writes(dir: &RecordingDir) -> Result<ShardWrites, RecordError> {
+    let path = dir.path().join(".write-probe");
+    let file = dir.create_file(&path)?;
+    let nonblocking = file_writes::takes_nonblocking_writes(&file);
+    drop(file);
+    let _ = std::fs::remove_file(&path);
+    match nonblocking.map_err(RecordError::system(format!(
+        "writing to {}",
+        path.display()
+    )))? {
+        true => Ok(ShardWrites::IoUring),
+        false => Ok(ShardWrites::Pwritev),
+    }
 }
 
 /// What a writer process is given.
@@ -338,6 +357,7 @@ fn run(
     let config = WriterConfig {
         batch_bytes: crate::attrs::wakeup_watermark(ring.data_size()) as u64,
         sync_shard: setup.options.sync_shard,
+        writes: setup.options.writes,
         ..WriterConfig::default()
     };
     // The io_uring is set up before Ready, while nothing is recorded yet:

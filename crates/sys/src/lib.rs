@@ -34,6 +34,7 @@ pub mod build_id_probe;
 pub mod cpu;
 mod event;
 pub mod fds;
+pub mod file_writes;
 pub mod process;
 pub mod ring;
 pub mod tracefs;

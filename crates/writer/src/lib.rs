@@ -7,7 +7,10 @@
 //! the shard and goes on in the next); then it writes
 //! `[data_tail, data_head)` straight from the mapped ring — one or two
 //! segments, as the range wraps — at the shard's current end, and moves
-//! `data_tail` only once the kernel reports the write complete. It never
+//! `data_tail` only once the kernel reports the write complete. The write
+//! goes through io_uring, or, where the file system cannot take a
+//! buffered write without blocking and io_uring would only hand it to a
+//! worker thread, is a `pwritev` of the writer's own ([`ShardWrites`]). It never
 //! looks inside a record: the kernel publishes `data_head` only at record
 //! boundaries, so the shard is a clean concatenation of records.
 //!
@@ -24,7 +27,7 @@ mod shard_writer;
 mod snapshot_writer;
 mod support;
 
-pub use shard_writer::{ShardWriter, WriterConfig};
+pub use shard_writer::{ShardWriter, ShardWrites, WriterConfig};
 pub use snapshot_writer::SnapshotWriter;
 pub use support::check as check_kernel;
 

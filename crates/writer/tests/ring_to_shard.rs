@@ -1,4 +1,5 @@
-//! A real event's ring streamed into a real shard through io_uring.
+//! A real event's ring streamed into a real shard, through io_uring and
+//! with `pwritev`.
 
 use std::io::Write;
 use std::os::fd::OwnedFd;
@@ -9,7 +10,7 @@ use shardrec_format::header::RecordType;
 use shardrec_format::walk::{End, RecordWalker};
 use shardrec_sys::abi;
 use shardrec_sys::{Attr, PerfEvent, RingBuffer, Target};
-use shardrec_writer::{RingWriter, ShardWriter, WriterConfig};
+use shardrec_writer::{RingWriter, ShardWriter, ShardWrites, WriterConfig};
 
 /// Samples this thread's cpu-clock every 10 µs into a ring of `pages`,
 /// streams it with a writer thread while busy for `busy`, and returns the
@@ -26,9 +27,10 @@ fn record_self(pages: usize, busy: Duration, config: WriterConfig) -> (Vec<u8>, 
     let event = PerfEvent::open(&attr, Target { pid: tid, cpu: -1 }).expect("perf_event_open");
     let ring = RingBuffer::map(&event, pages).expect("mmap ring");
     let dir = std::env::temp_dir().join(format!(
-        "shardrec-writer-{}-{pages}-{}",
+        "shardrec-writer-{}-{pages}-{}-{:?}",
         std::process::id(),
-        config.multishot_poll
+        config.multishot_poll,
+        config.writes
     ));
     let _ = std::fs::remove_file(&dir);
     let shard = std::fs::File::create(&dir).unwrap();
@@ -76,11 +78,19 @@ fn count(bytes: &[u8]) -> (u64, u64) {
     (samples, lost)
 }
 
-/// Both ways of waiting: one multishot poll (5.13+), and the one-shot poll
-/// re-armed after each wakeup that older kernels get.
-fn poll_modes() -> [WriterConfig; 2] {
-    [true, false].map(|multishot_poll| WriterConfig {
+/// Both ways of waiting (one multishot poll, 5.13+; the one-shot poll
+/// re-armed after each wakeup that older kernels get), each with both ways
+/// of writing (through io_uring, and `pwritev` from the writer).
+fn writer_modes() -> [WriterConfig; 4] {
+    [
+        (true, ShardWrites::IoUring),
+        (false, ShardWrites::IoUring),
+        (true, ShardWrites::Pwritev),
+        (false, ShardWrites::Pwritev),
+    ]
+    .map(|(multishot_poll, writes)| WriterConfig {
         multishot_poll,
+        writes,
         ..WriterConfig::default()
     })
 }
@@ -90,7 +100,7 @@ fn streams_every_byte_as_whole_records() {
     if !shardrec_testkit::require_root() {
         return;
     }
-    for config in poll_modes() {
+    for config in writer_modes() {
         let (bytes, written) = record_self(64, Duration::from_millis(300), config);
         assert_eq!(bytes.len() as u64, written);
         let (samples, lost) = count(&bytes);
@@ -104,7 +114,7 @@ fn a_one_page_ring_wraps_and_stays_whole() {
     if !shardrec_testkit::require_root() {
         return;
     }
-    for config in poll_modes() {
+    for config in writer_modes() {
         let (bytes, written) = record_self(1, Duration::from_millis(300), config);
         assert_eq!(bytes.len() as u64, written);
         // 300 ms at 100 kHz of 40-byte samples is ~1.2 MB through a 4 KiB ring.
