@@ -53,8 +53,9 @@ impl<S: RecordSink> RecordSink for &mut S {
     }
 }
 
-/// Records written into a file from a given offset on, [`POSITIONED_BUF`]
-/// at a time, with positioned writes (so threads can fill one file).
+/// Records written into a file from a given offset on, a
+/// [`write_piece`] at a time, with positioned writes (so threads can fill
+/// one file).
 ///
 /// The threads take turns at writing (`turn`): a file system copies a
 /// buffered write into the page cache under the file's lock anyway, and
@@ -67,27 +68,36 @@ pub struct PositionedSink<'f> {
     turn: &'f std::sync::Mutex<()>,
     at: u64,
     buf: Vec<u8>,
+    piece: usize,
     /// Bytes written or buffered.
     pub len: u64,
 }
 
-/// What one positioned write takes. The page cache gives a write folios
-/// of up to its size, which a merge that frees the shards as it goes
+/// What one positioned write takes, for a recording whose rings held
+/// `ring_bytes` each: half a ring (a writer writes a quarter to a half at
+/// a time), from 64 KiB to 512 KiB. The page cache gives a write folios of
+/// up to its size, which a merge that frees the shards as it goes
 /// ([`crate::consume`]) fills from the shards' freed folios only where
-/// they are as large: those of a recording with 256 KiB rings are small,
-/// and its merge took 1.0–1.5 s with 1 MiB writes (new pages), 0.37 s
-/// with 512 KiB ones, while 64–256 KiB writes slowed the merge of a
-/// recording with the default rings (0.28 s at 512 KiB, 0.3–0.5 s below).
-const POSITIONED_BUF: usize = 512 << 10;
+/// those are as large; larger writes take new pages, which a VM that hands
+/// freed memory to its host makes dear. By hand, such a merge of a DWARF
+/// recording (1.2 GB) with 256 KiB rings took 0.57–0.87 s in 128 KiB
+/// writes, 0.75 s in 64 KiB and 1.7–3.4 s in 512 KiB; with the default
+/// 4 MiB rings, 0.34–0.44 s in 512 KiB writes, 0.52–0.59 s in 128 KiB
+/// and 1.04–1.06 s in 2 MiB.
+pub fn write_piece(ring_bytes: usize) -> usize {
+    (ring_bytes / 2).clamp(64 << 10, 512 << 10)
+}
 
 impl<'f> PositionedSink<'f> {
-    /// A sink writing `file` from offset `at`, taking `turn` to write.
-    pub fn new(file: &'f File, turn: &'f std::sync::Mutex<()>, at: u64) -> Self {
+    /// A sink writing `file` from offset `at`, `piece` bytes at a time
+    /// ([`write_piece`]), taking `turn` to write.
+    pub fn new(file: &'f File, turn: &'f std::sync::Mutex<()>, at: u64, piece: usize) -> Self {
         PositionedSink {
             file,
             turn,
             at,
-            buf: Vec::with_capacity(POSITIONED_BUF),
+            buf: Vec::with_capacity(piece),
+            piece,
             len: 0,
         }
     }
@@ -106,7 +116,7 @@ impl<'f> PositionedSink<'f> {
 
 impl RecordSink for PositionedSink<'_> {
     fn put(&mut self, bytes: &[u8]) -> io::Result<()> {
-        if self.buf.len() + bytes.len() > POSITIONED_BUF {
+        if self.buf.len() + bytes.len() > self.piece {
             self.flush()?;
         }
         self.buf.extend_from_slice(bytes);

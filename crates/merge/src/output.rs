@@ -17,7 +17,7 @@ use shardrec_perfdata::compressed::Totals;
 use shardrec_perfdata::{AttrEntry, PerfDataWriter};
 use shardrec_shard::{EventMeta, Meta};
 
-use crate::data_out::{marker, DataOut, RecordSink, RecordWriter};
+use crate::data_out::{self, marker, DataOut, RecordSink, RecordWriter};
 use crate::dso::DsoHits;
 use crate::order::{release_step, Merged, SortedShard};
 use crate::progress::Progress;
@@ -114,6 +114,7 @@ pub fn write_data(
         threads: slices::threads_for(&slices, plan.threads),
         progress,
         consume: plan.consume,
+        write_piece: data_out::write_piece(plan.meta.ring_pages * page_size()),
     };
     let mut totals = Totals::default();
     for done in slice_writer::write_slices(&context, &slices, &mut writer, &file)? {
@@ -282,4 +283,13 @@ pub fn publish(tmp: &Path, output: &Path) -> io::Result<()> {
         std::fs::rename(output, old)?;
     }
     std::fs::rename(tmp, output)
+}
+
+/// This host's page size (the recording's rings are counted in pages).
+fn page_size() -> usize {
+    use nix::unistd::{sysconf, SysconfVar};
+    match sysconf(SysconfVar::PAGE_SIZE) {
+        Ok(Some(size)) if size > 0 => size as usize,
+        _ => 4096,
+    }
 }

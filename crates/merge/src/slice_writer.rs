@@ -39,6 +39,8 @@ pub struct Context<'a> {
     pub progress: &'a Progress,
     /// Free the shards behind the slices written (uncompressed only).
     pub consume: Option<ConsumeShards<'a>>,
+    /// Bytes of each positioned write ([`crate::data_out::write_piece`]).
+    pub write_piece: usize,
 }
 
 /// The shards to free as the merge goes, and where to say how far it got.
@@ -96,7 +98,7 @@ fn write_positioned<'a, W: Write + Seek>(
         .transpose()?;
     let turn = Mutex::new(());
     parallel::try_map(slices, context.threads, |index, slice| {
-        let sink = PositionedSink::new(file, &turn, base + slice.offset);
+        let sink = PositionedSink::new(file, &turn, base + slice.offset, context.write_piece);
         let (mut sink, done) = merge_slice(context, slice, sink)?;
         sink.flush()?;
         if sink.len != slice.output_len() {
