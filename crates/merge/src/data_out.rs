@@ -242,3 +242,16 @@ impl<'a, S: RecordSink> RecordWriter<'a, S> {
         self.out.record(&trimmed)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::write_piece;
+
+    #[test]
+    fn a_write_is_half_a_ring_within_bounds() {
+        assert_eq!(write_piece(4 << 20), 512 << 10, "default rings");
+        assert_eq!(write_piece(256 << 10), 128 << 10, "-m 64");
+        assert_eq!(write_piece(4096), 64 << 10, "one page");
+        assert_eq!(write_piece(0), 64 << 10, "no ring size recorded");
+    }
+}
