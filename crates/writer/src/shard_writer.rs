@@ -204,6 +204,7 @@ impl RingWriter for ShardWriter<'_> {
                     self.switch_at = None;
                     return Ok(Served::Switch);
                 }
+                wrote = self.in_flight.is_none();
                 continue;
             }
             let draining = self.stop == Some(Command::Drain);
