@@ -154,10 +154,21 @@ impl HeldProg {
 /// the kernel says how much of each it wrote. Under the many-CPU guest,
 /// zeroing and faulting in some 100 KiB per program was a visible part
 /// of the VIP's time.
-#[derive(Default)]
 pub struct CaptureScratch {
     arrays: Buffers,
     btf: Vec<u8>,
+}
+
+impl Default for CaptureScratch {
+    fn default() -> Self {
+        CaptureScratch {
+            arrays: BpilArray::CAPTURED
+                .iter()
+                .map(|&a| (a, Vec::new()))
+                .collect(),
+            btf: Vec::new(),
+        }
+    }
 }
 
 /// Program `id` held and captured at once; `Ok(None)` if already gone.
@@ -216,12 +227,6 @@ fn read_info(fd: &OwnedFd, buffers: &mut Buffers) -> io::Result<(Vec<u8>, Arrays
 /// (grown to them where needed): the info as the kernel wrote it back and
 /// its length.
 fn info_pass(fd: &OwnedFd, request: &InfoBuf, buffers: &mut Buffers) -> io::Result<(InfoBuf, u32)> {
-    if buffers.is_empty() {
-        *buffers = BpilArray::CAPTURED
-            .iter()
-            .map(|&a| (a, Vec::new()))
-            .collect();
-    }
     for (array, words) in buffers.iter_mut() {
         let needed = request.array_len(*array).div_ceil(8);
         if words.len() < needed {

@@ -129,18 +129,23 @@ fn subprogram_has_two_named_symbols() {
     }
 }
 
-#[test]
-fn a_program_of_many_functions_is_captured_whole() {
+/// Runs `with` on the spec of a socket filter of 80 sub-programs
+/// ([`test_programs::many_functions`]).
+fn with_many_functions<R>(with: impl FnOnce(ProgramSpec<'_>) -> R) -> R {
     let (insns, names) = test_programs::many_functions(80);
     let names: Vec<(u32, &str)> = names.iter().map(|(at, n)| (*at, n.as_str())).collect();
-    let spec = ProgramSpec {
+    with(ProgramSpec {
         prog_type: prog_type::SOCKET_FILTER,
         name: "shardrec_many",
         insns: &insns,
         license: "GPL",
         func_names: &names,
-    };
-    check_program(spec, 81);
+    })
+}
+
+#[test]
+fn a_program_of_many_functions_is_captured_whole() {
+    with_many_functions(|spec| check_program(spec, 81));
 }
 
 #[test]
@@ -150,35 +155,33 @@ fn captures_through_one_scratch_equal_fresh_ones() {
     }
     // The large program first, so the small ones land in buffers that
     // hold its bytes beyond theirs.
-    let (insns, names) = test_programs::many_functions(80);
-    let names: Vec<(u32, &str)> = names.iter().map(|(at, n)| (*at, n.as_str())).collect();
-    let many = ProgramSpec {
-        prog_type: prog_type::SOCKET_FILTER,
-        name: "shardrec_many",
-        insns: &insns,
-        license: "GPL",
-        func_names: &names,
-    };
-    let specs = [
-        many,
-        test_programs::with_subprogram(),
-        test_programs::return_zero(),
-    ];
     let mut scratch = bpf::CaptureScratch::default();
-    for spec in &specs {
-        let (fd, fresh) = load(spec);
-        let held = bpf::hold_prog(fresh.id).unwrap().expect("loaded");
-        let reused = held.capture_with(&mut scratch).expect("capture");
-        // The info holds this process's buffer addresses: compare the rest.
-        assert_eq!(reused.arrays, fresh.arrays, "{}", spec.name);
-        assert_eq!(reused.btf, fresh.btf, "{}", spec.name);
-        assert_eq!(reused.info.len(), fresh.info.len());
-        assert_eq!(
-            (reused.jited_ksyms, reused.prog_tags, reused.name),
-            (fresh.jited_ksyms, fresh.prog_tags, fresh.name)
-        );
-        drop(fd);
-    }
+    with_many_functions(|many| {
+        let specs = [
+            many,
+            test_programs::with_subprogram(),
+            test_programs::return_zero(),
+        ];
+        specs
+            .iter()
+            .for_each(|spec| same_through(&mut scratch, spec));
+    });
+}
+
+/// Captures `spec` loaded, both fresh and through `scratch`, and compares.
+fn same_through(scratch: &mut bpf::CaptureScratch, spec: &ProgramSpec<'_>) {
+    let (fd, fresh) = load(spec);
+    let held = bpf::hold_prog(fresh.id).unwrap().expect("loaded");
+    let reused = held.capture_with(scratch).expect("capture");
+    // The info holds this process's buffer addresses: compare the rest.
+    assert_eq!(reused.arrays, fresh.arrays, "{}", spec.name);
+    assert_eq!(reused.btf, fresh.btf, "{}", spec.name);
+    assert_eq!(reused.info.len(), fresh.info.len());
+    assert_eq!(
+        (reused.jited_ksyms, reused.prog_tags, reused.name),
+        (fresh.jited_ksyms, fresh.prog_tags, fresh.name)
+    );
+    drop(fd);
 }
 
 #[test]

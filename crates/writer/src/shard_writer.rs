@@ -108,6 +108,8 @@ pub struct ShardWriter<'a> {
     multishot: bool,
     sync_shard: bool,
     writes: ShardWrites,
+    /// A [`ShardWrites::Pwritev`] write was made since the last wait.
+    wrote_unwaited: bool,
     /// Disabled when a stop comes, before the last drain.
     stop_events: Vec<&'a PerfEvent>,
     stats: WriterStats,
@@ -146,6 +148,7 @@ impl<'a> ShardWriter<'a> {
             multishot: config.multishot_poll,
             sync_shard: config.sync_shard,
             writes: config.writes,
+            wrote_unwaited: false,
             stop_events: Vec::new(),
             stats: WriterStats::default(),
         })
@@ -183,11 +186,11 @@ impl RingWriter for ShardWriter<'_> {
             self.arm_control()?;
             self.armed = true;
         }
-        // Whether a write was made in this loop's last turn, in which case
-        // what it found may have grown meanwhile: look again before sleeping.
-        let mut wrote = false;
         loop {
-            if !std::mem::take(&mut wrote) {
+            // After a write made in the last turn, what it found may have
+            // grown meanwhile, and no completion will come to say so: look
+            // again before sleeping.
+            if !std::mem::take(&mut self.wrote_unwaited) {
                 self.wait()?;
             }
             self.reap()?;
@@ -204,7 +207,6 @@ impl RingWriter for ShardWriter<'_> {
                     self.switch_at = None;
                     return Ok(Served::Switch);
                 }
-                wrote = self.in_flight.is_none();
                 continue;
             }
             let draining = self.stop == Some(Command::Drain);
@@ -220,12 +222,9 @@ impl RingWriter for ShardWriter<'_> {
                 }
                 continue;
             }
-            let started = self.start_write()?;
-            if !started && draining {
+            if !self.start_write()? && draining {
                 return Ok(Served::Stopped);
             }
-            // A `pwritev` is done by now; an io_uring write completes later.
-            wrote = started && self.in_flight.is_none();
         }
     }
 
@@ -317,21 +316,21 @@ impl ShardWriter<'_> {
         let flight = self.in_flight.as_ref().expect("a write in flight");
         let start = flight.from + flight.done;
         let segments = self.ring.segments(start, flight.to);
+        let count: u32 = if segments[1].is_empty() { 1 } else { 2 };
         if self.writes == ShardWrites::Pwritev {
             let slices = segments.map(io::IoSlice::new);
-            let count = if segments[1].is_empty() { 1 } else { 2 };
             let offset = (start - self.base) as i64;
-            let result = match pwritev(&self.shard, &slices[..count], offset) {
+            let result = match pwritev(&self.shard, &slices[..count as usize], offset) {
                 Ok(written) => i32::try_from(written).unwrap_or(i32::MAX),
                 Err(errno) => -(errno as i32),
             };
+            self.wrote_unwaited = true;
             return self.write_done(injected(result));
         }
         for (iov, segment) in self.iov.iter_mut().zip(segments) {
             iov.iov_base = segment.as_ptr() as *mut libc::c_void;
             iov.iov_len = segment.len();
         }
-        let count = if segments[1].is_empty() { 1 } else { 2 };
         // The shard holds exactly the ring's bytes from `base` to `start`.
         let entry =
             opcode::Writev::new(types::Fd(self.shard.as_raw_fd()), self.iov.as_ptr(), count)
