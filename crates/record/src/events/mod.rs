@@ -93,14 +93,18 @@ impl EventSpec {
     }
 
     /// perf's default event: cycles at the highest precise level the PMU
-    /// has (`cycles:P`), falling back to cpu-clock without a PMU.
-    pub fn default_event() -> EventSpec {
+    /// has (`cycles:P`), falling back to cpu-clock without a PMU. Like every
+    /// event it leaves guests out, except on AMD (`cpu_vendor` as cpuid
+    /// names it), where precise cycles are sampled through IBS, which
+    /// cannot filter guests: perf's x86 `arch_evsel__fixup_new_cycles`
+    /// clears `exclude_guest` there, and the cpu-clock fallback keeps it.
+    pub fn default_event(cpu_vendor: &str) -> EventSpec {
         let mut spec = EventSpec::new(
             "cycles:P".into(),
             abi::PERF_TYPE_HARDWARE,
             abi::PERF_COUNT_HW_CPU_CYCLES as u64,
         );
-        spec.modifiers = Modifiers::default();
+        spec.modifiers.exclude_guest = cpu_vendor != "AuthenticAMD";
         spec.modifiers.precise_max = true;
         spec
     }
@@ -451,6 +455,16 @@ mod tests {
 
     fn specs(text: &str) -> Vec<EventSpec> {
         resolve(&[EventArg::parse(text).unwrap()], &[]).unwrap()
+    }
+
+    #[test]
+    fn default_event_leaves_guests_out_except_on_amd() {
+        let intel = EventSpec::default_event("GenuineIntel");
+        assert!(intel.modifiers.exclude_guest && intel.modifiers.precise_max);
+        let amd = EventSpec::default_event("AuthenticAMD");
+        assert!(!amd.modifiers.exclude_guest && amd.modifiers.precise_max);
+        assert!(EventSpec::default_event("").modifiers.exclude_guest);
+        assert_eq!(intel.name, "cycles:P");
     }
 
     #[test]

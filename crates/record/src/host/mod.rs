@@ -96,6 +96,14 @@ fn topology(present: u32) -> Topology {
     topology
 }
 
+/// The CPU's vendor string as the `cpuid` instruction gives it
+/// (`GenuineIntel`, `AuthenticAMD`), which perf's x86 code checks; empty
+/// where /proc/cpuinfo has none (other architectures).
+pub fn cpu_vendor() -> String {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    cpuinfo_field(&cpuinfo, "vendor_id").unwrap_or_default()
+}
+
 fn cpuinfo_field(cpuinfo: &str, key: &str) -> Option<String> {
     cpuinfo.lines().find_map(|line| {
         let (k, v) = line.split_once(':')?;
