@@ -99,6 +99,9 @@ fn record(args: RecordArgs, command_line: &[String]) -> Result<ExitCode, Error> 
         switch.merge = options.clone();
         switch.quiet = quiet;
     }
+    if timestamp_filename {
+        refuse_to_rename(&config.output)?;
+    }
     if dry_run {
         // perf's --dry-run: the options are read and checked, nothing more.
         return Ok(ExitCode::SUCCESS);
@@ -190,6 +193,18 @@ fn last_window_done(
         let _ = std::fs::remove_dir_all(&switched.root);
     }
     None
+}
+
+/// `--timestamp-filename` renames the output at the end: only a file's.
+fn refuse_to_rename(output: &Path) -> Result<(), Error> {
+    match shardrec_shard::output::Output::resolve(output).map_err(RecordError::from)? {
+        shardrec_shard::output::Output::File { .. } => Ok(()),
+        other => Err(Error::Record(RecordError::Usage(format!(
+            "--timestamp-filename renames the output at the end, and {} is {}: give a file",
+            output.display(),
+            other.kind()
+        )))),
+    }
 }
 
 /// `output` named with a timestamp, as perf's `--timestamp-filename`.

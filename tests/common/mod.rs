@@ -47,12 +47,18 @@ pub fn load() -> &'static str {
 
 /// Runs a command to its end, or kills it (and its process group) and
 /// fails after two minutes, so a hang fails the test instead of stalling CI.
-pub fn run(mut command: Command) -> Output {
+pub fn run(command: Command) -> Output {
+    run_with_stdout(command, std::process::Stdio::piped())
+}
+
+/// [`run`], with standard output `stdout` (a file, say) instead of a pipe
+/// whose bytes are returned.
+pub fn run_with_stdout(mut command: Command, stdout: std::process::Stdio) -> Output {
     use std::os::unix::process::CommandExt;
     use std::process::Stdio;
     let child = command
         .process_group(0)
-        .stdout(Stdio::piped())
+        .stdout(stdout)
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();

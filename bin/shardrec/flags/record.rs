@@ -132,6 +132,9 @@ pub struct OutputArgs {
     /// stop after writing the shards; do not merge them
     #[arg(long = "no-merge")]
     no_merge: bool,
+    /// where to write the shards when they cannot go beside the output (a device, a FIFO, /dev, /proc, a read-only file system): a private directory in DIR (default: $TMPDIR, else /tmp)
+    #[arg(long = "shards-dir", value_name = "dir")]
+    shards_dir: Option<PathBuf>,
     /// append timestamp to output filename (FILE.YYYYMMDDhhmmsscc, at the end)
     #[arg(long = "timestamp-filename")]
     pub timestamp_filename: bool,
@@ -374,6 +377,7 @@ impl RecordArgs {
                 .transpose()?,
             output: output.file,
             no_merge: output.no_merge,
+            shards_dir: output.shards_dir,
             kcore: output.kcore,
             max_size: output
                 .max_size

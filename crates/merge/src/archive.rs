@@ -26,6 +26,14 @@ pub struct Archive {
 /// `data` (a perf.data file) into `DATA.tar.bz2` (with `tar -j`, as perf
 /// archive).
 pub fn archive(data: &Path, cache: &Path) -> std::io::Result<Archive> {
+    // A device or FIFO holds no perf.data to read, and the tarball would
+    // go beside it (into /dev).
+    if !std::fs::metadata(data)?.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file: give the perf.data file to archive",
+        ));
+    }
     let file = std::fs::File::open(data)?;
     let table = shardrec_perfdata::header::read_feature(&file, Feature::BuildId as usize)?;
     let entries = build_id::decode(&table.unwrap_or_default());

@@ -20,6 +20,7 @@ mod bpf;
 pub mod build_id_cache;
 mod consume;
 mod data_out;
+mod destination;
 mod dso;
 mod features;
 mod order;
@@ -37,9 +38,11 @@ use std::time::Instant;
 
 use shardrec_format::header::RecordType;
 use shardrec_shard::merged_prefix::MergedPrefix;
+use shardrec_shard::output::Output;
 use shardrec_shard::scan::ShardBytes;
 use shardrec_shard::RecordingDir;
 
+use destination::Destination;
 pub use report::{CpuSummary, MergeReport};
 use shardrec_shard::scan::{ScannedShard, ShardSummary};
 use source::Shard;
@@ -123,7 +126,8 @@ pub fn merge(dir: &Path, output: &Path, options: &MergeOptions) -> Result<MergeR
 
 /// Merges only the time window `spec` (perf's `--time`) of the recording
 /// in `dir` into `output` ([`window`]): the window is cut into
-/// `OUTPUT.window.shards/`, merged, and that directory removed.
+/// `OUTPUT.window.shards/` (for a device or FIFO output, a private
+/// directory in `$TMPDIR`), merged, and that directory removed.
 pub fn merge_window(
     dir: &Path,
     output: &Path,
@@ -138,13 +142,23 @@ pub fn merge_window(
             dir.display()
         )));
     }
-    let mut cut = output.as_os_str().to_owned();
-    cut.push(".window.shards");
-    let cut = PathBuf::from(cut);
+    // Beside the output, or where the output is a device or FIFO, in a
+    // private directory of $TMPDIR.
+    let (cut, scratch) = match Output::resolve(output)?.shards_beside() {
+        Some(_) => {
+            let mut cut = output.as_os_str().to_owned();
+            cut.push(".window.shards");
+            (PathBuf::from(cut.clone()), PathBuf::from(cut))
+        }
+        None => {
+            let private = RecordingDir::create_private(&std::env::temp_dir())?;
+            (private.path().join("window"), private.path().to_path_buf())
+        }
+    };
     let _ = std::fs::remove_dir_all(&cut);
     let result = window::extract(dir, spec, &cut)
         .and_then(|window| Ok((window, merge_scanned(&cut, output, options, Vec::new())?)));
-    let _ = std::fs::remove_dir_all(&cut);
+    let _ = std::fs::remove_dir_all(&scratch);
     result
 }
 
@@ -194,27 +208,33 @@ pub fn merge_scanned(
         .map(|s| (s.summary.valid_len - s.summary.start) as u64)
         .sum::<u64>();
     let bar = progress::Progress::new(input_bytes, progress);
+    let target = Output::resolve(output)?;
     let consume = options.consume
         && resumed.is_none()
         && options.compression_level.is_none()
         && shards.iter().all(|s| s.summary.damage.is_none())
-        && same_file_system(dir, output);
+        && matches!(target, Output::File { .. })
+        && same_file_system(dir, target.path());
     let fail = |source| MergeError::Output {
         path: output.to_path_buf(),
         source,
     };
     let tmp_path = consume.then(|| recording.partial_output_path());
-    let (file, tmp) = output::create_temp(output, tmp_path).map_err(fail)?;
+    let (destination, file) = Destination::create(target, tmp_path).map_err(fail)?;
+    let result_file = file.try_clone().map_err(fail)?;
     // A merge that fails leaves no half-written output behind, unless it
     // freed shards' bytes already: those are only in it now.
-    let fail = |source| match consume && recording.merged_prefix_path().exists() {
-        true => MergeError::Interrupted {
+    let fail = |source| match (
+        consume && recording.merged_prefix_path().exists(),
+        destination.tmp(),
+    ) {
+        (true, Some(partial)) => MergeError::Interrupted {
             dir: dir.to_path_buf(),
-            partial: tmp.clone(),
+            partial: partial.to_path_buf(),
             source,
         },
-        false => {
-            let _ = std::fs::remove_file(&tmp);
+        _ => {
+            destination.discard();
             fail(source)
         }
     };
@@ -243,7 +263,7 @@ pub fn merge_scanned(
     features.extend(written.compressed.clone());
     let threads = written.threads;
     writer.finish(&features).map_err(fail)?;
-    output::publish(&tmp, output).map_err(fail)?;
+    destination.publish(result_file).map_err(fail)?;
     if consume {
         let _ = std::fs::write(
             recording.spent_path(),

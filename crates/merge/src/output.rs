@@ -5,8 +5,6 @@
 
 use std::fs::File;
 use std::io::{self, BufWriter};
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::Path;
 
 use shardrec_format::header::{RecordHeader, RecordType};
 use shardrec_format::layouts::Layouts;
@@ -252,37 +250,6 @@ fn write_lost_samples<S: crate::data_out::RecordSink>(
         }
     }
     Ok(added)
-}
-
-/// Creates the output at `tmp`, by default next to its final name
-/// (`NAME.tmp`), so a merge that fails leaves any earlier file untouched.
-pub fn create_temp(
-    output: &Path,
-    tmp: Option<std::path::PathBuf>,
-) -> io::Result<(File, std::path::PathBuf)> {
-    let tmp = tmp.unwrap_or_else(|| {
-        let mut tmp = output.as_os_str().to_owned();
-        tmp.push(".tmp");
-        std::path::PathBuf::from(tmp)
-    });
-    let _ = std::fs::remove_file(&tmp);
-    let file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&tmp)?;
-    Ok((file, tmp))
-}
-
-/// Moves the finished file into place; an existing one is kept as
-/// `NAME.old`, as perf keeps `perf.data.old`.
-pub fn publish(tmp: &Path, output: &Path) -> io::Result<()> {
-    if output.exists() {
-        let mut old = output.as_os_str().to_owned();
-        old.push(".old");
-        std::fs::rename(output, old)?;
-    }
-    std::fs::rename(tmp, output)
 }
 
 /// This host's page size (the recording's rings are counted in pages).

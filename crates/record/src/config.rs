@@ -170,6 +170,9 @@ pub struct RecordConfig {
     pub output: PathBuf,
     /// `--no-merge`: stop after writing the shards.
     pub no_merge: bool,
+    /// `--shards-dir`: where a private shard directory is made when the
+    /// shards cannot live beside the output (default `$TMPDIR`).
+    pub shards_dir: Option<PathBuf>,
     /// `--kcore`: the output is a directory with a copy of the kernel's
     /// text taken at the start.
     pub kcore: bool,
@@ -224,6 +227,7 @@ impl RecordConfig {
             ring_pages: None,
             output: PathBuf::from("perf.data"),
             no_merge: false,
+            shards_dir: None,
             kcore: false,
             max_size: None,
             switch_output: None,

@@ -153,7 +153,7 @@ impl<'a> Recording<'a> {
         if config.kcore {
             crate::kcore::copy_to(&config.output)?;
         }
-        let mut dir = RecordingDir::create(RecordingDir::for_output(&config.output))?;
+        let mut dir = crate::shards_place::create_dir(config)?;
         let windows = match &config.switch_output {
             Some(switch) => {
                 let windows = Windows::start(dir.clone(), switch.clone(), config.merge_output())?;

@@ -111,6 +111,9 @@ pub enum RecordError {
         /// Why.
         source: io::Error,
     },
+    /// The output path is one that cannot take a recording.
+    #[error(transparent)]
+    OutputPath(shardrec_shard::Error),
     /// The recording directory failed otherwise than by a file's I/O.
     #[error("cannot write the recording")]
     Recording(#[source] shardrec_shard::Error),
@@ -146,6 +149,7 @@ impl From<shardrec_shard::Error> for RecordError {
     fn from(error: shardrec_shard::Error) -> Self {
         match error {
             shardrec_shard::Error::Io { path, source } => RecordError::Output { path, source },
+            output @ shardrec_shard::Error::Output { .. } => RecordError::OutputPath(output),
             other => RecordError::Recording(other),
         }
     }

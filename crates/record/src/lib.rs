@@ -33,6 +33,7 @@ pub mod options;
 mod plan;
 mod run_control;
 mod sample_filters;
+mod shards_place;
 mod signals;
 mod summary;
 mod tracing_files;

@@ -48,6 +48,15 @@ impl RecordingDir {
         Ok(RecordingDir { path })
     }
 
+    /// Creates a private directory (mode 0700, a name no one else has) in
+    /// `base`, for shards that cannot live beside their output.
+    pub fn create_private(base: &Path) -> Result<RecordingDir, Error> {
+        let template = base.join("shardrec-XXXXXX");
+        let path = nix::unistd::mkdtemp(&template)
+            .map_err(|errno| Error::io(base)(std::io::Error::from(errno)))?;
+        Ok(RecordingDir { path })
+    }
+
     /// Window `n` of a `--switch-output` recording: a recording directory
     /// of its own inside this one, merged alone into its own perf.data.
     pub fn window(&self, n: u32) -> RecordingDir {

@@ -7,6 +7,8 @@
 //! - [`scan`]: walking a shard to count its records, losses and time range;
 //! - [`shard_index`]: what that walk learnt, kept beside each shard for a
 //!   merge of a time window.
+//! - [`output`]: what the output path is (a file, a device, a FIFO) and
+//!   whether the shards can live beside it;
 //! - [`merged_prefix`]: how far a merge that frees the shards as it goes
 //!   got, so an interrupted one can be completed.
 //!
@@ -24,7 +26,9 @@ pub mod bpf_file;
 mod dir;
 pub mod merged_prefix;
 mod meta;
+
 mod meta_file;
+pub mod output;
 pub mod parallel;
 pub mod scan;
 pub mod shard_index;
@@ -63,6 +67,14 @@ pub enum Error {
         path: std::path::PathBuf,
         /// What did not decode.
         reason: String,
+    },
+    /// The output path cannot take a recording.
+    #[error("cannot write the output {}: {why}", .path.display())]
+    Output {
+        /// The path, as given.
+        path: std::path::PathBuf,
+        /// What it is, and why that is refused.
+        why: String,
     },
     /// Neither `meta` nor its copy from the start can be read.
     #[error("{meta}, and its copy from the start cannot be read either ({start}): the recording's events and CPUs are unknown")]
