@@ -122,7 +122,9 @@ fn unwritable_output() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success());
     assert!(
-        stderr.contains("cannot write the recording to /proc/no-such-dir/perf.data.shards"),
+        stderr.contains(
+            "cannot write the output /proc/no-such-dir/perf.data: cannot create files in /proc/no-such-dir: No such file or directory"
+        ),
         "{stderr}"
     );
     drop(scratch);

@@ -119,8 +119,12 @@ fn a_snapshot_holds_the_last_moments_and_the_disk_stays_bounded() {
     };
     let script = phases(&scratch, ["2", "0.4", "0.3"], "0.5");
     let options = ["-e", "cpu-clock", "-F", "10000", "-g", "-m", "16"];
-    // A continuous recording of the same, for how much its shards hold.
+    // A continuous recording of the same, for how much its shards hold
+    // and how many samples each phase gives on this host now.
     let (_, continuous) = record_watching(&scratch, &options, &script);
+    let [_, late_all, after_all] = samples_of(&scratch.output(), &MARKERS)[..] else {
+        unreachable!()
+    };
     std::fs::remove_file(scratch.output()).unwrap();
     let (stderr, overwrite) = record_watching(
         &scratch,
@@ -140,7 +144,10 @@ fn a_snapshot_holds_the_last_moments_and_the_disk_stays_bounded() {
         unreachable!()
     };
     eprintln!("shards held at most {overwrite} bytes (continuous: {continuous}); the snapshot: {early} early, {late} late, {after} after");
-    assert!(late > 100, "{late} samples of the phase before the signal");
+    assert!(
+        late > 0 && late * 4 >= late_all.min(400),
+        "{late} samples of the phase before the signal ({late_all} when nothing is overwritten)"
+    );
     assert!(
         early < 5_000,
         "{early} samples of the first phase: not overwritten?"
@@ -150,7 +157,10 @@ fn a_snapshot_holds_the_last_moments_and_the_disk_stays_bounded() {
     let [early, late, after] = samples_of(&scratch.output(), &MARKERS)[..] else {
         unreachable!()
     };
-    assert!(after > 100, "{after} samples of the last phase");
+    assert!(
+        after > 0 && after * 4 >= after_all,
+        "{after} samples of the last phase ({after_all} when nothing is overwritten)"
+    );
     assert_eq!(
         (early, late),
         (0, 0),
@@ -169,6 +179,12 @@ fn keep_last_holds_the_last_seconds_on_disk_and_a_snapshot_joins_them() {
     let script = phases(&scratch, ["4", "0.3", "0.3"], "0.3");
     let options = ["-e", "cpu-clock", "-F", "10000", "-g"];
     let (_, continuous) = record_watching(&scratch, &options, &script);
+    // What the phases give where nothing is removed: the bounds below are
+    // shares of it, so a busy host (fewer samples of each phase) passes.
+    let [_, late_all, after_all] = samples_of(&scratch.output(), &MARKERS)[..] else {
+        unreachable!()
+    };
+    eprintln!("continuous: {late_all} late, {after_all} after");
     std::fs::remove_file(scratch.output()).unwrap();
     let keep = [&options[..], &["--keep-last=500ms"]].concat();
     let (stderr, kept) = record_watching(&scratch, &keep, &script);
@@ -189,8 +205,8 @@ fn keep_last_holds_the_last_seconds_on_disk_and_a_snapshot_joins_them() {
     };
     eprintln!("the snapshot: {early} early, {late} late, {after} after");
     assert!(
-        late > 2_000,
-        "{late} samples of the 0.3 s before the signal"
+        late > 100 && late * 2 >= late_all,
+        "{late} samples of the 0.3 s before the signal ({late_all} when nothing is removed)"
     );
     assert!(
         early < 10_000,
@@ -201,7 +217,10 @@ fn keep_last_holds_the_last_seconds_on_disk_and_a_snapshot_joins_them() {
     let [early, _, after] = samples_of(&scratch.output(), &MARKERS)[..] else {
         unreachable!()
     };
-    assert!(after > 2_000, "{after} samples of the last phase");
+    assert!(
+        after > 100 && after * 2 >= after_all,
+        "{after} samples of the last phase ({after_all} when nothing is removed)"
+    );
     assert_eq!(
         early, 0,
         "the stop's output reaches back to the first phase"
