@@ -13,6 +13,8 @@ use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
+use shardrec_shard::output::Output;
+
 use crate::RecordError;
 
 /// Bytes copied from `/proc/kcore` per read.
@@ -32,13 +34,17 @@ pub fn copy_to(output: &Path) -> Result<u64, RecordError> {
     let kcore = File::open("/proc/kcore").map_err(fail(
         "/proc/kcore is not readable (the kernel needs CONFIG_PROC_KCORE; reading it needs CAP_SYS_RAWIO)".into(),
     ))?;
-    if output.exists() {
-        let mut old = output.as_os_str().to_owned();
-        old.push(".old");
-        let _ = std::fs::remove_dir_all(&old);
-        std::fs::rename(output, &old)
-            .map_err(fail(format!("moving {} aside", output.display())))?;
+    // perf's rule for what is at the path (shardrec_shard::output): a
+    // device or FIFO cannot become a directory, and is never moved aside.
+    let target = Output::resolve(output)?;
+    if let Output::Stream { .. } = target {
+        return Err(RecordError::Usage(format!(
+            "--kcore makes the output a directory, and {} is {}: give a new path",
+            output.display(),
+            target.kind()
+        )));
     }
+    target.move_aside()?;
     let dir = output.join("kcore_dir");
     std::fs::DirBuilder::new()
         .mode(0o700)
