@@ -39,9 +39,40 @@ const LBR_BRANCHES: u64 = (abi::PERF_SAMPLE_BRANCH_USER
 /// (mmap, comm, task), as in perf.
 pub fn build(plan: &Plan) -> Vec<Attr> {
     let ring_bytes = plan.ring_pages * shardrec_sys::ring::page_size();
-    (0..plan.events.len())
+    let mut attrs: Vec<Attr> = (0..plan.events.len())
         .map(|i| build_one(plan, i, ring_bytes))
-        .collect()
+        .collect();
+    for index in 0..attrs.len() {
+        follow_group_sampler(plan, &mut attrs, index);
+    }
+    attrs
+}
+
+/// perf's leader sampling (`evsel__config_leader_sampling`): in a group
+/// whose leader has `:S`, one event samples, the leader or, after a leader
+/// that is only read (Intel's topdown `slots`), the next member. The
+/// others only count, unless their own terms give them a period, and take
+/// the sampler's and the leader's sample layout.
+fn follow_group_sampler(plan: &Plan, attrs: &mut [Attr], index: usize) {
+    let leader = plan.events[index].leader.unwrap_or(index);
+    if !plan.events[leader].modifiers.sample_read {
+        return;
+    }
+    let first_member =
+        (leader + 1..plan.events.len()).find(|&i| plan.events[i].leader == Some(leader));
+    let sampler = match first_member {
+        Some(member) if plan.events[leader].lends_sampling() => member,
+        _ => leader,
+    };
+    if index == sampler {
+        return;
+    }
+    let terms = &plan.events[index].terms;
+    if terms.period.is_none() && terms.freq.is_none() {
+        attrs[index].set_period(0);
+    }
+    let layout = attrs[sampler].sample_type() | attrs[leader].sample_type();
+    attrs[index].set_sample_type(layout);
 }
 
 fn build_one(plan: &Plan, index: usize, ring_bytes: usize) -> Attr {
@@ -52,7 +83,7 @@ fn build_one(plan: &Plan, index: usize, ring_bytes: usize) -> Attr {
     set_modifiers(&mut attr, plan, spec);
     attr.set_flag(Flag::Inherit, spec.terms.inherit.unwrap_or(plan.inherit));
     let mut sample_type = BASE_SAMPLE_TYPE | sample_bits(plan, spec);
-    set_sample_contents(&mut attr, plan);
+    set_sample_contents(&mut attr, plan, spec);
     sample_type = set_read_format(&mut attr, plan, index, sample_type);
     sample_type = set_sampling(&mut attr, plan, spec, sample_type);
     sample_type = set_call_graph(&mut attr, plan, spec, sample_type);
@@ -146,10 +177,64 @@ fn set_modifiers(attr: &mut Attr, plan: &Plan, spec: &EventSpec) {
     attr.set_precise_ip(if m.precise_max { 3 } else { m.precise_ip });
 }
 
+/// Whether the event is a dummy, which perf never asks for registers.
+fn is_dummy(spec: &EventSpec) -> bool {
+    spec.type_ == abi::PERF_TYPE_SOFTWARE && spec.config() == abi::PERF_COUNT_SW_DUMMY as u64
+}
+
+/// The registers `-I` and `--user-regs` (with arm64's link register) add
+/// to an event's samples: none to a dummy's, as in perf.
+fn asked_regs(plan: &Plan, spec: &EventSpec) -> (u64, u64) {
+    match is_dummy(spec) {
+        true => (0, 0),
+        false => (plan.sample.intr_regs, user_regs(plan)),
+    }
+}
+
+/// The user registers asked for: `--user-regs`, and on arm64 with
+/// frame-pointer callchains the link register, which perf samples to find
+/// a leaf function's caller (`arch__add_leaf_frame_record_opts`).
+fn user_regs(plan: &Plan) -> u64 {
+    let arm64 = cfg!(target_arch = "aarch64");
+    plan.sample.user_regs | leaf_frame_regs(arm64, plan.call_graph)
+}
+
+/// `PERF_REG_ARM64_LR`'s bit, where perf 6.1 asks for it.
+fn leaf_frame_regs(arm64: bool, call_graph: CallGraph) -> u64 {
+    match arm64 && call_graph == CallGraph::FramePointer {
+        true => 1 << 30,
+        false => 0,
+    }
+}
+
+/// perf's `DWARF_MINIMAL_REGS` (instruction and stack pointers): all a
+/// DWARF callchain adds when `--user-regs` chose the registers.
+fn dwarf_minimal_regs() -> u64 {
+    if cfg!(target_arch = "x86_64") {
+        1 << 8 | 1 << 7
+    } else if cfg!(target_arch = "aarch64") {
+        1 << 32 | 1 << 31
+    } else {
+        0
+    }
+}
+
+/// `-W`'s sample bit: x86's perf asks for the weight struct (with the
+/// instruction latency), every other architecture's for the plain weight
+/// (`arch_evsel__set_sample_weight`).
+fn weight_bit(x86: bool) -> u32 {
+    match x86 {
+        true => abi::PERF_SAMPLE_WEIGHT_STRUCT,
+        false => abi::PERF_SAMPLE_WEIGHT,
+    }
+}
+
 /// The sample bits the sample options and the event's kind add.
 fn sample_bits(plan: &Plan, spec: &EventSpec) -> u64 {
     let s = &plan.sample;
     let dwarf = matches!(call_graph(plan, spec), CallGraph::Dwarf(_));
+    let (intr_regs, user_regs) = asked_regs(plan, spec);
+    let x86 = cfg!(any(target_arch = "x86", target_arch = "x86_64"));
     [
         // perf samples data addresses for DWARF unwinding too.
         (
@@ -159,10 +244,10 @@ fn sample_bits(plan: &Plan, spec: &EventSpec) -> u64 {
         (s.phys_addr, abi::PERF_SAMPLE_PHYS_ADDR),
         (s.data_page_size, abi::PERF_SAMPLE_DATA_PAGE_SIZE),
         (s.code_page_size, abi::PERF_SAMPLE_CODE_PAGE_SIZE),
-        (s.weight, abi::PERF_SAMPLE_WEIGHT_STRUCT),
+        (s.weight, weight_bit(x86)),
         (s.raw || spec.is_tracepoint(), abi::PERF_SAMPLE_RAW),
-        (s.intr_regs != 0, abi::PERF_SAMPLE_REGS_INTR),
-        (s.user_regs != 0, abi::PERF_SAMPLE_REGS_USER),
+        (intr_regs != 0, abi::PERF_SAMPLE_REGS_INTR),
+        (user_regs != 0, abi::PERF_SAMPLE_REGS_USER),
         (s.branch != 0, abi::PERF_SAMPLE_BRANCH_STACK),
         (s.cgroups, abi::PERF_SAMPLE_CGROUP),
         (s.transaction, abi::PERF_SAMPLE_TRANSACTION),
@@ -173,16 +258,16 @@ fn sample_bits(plan: &Plan, spec: &EventSpec) -> u64 {
 }
 
 /// The registers and branch filter the sample options ask for.
-fn set_sample_contents(attr: &mut Attr, plan: &Plan) {
-    let s = &plan.sample;
-    if s.intr_regs != 0 {
-        attr.set_intr_regs(s.intr_regs);
+fn set_sample_contents(attr: &mut Attr, plan: &Plan, spec: &EventSpec) {
+    let (intr_regs, user_regs) = asked_regs(plan, spec);
+    if intr_regs != 0 {
+        attr.set_intr_regs(intr_regs);
     }
-    if s.user_regs != 0 {
-        attr.set_user_regs(s.user_regs);
+    if user_regs != 0 {
+        attr.set_user_regs(user_regs);
     }
-    if s.branch != 0 {
-        attr.set_branch_sample_type(s.branch);
+    if plan.sample.branch != 0 {
+        attr.set_branch_sample_type(plan.sample.branch);
     }
 }
 
@@ -191,30 +276,22 @@ fn set_sample_contents(attr: &mut Attr, plan: &Plan) {
 /// whether samples carry their period (perf: with frequency sampling, or
 /// with `-P`; a `period=` term drops it).
 fn set_sampling(attr: &mut Attr, plan: &Plan, spec: &EventSpec, mut sample_type: u64) -> u64 {
-    let leader_samples = spec
-        .leader
-        .is_some_and(|l| plan.events[l].modifiers.sample_read);
+    // A `:S` group's members are made to count by follow_group_sampler.
     let every_hit = spec.is_tracepoint() || spec.is_breakpoint() || spec.is_tracking_dummy();
     let sampling = match (spec.terms.period, spec.terms.freq, plan.sampling) {
-        // Members of a group the leader samples (`:S`) only count.
-        _ if leader_samples && spec.modifiers.sample_read => None,
-        (Some(period), _, _) => Some(Sampling::Period(period)),
-        (_, Some(hz), _) => Some(Sampling::Frequency(hz)),
-        (_, _, Sampling::Default) if every_hit => Some(Sampling::Period(1)),
-        (_, _, Sampling::Default) => Some(Sampling::Frequency(DEFAULT_HZ)),
-        (_, _, other) => Some(other),
+        (Some(period), _, _) => Sampling::Period(period),
+        (_, Some(hz), _) => Sampling::Frequency(hz),
+        (_, _, Sampling::Default) if every_hit => Sampling::Period(1),
+        (_, _, Sampling::Default) => Sampling::Frequency(DEFAULT_HZ),
+        (_, _, other) => other,
     };
     match sampling {
-        Some(Sampling::Frequency(hz)) => {
+        Sampling::Frequency(hz) => {
             attr.set_frequency(hz);
             sample_type |= abi::PERF_SAMPLE_PERIOD as u64;
         }
-        Some(Sampling::Period(period)) => attr.set_period(period),
-        Some(Sampling::Default | Sampling::MaxFrequency) => unreachable!("resolved by the plan"),
-        None => {
-            attr.set_period(0);
-            sample_type |= abi::PERF_SAMPLE_PERIOD as u64;
-        }
+        Sampling::Period(period) => attr.set_period(period),
+        Sampling::Default | Sampling::MaxFrequency => unreachable!("resolved by the plan"),
     }
     // perf's tracepoints always carry their period.
     if plan.sample.period || spec.is_tracepoint() {
@@ -243,8 +320,17 @@ fn set_call_graph(attr: &mut Attr, plan: &Plan, spec: &EventSpec, mut sample_typ
         CallGraph::Dwarf(stack) => {
             sample_type |=
                 callchain | (abi::PERF_SAMPLE_REGS_USER | abi::PERF_SAMPLE_STACK_USER) as u64;
-            attr.set_user_stack(user_regs_mask() | plan.sample.user_regs, stack);
+            let unwinding = match user_regs(plan) {
+                0 => user_regs_mask(),
+                _ => dwarf_minimal_regs(),
+            };
+            attr.set_user_stack(unwinding | asked_regs(plan, spec).1, stack);
             attr.set_exclude_callchain_user();
+        }
+        // perf walks frame pointers instead when the branch stack is taken
+        // (-b, -j) or the event leaves user space out (its own modifiers).
+        CallGraph::Lbr if plan.sample.branch != 0 || spec.modifiers.exclude_user => {
+            sample_type |= callchain
         }
         CallGraph::Lbr => {
             sample_type |= callchain | abi::PERF_SAMPLE_BRANCH_STACK as u64;
@@ -298,4 +384,108 @@ pub fn set_task_tracking(attr: &mut Attr, plan: &Plan) {
 /// latency, and the writer writes in pieces of about this size.
 pub fn wakeup_watermark(ring_bytes: usize) -> u32 {
     (ring_bytes / 4).max(1) as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::events::{resolve, EventArg};
+
+    /// A plan for `-e EVENTS` with perf's defaults, system-wide (so with
+    /// perf's tracking dummy last).
+    fn plan(events: &str) -> Plan {
+        let mut events = resolve(&[EventArg::parse(events).unwrap()], &[]).unwrap();
+        events.push(EventSpec::tracking_dummy());
+        Plan {
+            tracking: events.len() - 1,
+            events,
+            cpus: vec![0],
+            scope: Scope::SystemWide,
+            pids: Vec::new(),
+            pids_are_processes: false,
+            ring_pages: 1,
+            sampling: Sampling::Frequency(DEFAULT_HZ),
+            call_graph: CallGraph::None,
+            clockid: None,
+            inherit: true,
+            all_in: None,
+            lost_counts: true,
+            sample: Default::default(),
+            attrs: Vec::new(),
+            delay: None,
+            overwrite: false,
+            build_id_mmap: false,
+            side_band_tracking: false,
+            warnings: Vec::new(),
+        }
+    }
+
+    fn has(attr: &Attr, bit: u32) -> bool {
+        attr.sample_type() & bit as u64 != 0
+    }
+
+    #[test]
+    fn the_dummy_is_asked_for_no_registers() {
+        let mut plan = plan("cpu-clock");
+        plan.sample.intr_regs = 0xff;
+        plan.sample.user_regs = 0x1;
+        let attrs = build(&plan);
+        assert!(has(&attrs[0], abi::PERF_SAMPLE_REGS_INTR));
+        assert!(has(&attrs[0], abi::PERF_SAMPLE_REGS_USER));
+        assert!(!has(&attrs[1], abi::PERF_SAMPLE_REGS_INTR));
+        assert!(!has(&attrs[1], abi::PERF_SAMPLE_REGS_USER));
+    }
+
+    #[test]
+    fn dwarf_with_chosen_registers_adds_only_ip_and_sp() {
+        let mut plan = plan("cpu-clock");
+        plan.call_graph = CallGraph::Dwarf(8192);
+        let full = build(&plan);
+        plan.sample.user_regs = 0x1;
+        let chosen = build(&plan);
+        assert!(has(&full[0], abi::PERF_SAMPLE_REGS_USER));
+        assert_eq!(full[0].user_regs(), user_regs_mask());
+        assert_eq!(chosen[0].user_regs(), dwarf_minimal_regs() | 0x1);
+        // The dummy unwinds too, without the registers asked for.
+        assert_eq!(chosen[1].user_regs(), dwarf_minimal_regs());
+    }
+
+    #[test]
+    fn lbr_gives_way_to_a_branch_stack_and_to_kernel_only_events() {
+        let mut plan = plan("cpu-clock,cpu-clock:k");
+        plan.call_graph = CallGraph::Lbr;
+        let attrs = build(&plan);
+        assert_eq!(attrs[0].branch_sample_type(), LBR_BRANCHES);
+        assert!(has(&attrs[1], abi::PERF_SAMPLE_CALLCHAIN));
+        assert!(!has(&attrs[1], abi::PERF_SAMPLE_BRANCH_STACK));
+        plan.sample.branch = abi::PERF_SAMPLE_BRANCH_ANY as u64;
+        let attrs = build(&plan);
+        assert_eq!(attrs[0].branch_sample_type(), plan.sample.branch);
+    }
+
+    #[test]
+    fn architecture_rules() {
+        assert_eq!(weight_bit(true), abi::PERF_SAMPLE_WEIGHT_STRUCT);
+        assert_eq!(weight_bit(false), abi::PERF_SAMPLE_WEIGHT);
+        assert_eq!(leaf_frame_regs(true, CallGraph::FramePointer), 1 << 30);
+        assert_eq!(leaf_frame_regs(true, CallGraph::Dwarf(8192)), 0);
+        assert_eq!(leaf_frame_regs(false, CallGraph::FramePointer), 0);
+    }
+
+    #[test]
+    fn a_read_group_samples_through_its_leader() {
+        let plan = plan("{cpu-clock:S,task-clock,cs/period=100/}");
+        let attrs = build(&plan);
+        assert!(attrs[0].flag(Flag::Freq) && attrs[0].samples());
+        assert!(!attrs[1].flag(Flag::Freq) && !attrs[1].samples());
+        assert_eq!(attrs[1].sample_type(), attrs[0].sample_type());
+        // A member's own period keeps it sampling, with the leader's layout.
+        assert!(attrs[2].samples() && attrs[2].sample_type() == attrs[0].sample_type());
+    }
+
+    #[test]
+    fn group_members_are_not_pinned_by_the_groups_letters() {
+        let attrs = build(&plan("{cpu-clock,task-clock}:D"));
+        assert!(attrs[0].flag(Flag::Pinned) && !attrs[1].flag(Flag::Pinned));
+    }
 }

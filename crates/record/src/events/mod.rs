@@ -3,6 +3,7 @@
 //! sysfs PMUs, tracefs) into [`EventSpec`]s when the plan is made.
 
 mod cgroup;
+mod defaults;
 pub mod grammar;
 pub mod modifiers;
 mod names;
@@ -92,23 +93,6 @@ impl EventSpec {
         }
     }
 
-    /// perf's default event: cycles at the highest precise level the PMU
-    /// has (`cycles:P`), falling back to cpu-clock without a PMU. Like every
-    /// event it leaves guests out, except on AMD (`cpu_vendor` as cpuid
-    /// names it), where precise cycles are sampled through IBS, which
-    /// cannot filter guests: perf's x86 `arch_evsel__fixup_new_cycles`
-    /// clears `exclude_guest` there, and the cpu-clock fallback keeps it.
-    pub fn default_event(cpu_vendor: &str) -> EventSpec {
-        let mut spec = EventSpec::new(
-            "cycles:P".into(),
-            abi::PERF_TYPE_HARDWARE,
-            abi::PERF_COUNT_HW_CPU_CYCLES as u64,
-        );
-        spec.modifiers.exclude_guest = cpu_vendor != "AuthenticAMD";
-        spec.modifiers.precise_max = true;
-        spec
-    }
-
     /// perf's tracking event for system-wide recordings: a dummy that
     /// carries the side-band (mmap, comm, task) and is enabled when it is
     /// opened, so maps made while existing tasks are synthesized are not
@@ -134,40 +118,6 @@ impl EventSpec {
         self.configs.config
     }
 
-    /// perf's fallback for a user whom `perf_event_paranoid` (above 1)
-    /// keeps out of the kernel: an event that counted the kernel counts
-    /// user space only, renamed as perf renames it (`cpu-clock:u`; a name
-    /// that already has a `:` or `/` just gets `u`).
-    pub fn fall_back_to_user_space(&mut self) {
-        self.modifiers.exclude_kernel = true;
-        self.modifiers.exclude_hv = true;
-        let separator = if self.name.contains([':', '/']) {
-            ""
-        } else {
-            ":"
-        };
-        self.name = format!("{}{separator}u", self.name);
-    }
-
-    /// perf's fallback for cycles on a machine without a PMU: cpu-clock,
-    /// with the same modifiers (a precise level too, which cpu-clock
-    /// ignores unless it also asks for a branch stack), named as perf
-    /// names it then: `cpu-clock` and the precise level it kept
-    /// (`cpu-clock:ppp` for the default `cycles:P`).
-    pub fn fall_back_to_cpu_clock(&mut self, precise_ip: u8) -> bool {
-        let cycles = self.type_ == abi::PERF_TYPE_HARDWARE
-            && self.config() == abi::PERF_COUNT_HW_CPU_CYCLES as u64;
-        if cycles {
-            self.type_ = abi::PERF_TYPE_SOFTWARE;
-            self.configs.config = abi::PERF_COUNT_SW_CPU_CLOCK as u64;
-            self.name = match precise_ip {
-                0 => "cpu-clock".into(),
-                level => format!("cpu-clock:{}", &"ppp"[..level as usize]),
-            };
-        }
-        cycles
-    }
-
     /// A tracepoint: sampled with its raw fields, filtered by pid.
     pub fn is_tracepoint(&self) -> bool {
         self.type_ == abi::PERF_TYPE_TRACEPOINT
@@ -191,6 +141,24 @@ impl EventSpec {
     /// A breakpoint (`mem:`), which records every hit by default.
     pub fn is_breakpoint(&self) -> bool {
         self.type_ == abi::PERF_TYPE_BREAKPOINT
+    }
+
+    /// Whether, leading a `:S` group, this event lets the next member
+    /// sample for the group (see [`pmu::lends_sampling`]); x86 only.
+    pub fn lends_sampling(&self) -> bool {
+        let core = Pmu::find("cpu").or_else(|| Pmu::find("cpu_core"));
+        let has = |name: &str| core.as_ref().is_some_and(|pmu| pmu.alias(name).is_some());
+        let core_has = core.is_some().then_some(&has as &dyn Fn(&str) -> bool);
+        let x86 = cfg!(any(target_arch = "x86", target_arch = "x86_64"));
+        x86 && pmu::lends_sampling(self.type_, self.config(), core_has)
+    }
+
+    /// An event of AMD's IBS PMUs (`ibs_op`, `ibs_fetch`), as perf tells
+    /// them: by their PMU's name.
+    pub fn is_on_amd_ibs(&self) -> bool {
+        Pmu::all()
+            .iter()
+            .any(|pmu| pmu.name.starts_with("ibs") && pmu.type_ == self.type_)
     }
 
     /// A tracepoint's system and name.
@@ -226,7 +194,13 @@ pub fn resolve(args: &[EventArg], cgroups: &[CgroupArg]) -> Result<Vec<EventSpec
             for event in &group.events {
                 last = specs.len();
                 for mut spec in resolve_event(event)? {
+                    let own = spec.modifiers;
                     spec.modifiers.apply(&group.modifiers);
+                    // perf gives a group's `D` and `e` to its leader only.
+                    if group.braced && specs.len() > first {
+                        spec.modifiers.pinned = own.pinned;
+                        spec.modifiers.exclusive = own.exclusive;
+                    }
                     specs.push(spec);
                 }
             }
@@ -458,16 +432,6 @@ mod tests {
     }
 
     #[test]
-    fn default_event_leaves_guests_out_except_on_amd() {
-        let intel = EventSpec::default_event("GenuineIntel");
-        assert!(intel.modifiers.exclude_guest && intel.modifiers.precise_max);
-        let amd = EventSpec::default_event("AuthenticAMD");
-        assert!(!amd.modifiers.exclude_guest && amd.modifiers.precise_max);
-        assert!(EventSpec::default_event("").modifiers.exclude_guest);
-        assert_eq!(intel.name, "cycles:P");
-    }
-
-    #[test]
     fn software_names_and_modifiers() {
         let specs = specs("cpu-clock,cs:u,faults:k");
         assert_eq!(specs.len(), 3);
@@ -492,6 +456,14 @@ mod tests {
             (abi::PERF_TYPE_RAW, 0x3c)
         );
         assert_eq!((specs[5].bp_type, specs[5].configs.config2), (BP_W, 4));
+    }
+
+    #[test]
+    fn a_groups_pinning_goes_to_its_leader() {
+        let specs = specs("{cpu-clock,task-clock,cs:e}:D,faults:D");
+        let pinned: Vec<bool> = specs.iter().map(|s| s.modifiers.pinned).collect();
+        assert_eq!(pinned, [true, false, false, true]);
+        assert!(specs[2].modifiers.exclusive && !specs[0].modifiers.exclusive);
     }
 
     #[test]

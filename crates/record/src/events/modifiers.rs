@@ -1,5 +1,7 @@
 //! Event modifiers (`:u`, `:pp`, `{...}:S`) applied as perf applies them.
 
+use shardrec_sys::{Attr, Flag};
+
 /// What an event's modifiers (and its group's) ask of its attr.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Modifiers {
@@ -52,6 +54,12 @@ impl Modifiers {
         let mut modifiers = Modifiers::default();
         modifiers.apply(letters);
         modifiers
+    }
+
+    /// Whether `G` or `H` chose the guest and host exclusions, which perf
+    /// then never drops for a PMU that refuses them.
+    pub fn guest_or_host(&self) -> bool {
+        self.guest_or_host
     }
 
     /// Applies modifier letters (already checked by the grammar). The first
@@ -108,6 +116,39 @@ impl Modifiers {
     }
 }
 
+/// The modifiers perf writes after a name it makes from an attr
+/// (`evsel__add_modifiers`): the spaces counted when some are excluded,
+/// the precise level, then `H`/`G` for host and guest when the guest
+/// exclusion is not the one those imply (excluded with either of them,
+/// counted without).
+pub fn suffix_of(attr: &Attr) -> String {
+    let counted = |flag| !attr.flag(flag);
+    let spaces = [
+        (Flag::ExcludeKernel, 'k'),
+        (Flag::ExcludeUser, 'u'),
+        (Flag::ExcludeHv, 'h'),
+    ];
+    let excluding = spaces.iter().any(|&(flag, _)| attr.flag(flag));
+    let mut letters: String = spaces
+        .iter()
+        .filter(|&&(flag, _)| excluding && counted(flag))
+        .map(|&(_, letter)| letter)
+        .collect();
+    let precise = attr.precise_ip() as usize;
+    letters.push_str(&"ppp"[..precise]);
+    let guest_implied = excluding || precise > 0;
+    if attr.flag(Flag::ExcludeHost) || attr.flag(Flag::ExcludeGuest) == guest_implied {
+        [(Flag::ExcludeHost, 'H'), (Flag::ExcludeGuest, 'G')]
+            .iter()
+            .filter(|&&(flag, _)| counted(flag))
+            .for_each(|&(_, letter)| letters.push(letter));
+    }
+    match letters.is_empty() {
+        true => letters,
+        false => format!(":{letters}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -130,6 +171,24 @@ mod tests {
         assert!(h.exclude_guest && !h.exclude_host);
         assert_eq!(with("ppp").precise_ip, 3);
         assert!(with("S").sample_read && with("D").pinned && with("e").exclusive);
+    }
+
+    #[test]
+    fn suffixes_as_perf_makes_them_from_an_attr() {
+        let mut attr = Attr::software(0);
+        assert_eq!(suffix_of(&attr), ":HG");
+        attr.set_flag(Flag::ExcludeGuest, true);
+        assert_eq!(suffix_of(&attr), "");
+        attr.set_precise_ip(2);
+        assert_eq!(suffix_of(&attr), ":ppH");
+        attr.set_flag(Flag::ExcludeGuest, false);
+        assert_eq!(suffix_of(&attr), ":pp");
+        attr.set_exclude(false, true);
+        attr.set_flag(Flag::ExcludeHv, true);
+        attr.set_precise_ip(0);
+        assert_eq!(suffix_of(&attr), ":u");
+        attr.set_flag(Flag::ExcludeHost, true);
+        assert_eq!(suffix_of(&attr), ":uG");
     }
 
     #[test]

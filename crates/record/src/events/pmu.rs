@@ -5,6 +5,8 @@
 use std::fs;
 use std::path::PathBuf;
 
+use shardrec_sys::abi;
+
 use super::grammar::{self, Term};
 
 /// Where the kernel lists its PMUs.
@@ -108,6 +110,26 @@ impl Pmu {
     }
 }
 
+/// Intel's topdown `slots` event (the PMU has perf metrics).
+const TOPDOWN_SLOTS: u64 = 0x400;
+/// Intel's `mem-loads-aux`, which must go before a load latency event.
+const MEM_LOADS_AUX: u64 = 0x8203;
+
+/// Whether perf 6.1's x86 code lets the second event of a `:S` group
+/// sample in place of this leader, whose counts are only read: Intel's
+/// topdown `slots` on a core PMU with perf metrics
+/// (`arch_topdown_sample_read`), and `mem-loads-aux`
+/// (`is_mem_loads_aux_event`, which, without a core PMU to ask, goes by
+/// the config alone). `core_has` tells the core PMU's (`cpu`, else
+/// `cpu_core`) `events/`, None without one.
+pub fn lends_sampling(type_: u32, config: u64, core_has: Option<&dyn Fn(&str) -> bool>) -> bool {
+    let slots = type_ == abi::PERF_TYPE_RAW
+        && config == TOPDOWN_SLOTS
+        && core_has.is_some_and(|has| has("slots"));
+    let mem_loads_aux = config == MEM_LOADS_AUX && core_has.is_none_or(|has| has("mem-loads-aux"));
+    slots || mem_loads_aux
+}
+
 /// `config:0-7,32-35` into the word and its bit ranges.
 fn parse_format(text: &str) -> Option<(&str, Vec<(u32, u32)>)> {
     let (word, ranges) = text.split_once(':')?;
@@ -138,6 +160,24 @@ fn place_bits(mut word: u64, ranges: &[(u32, u32)], mut value: u64) -> Option<u6
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn leaders_that_lend_their_sampling() {
+        let icelake = |name: &str| name == "slots";
+        let sapphire = |name: &str| ["slots", "mem-loads-aux"].contains(&name);
+        let raw = abi::PERF_TYPE_RAW;
+        assert!(lends_sampling(raw, TOPDOWN_SLOTS, Some(&icelake)));
+        assert!(!lends_sampling(raw, TOPDOWN_SLOTS, None));
+        assert!(!lends_sampling(
+            abi::PERF_TYPE_HARDWARE,
+            TOPDOWN_SLOTS,
+            Some(&icelake)
+        ));
+        assert!(!lends_sampling(raw, MEM_LOADS_AUX, Some(&icelake)));
+        assert!(lends_sampling(raw, MEM_LOADS_AUX, Some(&sapphire)));
+        assert!(lends_sampling(abi::PERF_TYPE_SOFTWARE, MEM_LOADS_AUX, None));
+        assert!(!lends_sampling(raw, 0x3c, Some(&sapphire)));
+    }
 
     #[test]
     fn formats_spread_values_over_their_bits() {

@@ -31,7 +31,7 @@ pub fn negotiate(plan: &mut Plan, attrs: &mut [Attr], verbose: u8) -> Result<(),
         let leader = spec.leader.map(|l| &opened[l]);
         let event = tries
             .open(spec, attr, leader)
-            .map_err(|e| refusal(spec, attr, target, e))?;
+            .map_err(|e| refusal(spec, attr, target, &tries.missing, e))?;
         check_filter(spec, &event)?;
         opened.push(event);
     }
@@ -44,21 +44,63 @@ pub fn negotiate(plan: &mut Plan, attrs: &mut [Attr], verbose: u8) -> Result<(),
 }
 
 /// The kernel's last word on an event, with perf's explanation where perf
-/// has one for it.
-fn refusal(spec: &EventSpec, attr: &Attr, target: Target, error: io::Error) -> RecordError {
-    let reason = match error.raw_os_error() {
-        Some(libc::EOPNOTSUPP) if attr.branch_sample_type() != 0 => {
-            "PMU Hardware or event type doesn't support branch stack sampling"
-        }
-        Some(libc::EINVAL) if target.pid != -1 => {
-            "invalid in per-thread mode (a task recording), enable system wide with '-a'"
-        }
-        _ => return crate::open::open_error(spec, target, error),
-    };
-    RecordError::Unsupported {
-        name: spec.name.clone(),
-        reason: reason.into(),
+/// has one for it (`evsel__open_strerror`, in its order).
+fn refusal(
+    spec: &EventSpec,
+    attr: &Attr,
+    target: Target,
+    missing: &MissingFeatures,
+    error: io::Error,
+) -> RecordError {
+    let errno = error.raw_os_error();
+    if let (Some(libc::EINVAL), Some(words)) = (errno, missing.refusal()) {
+        return RecordError::Kernel(format!("{}: {words}", spec.name));
     }
+    let reason = match errno {
+        Some(libc::EOPNOTSUPP) => unsupported(attr),
+        Some(libc::EINVAL) if target.pid != -1 => {
+            Some("invalid in per-thread mode (a task recording), enable system wide with '-a'")
+        }
+        Some(libc::EINVAL) => amd_ibs_refusal(&crate::host::cpu_vendor(), spec, attr),
+        // Intel's load latency events where the PMU wants `mem-loads-aux`
+        // first (Sapphire Rapids, hybrid cores).
+        Some(libc::ENODATA) => Some(
+            "Cannot collect data source with the load latency event alone. \
+             Please add an auxiliary event in front of the load latency event.",
+        ),
+        _ => None,
+    };
+    match reason {
+        Some(reason) => RecordError::Unsupported {
+            name: spec.name.clone(),
+            reason: reason.into(),
+        },
+        None => crate::open::open_error(spec, target, error),
+    }
+}
+
+/// What a PMU's EOPNOTSUPP means, by what the attr asks of it.
+fn unsupported(attr: &Attr) -> Option<&'static str> {
+    let branches = attr.sample_type() & abi::PERF_SAMPLE_BRANCH_STACK as u64 != 0;
+    if branches {
+        Some("PMU Hardware or event type doesn't support branch stack sampling")
+    } else if attr.samples() {
+        Some("PMU Hardware doesn't support sampling/overflow-interrupts. Try 'perf stat'")
+    } else if attr.precise_ip() > 0 {
+        Some("'precise' request may not be supported. Try removing 'p' modifier.")
+    } else if cfg!(target_arch = "x86_64") && attr.type_() == abi::PERF_TYPE_HARDWARE {
+        Some("No hardware sampling interrupt available.")
+    } else {
+        None
+    }
+}
+
+/// perf's word on an event AMD's IBS refused (precise events are sampled
+/// through it): it cannot leave the kernel out.
+fn amd_ibs_refusal(cpu_vendor: &str, spec: &EventSpec, attr: &Attr) -> Option<&'static str> {
+    let ibs = attr.precise_ip() > 0 || spec.is_on_amd_ibs();
+    (cpu_vendor == "AuthenticAMD" && ibs && attr.flag(Flag::ExcludeKernel))
+        .then_some("AMD IBS can't exclude kernel events.  Try running at a higher privilege level.")
 }
 
 /// A `--filter` is given to the kernel on the try, so a bad expression is
@@ -127,6 +169,10 @@ impl Tries {
                 eprintln!("{attr}");
             }
             let error = match open_one(spec, attr, self.target, leader) {
+                // Without the clock asked for, perf refuses what opens.
+                Ok(_) if self.missing.refuses_success() => {
+                    return Err(io::Error::from_raw_os_error(libc::EINVAL))
+                }
                 Ok(event) => return Ok(event),
                 Err(error) => error,
             };
@@ -146,7 +192,12 @@ impl Tries {
                 }
                 attr.set_precise_ip(original_precise);
             }
-            if errno == libc::EINVAL && self.missing.switch_off_next(attr, self.verbose) {
+            let guest_or_host = spec.modifiers.guest_or_host();
+            if errno == libc::EINVAL
+                && self
+                    .missing
+                    .switch_off_next(attr, guest_or_host, self.verbose)
+            {
                 continue;
             }
             if !fall_back(spec, attr, errno, self.verbose) {
@@ -164,11 +215,10 @@ fn fall_back(spec: &mut EventSpec, attr: &mut Attr, errno: i32, verbose: u8) -> 
             eprintln!("Warning:\n{message}");
         }
     };
-    let no_pmu = matches!(
-        errno,
-        libc::ENOENT | libc::ENXIO | libc::ENODEV | libc::EOPNOTSUPP
-    );
-    if no_pmu && spec.fall_back_to_cpu_clock(attr.precise_ip()) {
+    // Only "no such event" falls back: a PMU that has cycles but cannot
+    // sample them (EOPNOTSUPP) is an error in perf 6.1, not cpu-clock.
+    let no_pmu = matches!(errno, libc::ENOENT | libc::ENXIO | libc::ENODEV);
+    if no_pmu && spec.fall_back_to_cpu_clock(attr) {
         attr.set_event(abi::PERF_TYPE_SOFTWARE, spec.config());
         warn("The cycles event is not supported, trying to fall back to cpu-clock-ticks".into());
         return true;
@@ -188,4 +238,50 @@ fn fall_back(spec: &mut EventSpec, attr: &mut Attr, errno: i32, verbose: u8) -> 
         return true;
     }
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cycles(precise: u8) -> (EventSpec, Attr) {
+        let spec = EventSpec::default_cycles("AuthenticAMD", true);
+        let mut attr = Attr::new(spec.type_, spec.config());
+        attr.set_precise_ip(precise);
+        (spec, attr)
+    }
+
+    #[test]
+    fn only_a_missing_pmu_falls_back_to_cpu_clock() {
+        let (mut spec, mut attr) = cycles(0);
+        assert!(!fall_back(&mut spec, &mut attr, libc::EOPNOTSUPP, 0));
+        assert!(fall_back(&mut spec, &mut attr, libc::ENOENT, 0));
+        assert_eq!(attr.type_(), abi::PERF_TYPE_SOFTWARE);
+        assert_eq!(spec.name, "cpu-clock:HG");
+    }
+
+    #[test]
+    fn eopnotsupp_is_explained_by_what_the_attr_asks() {
+        let (_, mut attr) = cycles(0);
+        assert_eq!(
+            unsupported(&attr).is_some(),
+            cfg!(target_arch = "x86_64"),
+            "a counting hardware event: no sampling interrupt (x86)"
+        );
+        attr.set_precise_ip(1);
+        assert!(unsupported(&attr).unwrap().contains("'precise'"));
+        attr.set_frequency(4000);
+        assert!(unsupported(&attr).unwrap().contains("sampling/overflow"));
+        attr.set_sample_type(abi::PERF_SAMPLE_BRANCH_STACK as u64);
+        assert!(unsupported(&attr).unwrap().contains("branch stack"));
+    }
+
+    #[test]
+    fn amd_ibs_cannot_leave_the_kernel_out() {
+        let (spec, mut attr) = cycles(2);
+        assert_eq!(amd_ibs_refusal("AuthenticAMD", &spec, &attr), None);
+        attr.set_exclude(false, true);
+        assert!(amd_ibs_refusal("AuthenticAMD", &spec, &attr).is_some());
+        assert_eq!(amd_ibs_refusal("GenuineIntel", &spec, &attr), None);
+    }
 }

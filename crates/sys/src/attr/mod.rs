@@ -103,6 +103,11 @@ impl Attr {
         self.raw.sample_regs_user = regs;
     }
 
+    /// The user registers (a `PERF_REG_*` mask) copied in each sample.
+    pub fn user_regs(&self) -> u64 {
+        self.raw.sample_regs_user
+    }
+
     /// The `PERF_SAMPLE_BRANCH_*` bits of a branch stack sample.
     pub fn branch_sample_type(&self) -> u64 {
         self.raw.branch_sample_type
@@ -112,6 +117,19 @@ impl Attr {
     pub fn clear_clock(&mut self) {
         self.raw.set_use_clockid(0);
         self.raw.clockid = 0;
+    }
+
+    /// The clock timestamps come from, when `use_clockid` is set.
+    pub fn clockid(&self) -> i32 {
+        self.raw.clockid
+    }
+
+    /// Whether the event samples: a period or a frequency other than 0
+    /// (perf's test for a sampling event the PMU cannot interrupt on).
+    pub fn samples(&self) -> bool {
+        // SAFETY: both fields of the union are u64 and every bit pattern
+        // is a valid u64.
+        unsafe { self.raw.__bindgen_anon_1.sample_period != 0 }
     }
 
     /// Frames at most in each callchain.
@@ -260,5 +278,17 @@ mod tests {
         // disabled (bit 0) and freq (bit 10) are set in the flags word.
         let flags = u64::from_ne_bytes(bytes[40..48].try_into().unwrap());
         assert_eq!(flags, 1 | 1 << 10);
+    }
+
+    #[test]
+    fn sampling_and_clock_read_back() {
+        let mut attr = Attr::software(0);
+        assert!(!attr.samples());
+        attr.set_period(1);
+        assert!(attr.samples());
+        attr.set_clock(libc::CLOCK_MONOTONIC_RAW);
+        assert_eq!(attr.clockid(), libc::CLOCK_MONOTONIC_RAW);
+        attr.set_user_regs(0x180);
+        assert_eq!(attr.user_regs(), 0x180);
     }
 }
