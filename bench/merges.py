@@ -19,6 +19,7 @@ import shutil
 import subprocess
 import time
 
+import budget
 import measure
 import runner
 import workloads
@@ -32,16 +33,18 @@ def thread_counts():
     return list(dict.fromkeys(n for n in (1, 2, cpus) if n <= cpus))
 
 
-def run(out, workload, reps, log):
-    """Records `workload` once into shards, merges them `reps` times per
-    thread count and compression (in rotating order, as the main loop);
-    each merge's result goes to `log` (JSON lines) and to the list
-    returned. A failed recording is one failed result."""
+def run(out, workload, reps, log, limits):
+    """Records `workload` once into shards within `limits` (budget.Budget
+    of the workload under shardrec), merges them `reps` times per thread
+    count and compression (in rotating order, as the main loop); each
+    merge's result goes to `log` (JSON lines) and to the list returned. A
+    failed recording is one failed result. A merge may take
+    budget.HANG times as long as the recording took, launch to exit."""
     tmp = os.path.join(out, "tmp", "merge")
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
     try:
-        shards, failure = record(tmp, workload)
+        shards, failure, recorded_s = record(tmp, workload, limits)
         if failure:
             log.write(json.dumps(failure) + "\n")
             return [failure]
@@ -51,7 +54,8 @@ def run(out, workload, reps, log):
         for rep in range(reps):
             k = rep % len(configs)
             for compress, threads in configs[k:] + configs[:k]:
-                result = merge(shards, os.path.join(tmp, "perf.data"), threads, compress, workload.timeout)
+                timeout = max(budget.MIN_S, budget.HANG * recorded_s)
+                result = merge(shards, os.path.join(tmp, "perf.data"), threads, compress, timeout)
                 result.update(rep=rep, input_bytes=input_bytes)
                 results.append(result)
                 log.write(json.dumps(result) + "\n")
@@ -62,25 +66,25 @@ def run(out, workload, reps, log):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def record(tmp, workload):
+def record(tmp, workload, limits):
     """`shardrec record --no-merge` of `workload`: the shard directory, or
-    None and the failed run's result."""
+    None and the failed run's result; and the seconds it took."""
     output = os.path.join(tmp, "recording.data")
     report, log = os.path.join(tmp, "load.report"), os.path.join(tmp, "stderr.log")
     argv = workloads.command([workloads.SHARDREC, "record", "--no-merge"], workload, output, report)
-    result = runner.run(argv, report, log, workload.timeout)
+    result = runner.run(argv, report, log, limits)
     shards = output + ".shards"
     if result["status"] == "ok" and result["left_behind"]:
         result["status"] = "left processes behind"
     if result["status"] == "ok" and os.path.isdir(shards):
         print(f"[merge] recorded {workload.name} into {sum(map(os.path.getsize, files(shards))) / 1e9:.2f} GB"
               " of shards", flush=True)
-        return shards, None
+        return shards, None, result["total_s"]
     with open(log, errors="replace") as f:
         result.update(status=result["status"] if result["status"] != "ok" else "no shards",
                       stderr=f.read()[-2000:])
     result.update(threads=0, compress=False, recording=True)
-    return None, result
+    return None, result, result["total_s"]
 
 
 def merge(shards, output, threads, compress, timeout):

@@ -14,8 +14,9 @@ RATIOS = [("shardrec", m) for m in PERF_MODES] + [("shardrec-z", "perf-z"), ("sh
 # With --filter, against plain perf (which cannot filter) and plain shardrec.
 RATIOS += [("shardrec-filter", "perf"), ("shardrec-filter", "shardrec")]
 
-# (key, column header, unit divisor). The derived wall_ratio is filled in
-# by `with_ratios`.
+# (key, column header, unit divisor). The derived wall_ratio (the slowdown:
+# of the wall time, or of the work done where a workload runs for a fixed
+# time) is filled in by `with_ratios`.
 COST = [
     ("wall_s", "wall s", 1),
     ("wall_ratio", "× base", 1),
@@ -87,15 +88,29 @@ def bpf_note(groups, recorders):
 
 
 def with_ratios(runs):
-    """Adds each run's wall time over its workload's median baseline."""
-    base = {}
+    """Adds each run's slowdown over its workload's baseline (the median
+    without a recorder): its wall time over the baseline's, or, for a
+    workload of fixed time, which reports its work, the baseline's work
+    per second over its own (how much longer the same work took)."""
+    base, rate = {}, {}
     for r in runs:
         if r["recorder"] == "none" and "wall_s" in r:
             base.setdefault(r["workload"], []).append(r["wall_s"])
+            if work_rate(r):
+                rate.setdefault(r["workload"], []).append(work_rate(r))
     for r in runs:
-        if r["workload"] in base and "wall_s" in r:
+        if r["workload"] in rate and work_rate(r):
+            r["wall_ratio"] = statistics.median(rate[r["workload"]]) / work_rate(r)
+        elif r["workload"] in base and "wall_s" in r:
             r["wall_ratio"] = r["wall_s"] / statistics.median(base[r["workload"]])
     return runs
+
+
+def work_rate(r):
+    """Work per second of a run whose workload reports its work, or None."""
+    if r.get("work") and r.get("wall_s"):
+        return r["work"] / r["wall_s"]
+    return None
 
 
 def grouped(runs):

@@ -1,7 +1,7 @@
-"""Runs one command under a timeout and accounts for it: wall and CPU time
-(wait4), memory, the host's other CPU use, and the workload's own report.
-Everything the command started is killed before this returns. Also holds
-the idle processes of the startup workload."""
+"""Runs one command under its time limits (budget.py) and accounts for it:
+wall and CPU time (wait4), memory, the host's other CPU use, and the
+workload's own report. Everything the command started is killed before
+this returns. Also holds the idle processes of the startup workload."""
 
 import contextlib
 import os
@@ -14,10 +14,11 @@ import time
 from workloads import LOAD
 
 
-def run(argv, report, log, timeout, sync=True):
+def run(argv, report, log, budget, sync=True):
     """Runs `argv` in its own session under `shardrec-load rusage`, which
     wait4s for it; returns the run's measurements. The workload in it
-    writes `report` (see bin/load/report.rs)."""
+    writes `report` (see bin/load/report.rs) as it ends; `budget` says how
+    long the run may take until then, and after (budget.Budget)."""
     usage_file = report + ".rusage"
     for path in (report, usage_file):
         with contextlib.suppress(FileNotFoundError):
@@ -35,7 +36,7 @@ def run(argv, report, log, timeout, sync=True):
         )
     sampler = PssSampler(proc.pid)
     try:
-        finished = wait_readable(proc.pid, timeout)
+        finished, why = wait_within(proc.pid, report, budget)
         end_ns = time.time_ns()
         if not finished:
             with contextlib.suppress(ProcessLookupError):
@@ -50,9 +51,10 @@ def run(argv, report, log, timeout, sync=True):
         left_behind = kill_group(proc.pid)
     run = {
         "exit": proc.returncode,
-        "status": "ok" if finished else f"timeout after {timeout:.0f} s",
+        "status": "ok" if finished else f"timeout after {(end_ns - launch_ns) / 1e9:.0f} s: {why}",
         "left_behind": left_behind,
         "launch_unix_ns": launch_ns,
+        "total_s": (end_ns - launch_ns) / 1e9,
         "pss_peak_kb": sampler.peak_kb,
         "host_busy_s": host_busy_s() - busy_before,
     }
@@ -78,23 +80,58 @@ def run(argv, report, log, timeout, sync=True):
         recorder_cpu_s=max(0.0, run["tree_cpu_s"] - load_cpu),
         other_cpu_s=max(0.0, run["host_busy_s"] - run["tree_cpu_s"]),
     )
+    if "work" in load:
+        run["work"] = load["work"]
     return run
 
 
 def read_report(path):
-    """The workload's `key=value` line, or None if it did not finish."""
+    """The workload's `key=value` line, or None if it did not finish (or
+    is still writing it: the line ends with a newline)."""
     try:
         with open(path) as f:
-            return {k: int(v) for k, v in (w.split("=") for w in f.read().split())}
+            text = f.read()
+        if not text.endswith("\n"):
+            return None
+        return {k: int(v) for k, v in (w.split("=") for w in text.split())}
     except (OSError, ValueError):
         return None
 
 
-def wait_readable(pid, timeout):
-    """Waits for `pid` to exit (without reaping it); False on timeout."""
+# How often the wait looks for the workload's report; also the most that
+# one wakeup counts towards a run's limits.
+POLL_S = 0.2
+
+
+def wait_within(pid, report, budget):
+    """Waits for `pid` to exit (without reaping it) within `budget`: until
+    the workload's `report` appears, then the recorder's time after it.
+    (True, None) if it exited, else (False, what ran out).
+
+    The limits are counted in this harness's own wakeups, each at most
+    POLL_S: where the host is too starved to wake it on time (a storm of
+    sampling interrupts, a recorder at SCHED_FIFO on every CPU), the run
+    is starved as much and the limits stretch with it; on a host that
+    wakes it on time they are plain seconds."""
     fd = os.pidfd_open(pid)
+    limit = budget.until_workload_ends()
+    why = f"the workload did not end within {limit:.0f} s"
+    counted, last, ended = 0.0, time.monotonic(), False
     try:
-        return bool(select.select([fd], [], [], timeout)[0])
+        while True:
+            if counted >= limit:
+                return False, f"{why} (counted {counted:.0f} s)"
+            ready = select.select([fd], [], [], min(POLL_S, limit - counted))[0]
+            now = time.monotonic()
+            counted, last = counted + min(now - last, POLL_S), now
+            if ready:
+                return True, None
+            load = None if ended else read_report(report)
+            if load is not None:
+                ended = True
+                after = budget.after_workload(load)
+                limit = max(limit, counted + after)
+                why = f"the recorder did not finish within {after:.0f} s of its workload"
     finally:
         os.close(fd)
 

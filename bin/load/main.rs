@@ -1,12 +1,18 @@
 //! `shardrec-load`: workloads of known shape for the tests and benchmarks.
 //!
 //! - `syscalls N`: exactly N `getppid` system calls, then exit;
+//! - `syscalls-for SECONDS`: `getppid` calls for SECONDS by the clock;
+//!   `--report` adds how many were made (`work=`);
 //! - `syscalls-busy N`: the same N calls from a thread pinned to one CPU
 //!   while a pinned spinner keeps every other CPU busy; only the calls are
 //!   timed;
 //! - `spin SECONDS`: one busy thread pinned to each online CPU;
 //! - `burn MILLIONS`: the same fixed work (MILLIONS million steps) in one
 //!   thread pinned to each online CPU;
+//! - `burn-for SECONDS`: the same work for SECONDS by the clock, whatever
+//!   the host's speed; `--report` adds the work done (`work=`, rounds of
+//!   10,000 steps over all CPUs), so what a recorder takes from it shows
+//!   as work lost, not as time;
 //! - `crowd N MILLIONS`: N processes, each MILLIONS million steps of
 //!   `hot_loop`, the first named `crowd-target` (for `--filter`);
 //! - `hot SECONDS`: one thread in `hot_loop`, called from `hot_caller`, for
@@ -79,6 +85,13 @@ fn run(words: &[&str], timed: &mut report::Start) -> Result<(), String> {
             .parse()
             .map(syscalls)
             .map_err(|_| format!("bad count '{n}'")),
+        ["syscalls-for", secs] => match seconds(secs) {
+            Some(time) => {
+                timed.set_work(syscalls_for(time));
+                Ok(())
+            }
+            None => Err(format!("bad seconds '{secs}'")),
+        },
         ["syscalls-busy", n] => match n.parse() {
             Ok(n) => syscalls_busy(n, timed),
             Err(_) => Err(format!("bad count '{n}'")),
@@ -91,6 +104,13 @@ fn run(words: &[&str], timed: &mut report::Start) -> Result<(), String> {
             .parse()
             .map(burn)
             .map_err(|_| format!("bad count '{millions}'")),
+        ["burn-for", secs] => match seconds(secs) {
+            Some(time) => {
+                timed.set_work(burn_for(time));
+                Ok(())
+            }
+            None => Err(format!("bad seconds '{secs}'")),
+        },
         ["hot", secs] => secs
             .parse()
             .map(|s| {
@@ -140,13 +160,18 @@ fn run(words: &[&str], timed: &mut report::Start) -> Result<(), String> {
             _ => Err(format!("bad count '{n}' or seconds '{secs}'")),
         },
         _ => Err(concat!(
-            "usage: shardrec-load [--report FILE] syscalls N | syscalls-busy N | spin SECONDS",
-            " | burn MILLIONS | hot SECONDS | bpf-churn N | bpf-hold SECONDS | bpf-hot SECONDS [LOAD_CPU RUN_CPU]",
+            "usage: shardrec-load [--report FILE] syscalls N | syscalls-for SECONDS | syscalls-busy N | spin SECONDS",
+            " | burn MILLIONS | burn-for SECONDS | hot SECONDS | bpf-churn N | bpf-hold SECONDS | bpf-hot SECONDS [LOAD_CPU RUN_CPU]",
             " | forks N | crowd N MILLIONS | idle N SECONDS | threads SECONDS",
             " | rusage FILE CMD ARGS..."
         )
         .to_string()),
     }
+}
+
+/// A duration in seconds, as the workloads of fixed time take it.
+fn seconds(word: &str) -> Option<Duration> {
+    Duration::try_from_secs_f64(word.parse().ok()?).ok()
 }
 
 /// Makes exactly `n` getppid calls: glibc never caches getppid, so each one
@@ -155,6 +180,18 @@ fn syscalls(n: u64) {
     for _ in 0..n {
         std::hint::black_box(nix::unistd::getppid());
     }
+}
+
+/// Makes getppid calls for `time` by the clock, a hundred between two
+/// readings of it; returns how many.
+fn syscalls_for(time: Duration) -> u64 {
+    let until = Instant::now() + time;
+    let mut calls = 0;
+    while Instant::now() < until {
+        syscalls(100);
+        calls += 100;
+    }
+    calls
 }
 
 /// `syscalls(n)` on a host with no idle CPU, the host shardrec is for: a
@@ -247,24 +284,40 @@ fn burn(millions: u64) {
     on_every_cpu(|rounds| rounds < millions * 100);
 }
 
+/// The burn's work on every online CPU for `time` by the clock: a
+/// workload whose length does not depend on how much a recorder (or a
+/// slow host) takes from it. Returns the rounds done over all CPUs.
+fn burn_for(time: Duration) -> u64 {
+    let until = Instant::now() + time;
+    on_every_cpu(|_| Instant::now() < until)
+}
+
 /// Runs one pinned thread per online CPU, each taking rounds of 10,000
-/// steps while `more(rounds done)` holds.
-fn on_every_cpu(more: impl Fn(u64) -> bool + Sync) {
+/// steps while `more(rounds done)` holds; returns the rounds of all.
+fn on_every_cpu(more: impl Fn(u64) -> bool + Sync) -> u64 {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let more = &more;
     std::thread::scope(|scope| {
-        for cpu in 0..cpus {
-            scope.spawn(move || {
-                let _ = pin_to(cpu);
-                let mut x = 1u64;
-                let mut rounds = 0;
-                while more(rounds) {
-                    x = steps(x);
-                    rounds += 1;
-                }
-            });
-        }
-    });
+        let threads: Vec<_> = (0..cpus)
+            .map(|cpu| {
+                scope.spawn(move || {
+                    let _ = pin_to(cpu);
+                    let mut x = 1u64;
+                    let mut rounds = 0;
+                    while more(rounds) {
+                        x = steps(x);
+                        rounds += 1;
+                    }
+                    std::hint::black_box(x);
+                    rounds
+                })
+            })
+            .collect();
+        threads
+            .into_iter()
+            .map(|t| t.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .sum()
+    })
 }
 
 /// One round of 10,000 steps of work the optimiser cannot remove.

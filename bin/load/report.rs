@@ -2,6 +2,7 @@
 //! benchmarks: when it started (CLOCK_REALTIME, comparable with the launch
 //! time a harness reads), how long it ran, and the CPU it and its waited-for
 //! children used, so a recorder's CPU is the recorder's tree minus this.
+//! A workload of fixed time adds the work it got done.
 
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -14,6 +15,7 @@ pub struct Start {
     unix_ns: u128,
     instant: Instant,
     end: Option<Instant>,
+    work: Option<u64>,
 }
 
 impl Start {
@@ -24,6 +26,7 @@ impl Start {
                 .map_or(0, |d| d.as_nanos()),
             instant: Instant::now(),
             end: None,
+            work: None,
         }
     }
 
@@ -38,8 +41,15 @@ impl Start {
         self.end = Some(Instant::now());
     }
 
+    /// The work done in the measured part, for a workload that runs for a
+    /// fixed time: a recorder that takes CPU from it leaves less done.
+    pub fn set_work(&mut self, units: u64) {
+        self.work = Some(units);
+    }
+
     /// Writes one line of `key=value` words to `path`:
-    /// `pid start_unix_ns elapsed_ns user_us sys_us maxrss_kb`.
+    /// `pid start_unix_ns elapsed_ns user_us sys_us maxrss_kb`, then
+    /// `work` where the workload set it.
     pub fn write(&self, path: &str) -> Result<(), String> {
         let end = self.end.unwrap_or_else(Instant::now);
         let elapsed = end.duration_since(self.instant).as_nanos();
@@ -49,8 +59,9 @@ impl Start {
             let t = if user { u.user_time() } else { u.system_time() };
             t.tv_sec() as i128 * 1_000_000 + t.tv_usec() as i128
         };
+        let work = self.work.map_or(String::new(), |w| format!(" work={w}"));
         let line = format!(
-            "pid={} start_unix_ns={} elapsed_ns={} user_us={} sys_us={} maxrss_kb={}\n",
+            "pid={} start_unix_ns={} elapsed_ns={} user_us={} sys_us={} maxrss_kb={}{work}\n",
             std::process::id(),
             self.unix_ns,
             elapsed,
