@@ -152,6 +152,14 @@ const CORPUS: &[&str] = &[
     "-e cpu-clock -t {pid}",
     "-g -p {pid}",
     "-e {cpu-clock,task-clock}:S -t {pid}",
+    // Rules that depend on the PMU's answers and on perf 6.1.187's
+    // fallbacks (exclude_guest dropped for the refused event only).
+    "-e {cpu-clock,msr/tsc/}:S -e {task-clock,msr/smi/}:S -e cpu-clock",
+    "-e {cpu-clock,task-clock}:D",
+    "-e cpu-clock -a -I --user-regs=ax",
+    "--call-graph dwarf --user-regs=ax",
+    "-e cpu-clock:k --call-graph lbr",
+    "-e {cpu-clock:S,task-clock}",
 ];
 
 /// What shardrec does differently on purpose, taken out of both sides
