@@ -339,6 +339,29 @@ fn run_both(
     (perf, ours)
 }
 
+/// What differs between perf's attrs and shardrec's for `line`, if
+/// anything.
+fn verdict(place: &Scratch, line: &str, target: u32) -> Option<String> {
+    let (perf, ours) = run_both(place, line, target);
+    let (perf_attrs, our_attrs) = (compared(&perf.stderr), compared(&ours.stderr));
+    let mut problems = differences(&perf_attrs, &our_attrs);
+    if perf_attrs.is_empty() {
+        problems.push("perf printed no attr".into());
+    }
+    if perf.status.success() != ours.status.success() {
+        problems.push(format!(
+            "perf {}, shardrec {}: {}",
+            perf.status,
+            ours.status,
+            String::from_utf8_lossy(&ours.stderr)
+                .lines()
+                .last()
+                .unwrap_or_default()
+        ));
+    }
+    (!problems.is_empty()).then(|| format!("`{line}`:\n    {}", problems.join("\n    ")))
+}
+
 #[test]
 fn attrs_equal_perfs_for_the_corpus() {
     let Some((_serial, scratch)) = recording_test("attr-parity") else {
@@ -358,31 +381,41 @@ fn attrs_equal_perfs_for_the_corpus() {
             .spawn()
             .unwrap(),
     );
-    let mut failures = Vec::new();
     // PARITY_ONLY=TEXT runs only the lines containing TEXT (for debugging).
     let only = std::env::var("PARITY_ONLY").unwrap_or_default();
-    for line in CORPUS.iter().filter(|l| l.contains(only.as_str())) {
-        let (perf, ours) = run_both(&scratch, line, target.0.id());
-        let (perf_attrs, our_attrs) = (compared(&perf.stderr), compared(&ours.stderr));
-        let mut problems = differences(&perf_attrs, &our_attrs);
-        if perf_attrs.is_empty() {
-            problems.push("perf printed no attr".into());
-        }
-        if perf.status.success() != ours.status.success() {
-            problems.push(format!(
-                "perf {}, shardrec {}: {}",
-                perf.status,
-                ours.status,
-                String::from_utf8_lossy(&ours.stderr)
-                    .lines()
-                    .last()
-                    .unwrap_or_default()
-            ));
-        }
-        if !problems.is_empty() {
-            failures.push(format!("`{line}`:\n    {}", problems.join("\n    ")));
-        }
-    }
+    let lines: Vec<&str> = CORPUS
+        .iter()
+        .copied()
+        .filter(|l| l.contains(only.as_str()))
+        .collect();
+    // perf's side-band thread waits out a 1 s poll at every exit, so the
+    // lines run a few at a time (the attrs do not depend on it).
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let mut verdicts: Vec<(usize, Option<String>)> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..4)
+            .map(|worker| {
+                let (next, lines, pid) = (&next, &lines, target.0.id());
+                let place = Scratch(scratch.0.join(format!("worker{worker}")));
+                std::fs::create_dir_all(&place.0).unwrap();
+                scope.spawn(move || {
+                    let mut verdicts = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(line) = lines.get(i) else {
+                            return verdicts;
+                        };
+                        verdicts.push((i, verdict(&place, line, pid)));
+                    }
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().unwrap())
+            .collect()
+    });
+    verdicts.sort();
+    let failures: Vec<String> = verdicts.into_iter().filter_map(|(_, v)| v).collect();
     drop(target);
     assert!(
         failures.is_empty(),
