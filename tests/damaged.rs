@@ -187,12 +187,22 @@ fn a_recording_killed_with_sigkill_still_merges() {
     let Some((_serial, scratch)) = recording_test("sigkill") else {
         return;
     };
+    // A spinner on every CPU beside the recording, so it has samples to
+    // take whatever else runs; killed with the test.
+    let _spinner = Reaped(
+        std::process::Command::new(load())
+            .args(["spin", "600"])
+            .spawn()
+            .unwrap(),
+    );
     let mut coordinator = shardrec()
-        .args(["record", "-q", "-a", "-e", "cpu-clock", "-o"])
+        .args(["record", "-q", "-a", "-e", "cpu-clock", "-F", "4000", "-o"])
         .arg(scratch.output())
         .spawn()
         .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let started = wait_for_start(&scratch.shards());
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let recorded = started.elapsed().as_secs_f64();
     coordinator.kill().unwrap();
     coordinator.wait().unwrap();
     // The writers and the VIP see their control pipe close, drain and exit.
@@ -218,8 +228,15 @@ fn a_recording_killed_with_sigkill_still_merges() {
     assert!(output.status.success(), "{stderr}");
     let report = perf(&["report", "--stdio"], &scratch.output());
     assert_no_complaint(&report, "perf report");
+    // At least half of what `recorded` seconds of busy CPUs give at
+    // 4 kHz: the helpers drained the rings after the kill.
     let script = perf(&["script", "-F", "time"], &scratch.output());
-    assert!(String::from_utf8_lossy(&script.stdout).lines().count() > 1000);
+    let samples = String::from_utf8_lossy(&script.stdout).lines().count();
+    let expected = recorded * 4000.0 * meta.cpus.len() as f64;
+    assert!(
+        samples as f64 > expected / 2.0,
+        "{samples} samples in {recorded:.2} s, {expected:.0} expected"
+    );
 }
 
 /// Whether `pid` runs (a zombie, which pid 1 may not have reaped yet, does not).
@@ -303,7 +320,9 @@ fn a_full_disk_cuts_the_recording_cleanly_and_the_shards_merge_elsewhere() {
             "-o",
         ])
         .arg(&output)
-        .args(["--", load(), "burn", "3000"]);
+        // Far longer than the disk lasts: the full disk ends it (and
+        // the workload with it) within a few seconds on any host.
+        .args(["--", load(), "burn-for", "100"]);
     let recorded = run(record);
     let stderr = String::from_utf8_lossy(&recorded.stderr);
     assert_eq!(recorded.status.code(), Some(1), "{stderr}");

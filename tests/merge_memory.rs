@@ -13,26 +13,30 @@ fn a_two_gigabyte_recording_merges_in_bounded_memory() {
         return;
     }
     let scratch = Scratch::new("merge-memory");
-    // DWARF stack copies at 20 kHz on every CPU: 100-160 MB/s per CPU, so
-    // 12 s leave a margin over 2 GB on a loaded machine.
-    record(
-        &scratch,
-        &[
-            "-a",
-            "-F",
-            "20000",
-            "--call-graph",
-            "dwarf",
-            "--",
-            load(),
-            "spin",
-            "12",
-        ],
-    );
+    // DWARF stack copies at 20 kHz on every CPU (100-160 MB/s per CPU
+    // here) until the recording holds 2.1 GB: --max-size stops it there,
+    // however long the host takes, as long as the spin outlasts it (the
+    // run's watchdog is two minutes).
+    let mut command = shardrec();
+    command
+        .args(["record", "-q", "--no-merge", "-o"])
+        .arg(scratch.output())
+        .args(["-a", "-F", "20000", "--call-graph", "dwarf"])
+        .args(["--max-size", "2100M", "--", load(), "spin", "100"]);
+    let output = run(command);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    // As perf: the workload still running is ended with SIGTERM, and its
+    // status is the recorder's.
+    assert_eq!(output.status.code(), Some(128 + 15), "{stderr}");
     let meta = shardrec_shard::RecordingDir::open(scratch.shards())
         .read_meta()
         .unwrap();
     let stats = meta.stats.unwrap();
+    assert_eq!(
+        stats.stopped_by,
+        shardrec_shard::StopReason::SizeLimit(2100 << 20),
+        "{stderr}"
+    );
     let bytes: u64 = stats.cpus.iter().map(|c| c.bytes).sum();
     assert!(
         bytes >= 2_000_000_000,

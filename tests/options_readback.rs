@@ -5,7 +5,7 @@ mod common;
 
 use std::process::Command;
 
-use common::{load, perf, record_and_merge, recording_test, Scratch, TestCgroup};
+use common::{load, perf, record_and_merge, recording_test, Reaped, Scratch, TestCgroup};
 
 /// `perf script -F FIELDS` of the scratch recording, as text.
 fn script(scratch: &Scratch, extra: &[&str]) -> String {
@@ -42,8 +42,10 @@ fn a_cgroup_recording_has_only_that_cgroups_tasks() {
         return;
     };
     let cgroup = TestCgroup::new("shardrec-test-cgroup");
-    let mut inside = cgroup.spin("3");
-    let mut outside = Command::new(load()).args(["spin", "3"]).spawn().unwrap();
+    // Long enough to outlast the recording on any host; killed and reaped
+    // at the end (or on a failure, by dropping them).
+    let inside = Reaped(cgroup.spin("600"));
+    let outside = Reaped(Command::new(load()).args(["spin", "600"]).spawn().unwrap());
     std::thread::sleep(std::time::Duration::from_millis(300));
     record_and_merge(
         &scratch,
@@ -58,16 +60,14 @@ fn a_cgroup_recording_has_only_that_cgroups_tasks() {
             "1",
         ],
     );
-    let inside_pid = inside.id().to_string();
+    let inside_pid = inside.0.id().to_string();
     let text = script(&scratch, &["-F", "pid"]);
     let pids: Vec<&str> = text
         .lines()
         .map(str::trim)
         .filter(|l| !l.is_empty())
         .collect();
-    outside.kill().unwrap();
-    inside.kill().unwrap();
-    let _ = (outside.wait(), inside.wait());
+    drop((outside, inside));
     assert!(pids.len() > 100, "{} samples", pids.len());
     assert!(
         pids.iter().all(|&p| p == inside_pid),

@@ -499,3 +499,31 @@ pub fn samples_with(file: &Path, fields: &str) -> Vec<Sample> {
         })
         .collect()
 }
+
+/// A child killed and reaped when dropped: a test's long-lived target
+/// (sized to outlast any host's slowness) is not left running when the
+/// test ends early or fails part-way.
+pub struct Reaped(pub std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Waits (at most a minute) until the recording into `shards` runs: its
+/// `meta.start` is written once every writer is ready. The instant it
+/// was seen, from which a test can tell how long it recorded.
+pub fn wait_for_start(shards: &Path) -> std::time::Instant {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !shards.join("meta.start").exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the recording into {} did not start in a minute",
+            shards.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    std::time::Instant::now()
+}
