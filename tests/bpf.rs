@@ -4,6 +4,7 @@
 mod common;
 
 use std::os::fd::AsFd;
+use std::os::unix::process::CommandExt;
 
 use common::*;
 use shardrec_format::header::RecordType;
@@ -23,6 +24,35 @@ fn churn_tags() -> Vec<[u8; 8]> {
         bpf::capture_prog(id).unwrap().unwrap().tag
     })
     .collect()
+}
+
+/// Waits (at most a minute) until `perf`'s workload has exec'd `comm`:
+/// perf opens and enables its events before it lets the workload exec.
+fn wait_for_workload_exec(perf: u32, comm: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let children = format!("/proc/{perf}/task/{perf}/children");
+    let execd = || {
+        let list = std::fs::read_to_string(&children).unwrap_or_default();
+        list.split_whitespace().any(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == comm)
+        })
+    };
+    while !execd() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "perf's workload was not {comm} in a minute"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// The number just before `label` in the recorder's summary on `stderr`.
+fn summary_number(stderr: &str, label: &str) -> u64 {
+    let before = &stderr[..stderr.find(label).expect(label)];
+    let digits = before.rsplit(' ').next().unwrap();
+    digits
+        .parse()
+        .unwrap_or_else(|_| panic!("'{digits}' before '{label}'"))
 }
 
 /// The name of a KSYMBOL record, and whether it unregisters the symbol.
@@ -48,14 +78,18 @@ fn a_hundred_short_lived_programs_are_all_caught() {
     );
     let records = data_records(&scratch.output());
     let (mut loads, mut unloads) = (0, 0);
+    let mut ids = std::collections::BTreeSet::new();
     for event in records
         .iter()
         .filter(|r| r[0..4] == RecordType::BPF_EVENT.0.to_ne_bytes())
     {
-        let (type_, _, tag) = parse_bpf_event(event).unwrap();
+        let (type_, id, tag) = parse_bpf_event(event).unwrap();
         if tags.contains(&tag) {
             match type_ {
-                BPF_EVENT_PROG_LOAD => loads += 1,
+                BPF_EVENT_PROG_LOAD => {
+                    loads += 1;
+                    ids.insert(id);
+                }
                 BPF_EVENT_PROG_UNLOAD => unloads += 1,
                 _ => {}
             }
@@ -80,16 +114,29 @@ fn a_hundred_short_lived_programs_are_all_caught() {
     let header = perf(&["report", "--header-only", "-I"], &scratch.output());
     assert_no_complaint(&header, "perf report --header-only");
     let text = String::from_utf8_lossy(&header.stdout);
-    let captured = text
+    // Each program lives about 2 ms, and one the VIP reaches too late is
+    // counted as missed: how many are reached depends on the host's load,
+    // but every one of the 100 must be either in the header (once) or
+    // counted as missed, and nearly all captured.
+    let in_header: Vec<_> = text
         .lines()
-        .filter(|l| {
-            l.starts_with("# bpf_prog_info ") && (l.contains("shardrec_zero") || l.ends_with(':'))
+        .filter_map(|l| {
+            l.strip_prefix("# bpf_prog_info ")?
+                .split(':')
+                .next()?
+                .parse()
+                .ok()
         })
-        .count();
+        .collect();
+    let captured = in_header.iter().filter(|id| ids.contains(id)).count();
+    let missed = ids.iter().filter(|id| !in_header.contains(id)).count();
+    assert_eq!(captured + missed, 100, "ours in the header:\n{text}");
     assert!(
-        captured >= 99,
+        captured >= 90,
         "only {captured} programs' info in the header:\n{text}"
     );
+    let said_missed = summary_number(&stderr, " missed (gone before capture)");
+    assert!(said_missed >= missed as u64, "{missed} missed: {stderr}");
     assert!(
         text.contains("# btf info of id"),
         "no BTF in the header:\n{text}"
@@ -243,18 +290,33 @@ fn a_second_recorder_does_not_cost_the_bpf_side_band() {
     let tags = churn_tags();
     // With a second recorder watching BPF events, the kernel pads these
     // records after their trailer (it sizes them once per recorder).
-    let mut other = std::process::Command::new("perf")
-        .args(["record", "-q", "-a", "-e", "dummy", "-o"])
-        .arg(scratch.0.join("other.data"))
-        .args(["sleep", "3"])
-        .spawn()
-        .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    // perf records until told to stop, so it outlasts shardrec whatever
+    // the host's speed; shardrec starts only once perf records.
+    let mut other = Reaped(
+        std::process::Command::new("perf")
+            .args(["record", "-q", "-a", "-e", "dummy", "-o"])
+            .arg(scratch.0.join("other.data"))
+            .args(["sleep", "600"])
+            .process_group(0)
+            .spawn()
+            .unwrap(),
+    );
+    wait_for_workload_exec(other.0.id(), "sleep");
     let stderr = record_and_merge(
         &scratch,
         &["-a", "-e", "cpu-clock", "--", load(), "bpf-churn", "20"],
     );
-    other.wait().unwrap();
+    assert!(
+        other.0.try_wait().unwrap().is_none(),
+        "perf stopped before shardrec ended"
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(other.0.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    // perf's status tells how its workload ended (here, by its signal).
+    other.0.wait().unwrap();
     assert!(
         !stderr.contains("shardrec: error") && !stderr.contains("warning"),
         "{stderr}"

@@ -317,12 +317,17 @@ fn a_perf_record_beside_shardrec_reads_its_own_maps() {
     };
     let probe = shardrec_sys::build_id_probe::probe().unwrap();
     eprintln!("this kernel's build ids in MMAP2: {probe:?}");
-    let mut ours = shardrec();
-    ours.args(["record", "-q", "-a", "-e", "cpu-clock", "-o"])
-        .arg(scratch.output())
-        .args(["--", "sleep", "2"]);
-    let recording = run_in_background(ours);
-    std::thread::sleep(std::time::Duration::from_millis(700));
+    // shardrec records until told to stop, and perf starts only once it
+    // records: however slow the host, perf's whole run is beside it.
+    let mut ours = Reaped(
+        shardrec()
+            .args(["record", "-q", "-a", "-e", "cpu-clock", "-o"])
+            .arg(scratch.output())
+            .stderr(std::fs::File::create(scratch.0.join("stderr")).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for_start(&scratch.shards());
     let theirs = scratch.0.join("perf.perf.data");
     let perf = Command::new("perf")
         .args(["record", "-q", "-e", "cpu-clock", "-o"])
@@ -335,12 +340,19 @@ fn a_perf_record_beside_shardrec_reads_its_own_maps() {
         ])
         .output()
         .unwrap();
-    let ours = recording.join().unwrap();
+    assert!(
+        ours.0.try_wait().unwrap().is_none(),
+        "shardrec stopped before perf ended"
+    );
+    let pid = nix::unistd::Pid::from_raw(ours.0.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    let status = wait_bounded(&mut ours.0);
+    let stderr = std::fs::read_to_string(scratch.0.join("stderr")).unwrap();
     assert!(
         perf.status.success(),
         "perf record beside shardrec: {perf:?}"
     );
-    assert!(ours.status.success(), "{ours:?}");
+    assert!(status.success(), "shardrec: {status}: {stderr}");
     // perf asked for no build ids: none of its map events may say one.
     let maps = perf_in(&scratch.0, &["script", "--show-mmap-events"], &theirs);
     let marked: Vec<&str> = maps
@@ -386,9 +398,4 @@ fn a_perf_record_of_shardrec_itself_reads_its_own_maps() {
     assert!(report.status.success(), "{report:?}");
     let maps = perf_in(&scratch.0, &["script", "--show-mmap-events"], &theirs);
     assert!(!maps.lines().any(|l| l.contains("MMAP2") && l.contains('<')));
-}
-
-/// Runs `command` to its end on a thread of its own (see [`run`]).
-fn run_in_background(command: Command) -> std::thread::JoinHandle<std::process::Output> {
-    std::thread::spawn(move || run(command))
 }

@@ -506,7 +506,13 @@ pub fn samples_with(file: &Path, fields: &str) -> Vec<Sample> {
 pub struct Reaped(pub std::process::Child);
 
 impl Drop for Reaped {
+    /// A child that leads a process group of its own (spawned with
+    /// `process_group(0)`) takes its group with it: perf's workload too.
     fn drop(&mut self) {
+        let pid = nix::unistd::Pid::from_raw(self.0.id() as i32);
+        if nix::unistd::getpgid(Some(pid)) == Ok(pid) {
+            let _ = nix::sys::signal::killpg(pid, nix::sys::signal::Signal::SIGKILL);
+        }
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
@@ -526,4 +532,22 @@ pub fn wait_for_start(shards: &Path) -> std::time::Instant {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
     std::time::Instant::now()
+}
+
+/// Waits for `child` to end, failing after two minutes as [`run`] does
+/// (the [`Reaped`] holding it then kills it), so a hang fails the test
+/// instead of stalling CI.
+pub fn wait_bounded(child: &mut std::process::Child) -> std::process::ExitStatus {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "process {} ran for two minutes",
+            child.id()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
 }
