@@ -193,15 +193,16 @@ fn the_recorders_merge_interrupted_after_freeing_shards_is_completed_by_a_merge(
     let Some((_serial, scratch)) = recording_test("consume-record") else {
         return;
     };
-    // About 150 MB: five slices of 32 MiB, each 64 writes of 512 KiB; the
-    // 150th write is in the third, after two were freed.
+    // 160 MB, however fast this host samples (--max-size stops it): five
+    // slices of 32 MiB, each 64 writes of 512 KiB; the 150th write is in
+    // the third, after two were freed.
     let mut command = shardrec();
     command
         .env("SHARDREC_FAULTS", "merge.slice=EIO@150")
         .args(["record", "-q", "-N", "-a", "--call-graph", "dwarf"])
-        .args(["-F", "10000", "-o"])
+        .args(["-F", "10000", "--max-size", "160M", "-o"])
         .arg(scratch.output())
-        .args(["--", load(), "spin", "1"]);
+        .args(["--", load(), "spin", "60"]);
     let recorded = run(command);
     let stderr = String::from_utf8_lossy(&recorded.stderr);
     assert_eq!(recorded.status.code(), Some(255), "{stderr}");

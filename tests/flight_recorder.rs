@@ -158,7 +158,7 @@ fn a_snapshot_holds_the_last_moments_and_the_disk_stays_bounded() {
         unreachable!()
     };
     assert!(
-        after > 0 && after * 4 >= after_all,
+        after > 0 && after * 4 >= after_all.min(400),
         "{after} samples of the last phase ({after_all} when nothing is overwritten)"
     );
     assert_eq!(
