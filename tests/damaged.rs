@@ -273,37 +273,16 @@ fn a_shard_that_is_not_a_regular_file_is_named_and_not_mapped() {
     assert!(!script.stdout.is_empty(), "no samples from cpu001.shard");
 }
 
-/// A small tmpfs, unmounted (and removed) on drop.
-struct SmallDisk(std::path::PathBuf);
-
-impl SmallDisk {
-    fn mount(name: &str, size: &str) -> SmallDisk {
-        let path = std::env::temp_dir().join(format!("shardrec-{name}-{}", std::process::id()));
-        std::fs::create_dir_all(&path).unwrap();
-        let status = std::process::Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(&path)
-            .status()
-            .unwrap();
-        assert!(status.success(), "mounting a tmpfs at {}", path.display());
-        SmallDisk(path)
-    }
-}
-
-impl Drop for SmallDisk {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("umount").arg(&self.0).status();
-        let _ = std::fs::remove_dir(&self.0);
-    }
-}
-
 #[test]
 fn a_full_disk_cuts_the_recording_cleanly_and_the_shards_merge_elsewhere() {
     if !require_root() {
         return;
     }
     let _serial = serial();
-    let disk = SmallDisk::mount("full", "24m");
+    let disk = Tmpfs::mount(
+        std::env::temp_dir().join(format!("shardrec-full-{}", std::process::id())),
+        "size=24m",
+    );
     let output = disk.0.join("perf.data");
     let dir = disk.0.join("perf.data.shards");
     // DWARF stacks at 20 kHz on every CPU: far more than 24 MB a second.

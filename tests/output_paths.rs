@@ -366,28 +366,6 @@ fn dev_stdout_writes_into_whatever_standard_output_is() {
     assert_eq!(place.left_in_tmp(), Vec::<PathBuf>::new());
 }
 
-/// A file system mounted at a scratch path, unmounted on drop.
-struct Mount(PathBuf);
-
-impl Mount {
-    fn tmpfs(at: PathBuf, options: &str) -> Mount {
-        std::fs::create_dir_all(&at).unwrap();
-        let status = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", options, "tmpfs"])
-            .arg(&at)
-            .status()
-            .unwrap();
-        assert!(status.success(), "mounting a tmpfs at {}", at.display());
-        Mount(at)
-    }
-}
-
-impl Drop for Mount {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.0).status();
-    }
-}
-
 #[test]
 fn a_directory_that_takes_no_file_is_refused_before_recording() {
     let Some((_serial, _)) = recording_test("readonly") else {
@@ -408,7 +386,7 @@ fn a_directory_that_takes_no_file_is_refused_before_recording() {
         "0555",
     );
     // A read-only file system: one line, before anything is recorded.
-    let readonly = Mount::tmpfs(place.path("ro"), "ro,size=1m");
+    let readonly = Tmpfs::mount(place.path("ro"), "ro,size=1m");
     let output = readonly.0.join("perf.data");
     refused(
         run(place.record_into(&output)),
@@ -424,7 +402,7 @@ fn a_directory_that_takes_no_file_is_refused_before_recording() {
     assert_eq!(std::fs::read_dir(&readonly.0).unwrap().count(), 0);
     // A full one: the recording cannot start there, and says why; a merge
     // onto it fails and keeps the shards.
-    let full = Mount::tmpfs(place.path("full"), "size=64k");
+    let full = Tmpfs::mount(place.path("full"), "size=64k");
     std::fs::write(full.0.join("filler"), vec![1u8; 64 << 10]).ok();
     let output = full.0.join("perf.data");
     let recorded = run(place.record_into(&output));

@@ -551,3 +551,28 @@ pub fn wait_bounded(child: &mut std::process::Child) -> std::process::ExitStatus
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
 }
+
+/// A tmpfs mounted at a test's own path (`options` as mount(8) takes
+/// them: "size=24m", "ro,size=1m"), unmounted and its directory removed
+/// on drop.
+pub struct Tmpfs(pub PathBuf);
+
+impl Tmpfs {
+    pub fn mount(at: PathBuf, options: &str) -> Tmpfs {
+        std::fs::create_dir_all(&at).unwrap();
+        let status = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", options, "tmpfs"])
+            .arg(&at)
+            .status()
+            .unwrap();
+        assert!(status.success(), "mounting a tmpfs at {}", at.display());
+        Tmpfs(at)
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}

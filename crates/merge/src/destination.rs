@@ -38,12 +38,7 @@ impl Destination {
             PathBuf::from(tmp)
         });
         let _ = std::fs::remove_file(&tmp);
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)?;
+        let file = create_new(&tmp)?;
         let tmp = Some(tmp);
         Ok((Destination { target, tmp }, file))
     }
@@ -95,14 +90,19 @@ fn unnamed_file(dir: &Path) -> io::Result<File> {
         Ok(file) => Ok(file),
         Err(_) => {
             let path = dir.join(format!("shardrec-merge-{}.tmp", std::process::id()));
-            let file = std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(&path)?;
+            let file = create_new(&path)?;
             std::fs::remove_file(&path)?;
             Ok(file)
         }
     }
+}
+
+/// A new file (never an existing one, nor through a link), 0600.
+fn create_new(path: &Path) -> io::Result<File> {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
 }
