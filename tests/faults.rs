@@ -78,6 +78,22 @@ fn interrupt(scratch: &Scratch, recorder: Reaped) -> (std::process::ExitStatus, 
     finish(scratch, recorder)
 }
 
+/// Stops `recorder` with SIGINT and checks it ended well, said each of
+/// `words` and left no process behind; its standard error.
+fn interrupt_cleanly(scratch: &Scratch, recorder: Reaped, words: &[&str]) -> String {
+    let (status, stderr) = interrupt(scratch, recorder);
+    assert!(status.success(), "{stderr}");
+    for words in words {
+        assert!(stderr.contains(words), "{stderr}");
+    }
+    assert_eq!(
+        processes_naming(&scratch.0),
+        0,
+        "a process of the recording still runs"
+    );
+    stderr
+}
+
 /// Waits (at most two minutes) for `recorder` to end: its exit status and
 /// standard error.
 fn finish(scratch: &Scratch, mut recorder: Reaped) -> (std::process::ExitStatus, String) {
@@ -133,16 +149,10 @@ fn a_writer_killed_twice_is_replaced_and_its_cpu_keeps_its_samples() {
         });
     }
     std::thread::sleep(Duration::from_secs(1));
-    let (status, stderr) = interrupt(&scratch, recorder);
-    assert!(status.success(), "{stderr}");
-    assert!(
-        stderr.contains("the writer of CPU 0 died and was replaced at"),
-        "{stderr}"
-    );
-    assert_eq!(
-        processes_naming(&scratch.0),
-        0,
-        "a process of the recording still runs"
+    interrupt_cleanly(
+        &scratch,
+        recorder,
+        &["the writer of CPU 0 died and was replaced at"],
     );
     let times = sample_times(&scratch.output());
     for kill in &kills {
@@ -179,20 +189,13 @@ fn a_writer_that_keeps_dying_is_given_up_on_and_the_rest_records_on() {
     }
     // The ring of CPU 0 fills on, unread, until the stop.
     std::thread::sleep(Duration::from_secs(1));
-    let (status, stderr) = interrupt(&scratch, recorder);
-    assert!(status.success(), "{stderr}");
-    assert!(
-        stderr.contains("the writer of CPU 0 died 4 times and is not replaced again"),
-        "{stderr}"
-    );
-    assert!(
-        stderr.contains("then died again and was given up on"),
-        "{stderr}"
-    );
-    assert_eq!(
-        processes_naming(&scratch.0),
-        0,
-        "a process of the recording still runs"
+    interrupt_cleanly(
+        &scratch,
+        recorder,
+        &[
+            "the writer of CPU 0 died 4 times and is not replaced again",
+            "then died again and was given up on",
+        ],
     );
     // The ring, which the kernel kept filling, was written at the stop:
     // CPU 0 has as many samples as CPU 1, within 5%; and CPU 1, left
