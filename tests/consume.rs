@@ -193,12 +193,16 @@ fn the_recorders_merge_interrupted_after_freeing_shards_is_completed_by_a_merge(
     let Some((_serial, scratch)) = recording_test("consume-record") else {
         return;
     };
-    // 160 MB, however fast this host samples (--max-size stops it): five
-    // slices of 32 MiB, each 64 writes of 512 KiB; the 150th write is in
-    // the third, after two were freed.
+    // 160 MB, however fast this host samples (--max-size stops it). The
+    // live merger frees the shards behind every 32 MiB it writes, and
+    // fails as it would free them the second time; the recorder's merge at
+    // the stop, which completes its output, fails at its first slice.
     let mut command = shardrec();
     command
-        .env("SHARDREC_FAULTS", "merge.slice=EIO@150")
+        .env(
+            "SHARDREC_FAULTS",
+            "merge.checkpoint=EIO@2,merge.slice=EIO@1",
+        )
         .args(["record", "-q", "-N", "-a", "--call-graph", "dwarf"])
         .args(["-F", "10000", "--max-size", "160M", "-o"])
         .arg(scratch.output())
@@ -206,6 +210,7 @@ fn the_recorders_merge_interrupted_after_freeing_shards_is_completed_by_a_merge(
     let recorded = run(command);
     let stderr = String::from_utf8_lossy(&recorded.stderr);
     assert_eq!(recorded.status.code(), Some(255), "{stderr}");
+    assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
     let dir = scratch.shards();
     assert!(
         stderr.contains("freed the first part of the shards")

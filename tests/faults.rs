@@ -362,8 +362,8 @@ fn a_stalled_vip_loses_side_band_records_counted_apart_from_samples() {
 enum Ends {
     /// Exit 0 and a perf.data with every record of the shards.
     Clean,
-    /// Exit 0, a warning naming the failure, the shards whole.
-    Warned,
+    /// Exit 0, a warning with this in it, the shards whole.
+    Warned(&'static str),
     /// Exit 1, "the recording was cut", the shards merge elsewhere.
     Cut,
     /// Exit 1 with this in the one error line; the shards merge.
@@ -376,13 +376,17 @@ enum Ends {
 /// and loses no record written before it.
 #[test]
 fn every_injected_fault_ends_readable_or_clear_and_loses_nothing_written() {
-    let scenarios: [(&str, &[&str], Ends); 9] = [
+    let scenarios: [(&str, &[&str], Ends); 10] = [
         ("writer.write=ENOSPC@2", &[], Ends::Cut),
         ("writer.write=EIO@2", &[], Ends::Cut),
         ("writer.write=EDQUOT@1", &[], Ends::Cut),
         ("writer.write=EINTR@1", &[], Ends::Clean),
         ("writer.write=short@1", &[], Ends::Clean),
-        ("writer.sync=EIO", &["--no-merge"], Ends::Warned),
+        (
+            "writer.sync=EIO",
+            &["--no-merge"],
+            Ends::Warned("failed while stopping"),
+        ),
         ("vip.write=EIO@1", &[], Ends::Clean),
         (
             "meta.write=ENOSPC@3",
@@ -393,6 +397,12 @@ fn every_injected_fault_ends_readable_or_clear_and_loses_nothing_written() {
             "merge.write=ENOSPC@5",
             &[],
             Ends::Failed("perf.data: No space left on device"),
+        ),
+        // The live merger dies: the merge at the stop writes perf.data.
+        (
+            "merge.round=crash@2",
+            &[],
+            Ends::Warned("the live merge stopped"),
         ),
     ];
     for (fault, args, ends) in scenarios {
@@ -434,8 +444,8 @@ fn every_injected_fault_ends_readable_or_clear_and_loses_nothing_written() {
                 code == Some(0) && stderr.is_empty(),
                 "{fault}: {code:?} {stderr}"
             ),
-            Ends::Warned => assert!(
-                code == Some(0) && stderr.contains("failed while stopping"),
+            Ends::Warned(words) => assert!(
+                code == Some(0) && stderr.contains(words),
                 "{fault}: {code:?} {stderr}"
             ),
             Ends::Cut => assert!(

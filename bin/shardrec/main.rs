@@ -2,12 +2,14 @@
 //! line and an exit code.
 
 mod flags;
+mod pipe_mode;
 
 use std::path::Path;
 use std::process::ExitCode;
 
 use flags::{Action, MergeArgs, Parsed, RecordArgs};
 use shardrec_merge::{MergeError, MergeReport};
+use shardrec_record::live_merger::Outcome;
 use shardrec_record::RecordError;
 use shardrec_shard::scan::ScannedShard;
 
@@ -60,6 +62,7 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(code) => code,
+        Err(error) if pipe_mode::reader_left(&error) => pipe_mode::die_of_sigpipe(),
         Err(error) => {
             eprintln!("shardrec: {}", shardrec_shard::with_causes(&error));
             match error {
@@ -95,6 +98,7 @@ fn record(args: RecordArgs, command_line: &[String]) -> Result<ExitCode, Error> 
         consume: !keep_shards,
     };
     let mut config = args.into_config().map_err(RecordError::Usage)?;
+    config.live_merge = Some(options.clone());
     if let Some(switch) = config.switch_output.as_mut() {
         switch.merge = options.clone();
         switch.quiet = quiet;
@@ -106,7 +110,22 @@ fn record(args: RecordArgs, command_line: &[String]) -> Result<ExitCode, Error> 
         // perf's --dry-run: the options are read and checked, nothing more.
         return Ok(ExitCode::SUCCESS);
     }
-    let mut report = shardrec_record::record(&config, command_line)?;
+    // Merged while recording unless the shards are the product (pipe
+    // mode refuses the options that write several outputs).
+    let streamed = !config.no_merge;
+    let pipe = pipe_mode::PipeMode::begin(&config.output, streamed)?;
+    if let Some(pipe) = pipe.as_ref().filter(|_| streamed) {
+        // The live merger streams into it as the recording goes.
+        config.output_stream = Some(
+            pipe.stream()
+                .map_err(RecordError::system("standard output"))?,
+        );
+    }
+    let recorded = shardrec_record::record(&config, command_line);
+    if let Some(pipe) = pipe {
+        pipe.end()?;
+    }
+    let mut report = recorded?;
     if !quiet {
         eprint!("{report}");
     }
@@ -129,7 +148,31 @@ fn record(args: RecordArgs, command_line: &[String]) -> Result<ExitCode, Error> 
         Some(switched) if !switched.last_unstamped => timestamped(&config.output)?,
         _ => config.merge_output(),
     };
-    let merged = merge_and_report(&report.dir, &output, quiet, &options, scanned)?;
+    let merged = match report.live.take() {
+        Some(Outcome::Merged { report, .. }) => show_merge(&report, quiet),
+        Some(Outcome::ReaderLeft) => {
+            if !keep_shards {
+                let _ = std::fs::remove_dir_all(&report.dir);
+            }
+            pipe_mode::die_of_sigpipe()
+        }
+        Some(Outcome::Failed(why)) if config.output_stream.is_some() => {
+            // What went down the stream cannot be sent again.
+            return Err(Error::Record(RecordError::Kernel(format!(
+                "the stream stopped ({why}); the recording is kept in {}: shardrec merge {} -o FILE",
+                report.dir.display(),
+                report.dir.display()
+            ))));
+        }
+        Some(Outcome::Failed(why)) => {
+            // The merge after the stop completes it from where it stopped.
+            let merged = merge_and_report(&report.dir, &output, quiet, &options, scanned)?;
+            eprintln!("shardrec: warning: the live merge stopped ({why}): perf.data was completed after the stop");
+            merged
+        }
+        None => merge_and_report(&report.dir, &output, quiet, &options, scanned)
+            .inspect_err(|e| pipe_mode::drop_if_reader_left(e, &report.dir, keep_shards))?,
+    };
     // A shard the merge could not read at all is a failure, even when the
     // workload succeeded (its status wins when it failed).
     let code = if merged || report.exit_code != 0 {
@@ -275,7 +318,7 @@ fn windows_are_merged_alone(dir: &Path) -> Result<(), Error> {
 /// The perf.data file `path` names: a directory output (perf's --kcore or
 /// --threads layout) holds it as `data`.
 fn perf_data_file(path: &Path) -> std::path::PathBuf {
-    match path.is_dir() {
+    match path != Path::new(shardrec_shard::output::STDOUT) && path.is_dir() {
         true => path.join("data"),
         false => path.to_path_buf(),
     }
@@ -311,12 +354,17 @@ fn merge_and_report(
     scanned: Vec<ScannedShard>,
 ) -> Result<bool, Error> {
     let report = shardrec_merge::merge_scanned(dir, output, options, scanned)?;
-    print_damage(&report);
+    Ok(show_merge(&report, quiet))
+}
+
+/// Prints a merge's damage and summary; false when a shard held no
+/// readable record at all.
+fn show_merge(report: &MergeReport, quiet: bool) -> bool {
+    print_damage(report);
     if !quiet {
         eprint!("{report}");
     }
-    let clean = report.unreadable().next().is_none();
-    Ok(clean)
+    report.unreadable().next().is_none()
 }
 
 /// What a merge of a window read, in one line.

@@ -44,7 +44,7 @@ pub struct MergeArgs {
     /// The shard directory of a recording.
     #[arg(value_name = "DIR")]
     pub dir: PathBuf,
-    /// Output file name.
+    /// Output file name ('-': standard output, in perf's pipe format).
     #[arg(
         short = 'o',
         long = "output",

@@ -118,14 +118,9 @@ struct SamplingArgs {
 #[derive(Args)]
 #[command(next_help_heading = "Output")]
 pub struct OutputArgs {
-    /// output file name; the shards are written to FILE.shards/ while recording
-    #[arg(
-        short = 'o',
-        long = "output",
-        value_name = "file",
-        default_value = "perf.data"
-    )]
-    file: PathBuf,
+    /// output file name; the shards are written to FILE.shards/ while recording. '-' is standard output in perf's pipe format; the default is perf.data, or '-' when standard output is a FIFO (a pipe), as in perf
+    #[arg(short = 'o', long = "output", value_name = "file")]
+    file: Option<PathBuf>,
     /// number of mmap data pages per CPU ring (a power of two, or a size with B/K/M/G)
     #[arg(short = 'm', long = "mmap-pages", value_name = "pages[,pages]")]
     mmap_pages: Option<String>,
@@ -375,8 +370,12 @@ impl RecordArgs {
                 .as_deref()
                 .map(|m| options::parse_ring_pages(m, page_size()))
                 .transpose()?,
-            output: output.file,
+            output: output
+                .file
+                .unwrap_or_else(shardrec_shard::output::Output::record_default),
             no_merge: output.no_merge,
+            live_merge: None,
+            output_stream: None,
             shards_dir: output.shards_dir,
             kcore: output.kcore,
             max_size: output

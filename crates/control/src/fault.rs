@@ -2,12 +2,15 @@
 //! makes the Nth call (the first by default) at each named site fail as
 //! told, in whichever process reaches it (a writer, the VIP, the
 //! coordinator, the merge). FAULT is an errno name (`ENOSPC`, `EIO`,
-//! `EDQUOT`, `EINTR`) or `short`: a write that takes half of what it was
-//! given. Without the variable nothing is injected, at the cost of one
+//! `EDQUOT`, `EINTR`), `short`: a write that takes half of what it was
+//! given, or `crash`: the process exits there at once, as one killed. Without the variable nothing is injected, at the cost of one
 //! lookup per process. The sites: `writer.write`, `writer.sync`,
 //! `vip.write`, `meta.write`, `merge.write` (every write of the merge),
 //! `merge.slice` (a write of a time slice's records: 512 KiB each, so the
-//! Nth is as far into the data whatever came before), and `filter.load`,
+//! Nth is as far into the data whatever came before), `merge.round` (a
+//! round of the live merger that writes records), `merge.checkpoint` (the
+//! live merger saying how far its output holds the recording, before it
+//! frees the shards behind), and `filter.load`,
 //! where
 //! any fault makes the VIP load a `--filter` program the kernel's
 //! verifier must refuse (a register read before it is set), so the
@@ -23,6 +26,8 @@ pub enum Fault {
     Errno(i32),
     /// Write half of what was given.
     Short,
+    /// End the process at once (done by [`inject`]: never returned).
+    Crash,
 }
 
 impl Fault {
@@ -30,7 +35,7 @@ impl Fault {
     pub fn error(self) -> Option<std::io::Error> {
         match self {
             Fault::Errno(errno) => Some(std::io::Error::from_raw_os_error(errno)),
-            Fault::Short => None,
+            Fault::Short | Fault::Crash => None,
         }
     }
 }
@@ -63,6 +68,7 @@ fn parse(entry: &str) -> Option<Planned> {
         "EIO" => Fault::Errno(libc::EIO),
         "EDQUOT" => Fault::Errno(libc::EDQUOT),
         "EINTR" => Fault::Errno(libc::EINTR),
+        "crash" => Fault::Crash,
         _ => return None,
     };
     Some(Planned {
@@ -78,7 +84,12 @@ fn parse(entry: &str) -> Option<Planned> {
 pub fn inject(site: &str) -> Option<Fault> {
     let planned = planned().iter().find(|p| p.site == site)?;
     let call = planned.calls.fetch_add(1, Ordering::Relaxed) + 1;
-    (call == planned.at).then_some(planned.fault)
+    let fault = (call == planned.at).then_some(planned.fault);
+    if fault == Some(Fault::Crash) {
+        // As a process killed: no clean-up, no report (and no core file).
+        std::process::exit(137);
+    }
+    fault
 }
 
 #[cfg(test)]

@@ -3,7 +3,10 @@
 /// A record's type (`perf_event_header.type`): the kernel's `PERF_RECORD_*`
 /// below 64, perf's own records (`PERF_RECORD_HEADER_*` and the like)
 /// from 64 on. Unknown types pass through as their number.
-#[derive(Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(transparent)]
 pub struct RecordType(pub u32);
 
 /// Declares the named record types once: the constant, and perf's name.
@@ -66,6 +69,12 @@ record_types! {
     TEXT_POKE = 20,
     /// `PERF_RECORD_AUX_OUTPUT_HW_ID`
     AUX_OUTPUT_HW_ID = 21,
+    /// `PERF_RECORD_HEADER_ATTR`: an event's attr and ids, in perf's pipe
+    /// format (a file holds them in its attrs section).
+    ATTR = 64,
+    /// `PERF_RECORD_HEADER_TRACING_DATA`: the tracepoint formats follow it,
+    /// in perf's pipe format.
+    TRACING_DATA = 66,
     /// `PERF_RECORD_FINISHED_ROUND`: readers may sort and flush what came before.
     FINISHED_ROUND = 68,
     /// `PERF_RECORD_ID_INDEX` (written by perf, not the kernel)
@@ -76,6 +85,8 @@ record_types! {
     CPU_MAP = 74,
     /// `PERF_RECORD_EVENT_UPDATE`
     EVENT_UPDATE = 78,
+    /// `PERF_RECORD_HEADER_FEATURE`: a header feature, in perf's pipe format.
+    FEATURE = 80,
     /// `PERF_RECORD_COMPRESSED`
     COMPRESSED = 81,
     /// `PERF_RECORD_FINISHED_INIT`: the synthesized state is complete.

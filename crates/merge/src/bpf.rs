@@ -3,7 +3,9 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use shardrec_perfdata::bpf::{bpf_btf_feature, bpf_prog_info_feature};
+use shardrec_perfdata::bpf::{
+    bpf_btf_feature, bpf_btf_pieces, bpf_prog_info_feature, bpf_prog_info_pieces,
+};
 use shardrec_perfdata::feature::Feature;
 use shardrec_shard::bpf_file::{self, BpfEntry};
 
@@ -51,16 +53,36 @@ pub fn read(path: &Path) -> Result<Captured, MergeError> {
     Ok(captured)
 }
 
+/// BTF objects by id.
+type Btfs = Vec<(u32, Vec<u8>)>;
+
 impl Captured {
     /// The two features; with nothing captured each says so (count 0), as
     /// perf record writes them.
     pub fn features(&self) -> Vec<(Feature, Vec<u8>)> {
-        let bpils: Vec<Vec<u8>> = self.programs.values().cloned().collect();
-        let btfs: Vec<(u32, Vec<u8>)> = self
+        let (bpils, btfs) = self.lists();
+        vec![bpf_prog_info_feature(&bpils), bpf_btf_feature(&btfs)]
+    }
+
+    /// The programs' info blocks and the BTF objects, in id order.
+    fn lists(&self) -> (Vec<Vec<u8>>, Btfs) {
+        let bpils = self.programs.values().cloned().collect();
+        let btfs = self
             .btfs
             .iter()
             .map(|(id, data)| (*id, data.clone()))
             .collect();
-        vec![bpf_prog_info_feature(&bpils), bpf_btf_feature(&btfs)]
+        (bpils, btfs)
+    }
+
+    /// The two features as perf's pipe format carries them: each in
+    /// pieces that fit a record ([`shardrec_perfdata::pipe::MAX_FEATURE_LEN`]),
+    /// which perf's reader adds together.
+    pub fn pipe_features(&self) -> Vec<(Feature, Vec<u8>)> {
+        use shardrec_perfdata::pipe::MAX_FEATURE_LEN;
+        let (bpils, btfs) = self.lists();
+        let mut features = bpf_prog_info_pieces(&bpils, MAX_FEATURE_LEN);
+        features.extend(bpf_btf_pieces(&btfs, MAX_FEATURE_LEN));
+        features
     }
 }

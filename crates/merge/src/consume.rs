@@ -57,14 +57,7 @@ impl<'a> Consumer<'a> {
         slices: &'a [Slice],
         (data_offset, base): (u64, u64),
     ) -> io::Result<Self> {
-        let files = paths
-            .iter()
-            .map(|path| match File::options().write(true).open(path) {
-                Ok(file) => Ok(Some(file)),
-                Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-                Err(e) => Err(e),
-            })
-            .collect::<io::Result<Vec<Option<File>>>>()?;
+        let files = open_to_punch(paths)?;
         let punched = shards.iter().map(|s| s.summary.start as u64).collect();
         Ok(Consumer {
             recording,
@@ -116,6 +109,8 @@ impl<'a> Consumer<'a> {
                 .zip(resume.iter().copied())
                 .collect(),
             first_sample: self.first_sample,
+            // Every record earlier than `until` is written.
+            taken: Vec::new(),
         };
         self.recording
             .write_merged_prefix(&prefix)
@@ -130,10 +125,23 @@ impl<'a> Consumer<'a> {
     }
 }
 
+/// Each shard at `paths` opened for writing, to punch it (`None` where a
+/// shard has no file).
+pub fn open_to_punch(paths: &[std::path::PathBuf]) -> io::Result<Vec<Option<File>>> {
+    paths
+        .iter()
+        .map(|path| match File::options().write(true).open(path) {
+            Ok(file) => Ok(Some(file)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        })
+        .collect()
+}
+
 /// Frees the whole pages of `file` from `from` to `to`; how far it is
 /// freed now. A file system that cannot punch holes frees nothing, and the
 /// merge goes on as one that keeps the shards.
-fn punch(file: &File, from: u64, to: u64) -> io::Result<u64> {
+pub fn punch(file: &File, from: u64, to: u64) -> io::Result<u64> {
     const PAGE: u64 = 4096;
     let (from, to) = (from.next_multiple_of(PAGE), to / PAGE * PAGE);
     if to <= from {

@@ -10,6 +10,7 @@ use shardrec_control::fault::Fault;
 use shardrec_format::header::{RecordHeader, RecordType};
 use shardrec_format::layouts::{FieldReader, Layouts};
 use shardrec_perfdata::compressed::{self, RecordCompressor, Totals};
+use shardrec_perfdata::pipe::PipeWriter;
 use shardrec_perfdata::PerfDataWriter;
 
 use crate::dso::SliceHits;
@@ -27,9 +28,16 @@ impl<W: Write + Seek> RecordSink for PerfDataWriter<W> {
     }
 }
 
+impl<W: Write> RecordSink for PipeWriter<W> {
+    fn put(&mut self, bytes: &[u8]) -> io::Result<()> {
+        injected_fault(&["merge.write"])?;
+        self.write_record(bytes)
+    }
+}
+
 /// What `SHARDREC_FAULTS` makes of a write of the merge at these `sites`,
 /// for a test (see [`shardrec_control::fault`]).
-fn injected_fault(sites: &[&str]) -> io::Result<()> {
+pub fn injected_fault(sites: &[&str]) -> io::Result<()> {
     let fault = sites
         .iter()
         .filter_map(|site| shardrec_control::fault::inject(site))
@@ -147,6 +155,11 @@ impl<S: RecordSink> DataOut<S> {
         })
     }
 
+    /// The sink (records given to a compressor may not have reached it).
+    pub fn sink_mut(&mut self) -> &mut S {
+        &mut self.sink
+    }
+
     /// One whole record.
     pub fn record(&mut self, bytes: &[u8]) -> io::Result<()> {
         if self.compressor.is_none() {
@@ -227,7 +240,7 @@ impl<'a, S: RecordSink> RecordWriter<'a, S> {
     }
 
     /// One record read from a shard (validated when the shard was opened).
-    pub fn put(&mut self, record: &'a [u8]) -> io::Result<()> {
+    pub fn put(&mut self, record: &[u8]) -> io::Result<()> {
         let header = RecordHeader::parse(record).expect("validated");
         let fields = &mut self.fields;
         self.hits
@@ -240,6 +253,16 @@ impl<'a, S: RecordSink> RecordWriter<'a, S> {
         let mut trimmed = record[..len].to_vec();
         trimmed[6..8].copy_from_slice(&(len as u16).to_ne_bytes());
         self.out.record(&trimmed)
+    }
+}
+
+impl<S: RecordSink> crate::live::RoundSink for RecordWriter<'_, S> {
+    fn put(&mut self, record: &[u8]) -> io::Result<()> {
+        RecordWriter::put(self, record)
+    }
+
+    fn end_round(&mut self) -> io::Result<()> {
+        self.out.end_round(false)
     }
 }
 

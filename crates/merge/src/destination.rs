@@ -28,6 +28,12 @@ impl Destination {
     /// Creates the file the merge writes into (0600): for a regular output
     /// at `tmp`, by default `NAME.tmp`.
     pub fn create(target: Output, tmp: Option<PathBuf>) -> io::Result<(Destination, File)> {
+        if target == Output::Pipe {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "standard output takes perf's pipe format, written in order, not a perf.data file",
+            ));
+        }
         let Output::File { path, .. } = &target else {
             let file = unnamed_file(&std::env::temp_dir())?;
             return Ok((Destination { target, tmp: None }, file));

@@ -23,8 +23,10 @@ mod data_out;
 mod destination;
 mod dso;
 mod features;
+pub mod live;
 mod order;
 mod output;
+mod pipe;
 mod progress;
 mod report;
 mod slice_writer;
@@ -215,29 +217,6 @@ pub fn merge_scanned(
         && shards.iter().all(|s| s.summary.damage.is_none())
         && matches!(target, Output::File { .. })
         && same_file_system(dir, target.path());
-    let fail = |source| MergeError::Output {
-        path: output.to_path_buf(),
-        source,
-    };
-    let tmp_path = consume.then(|| recording.partial_output_path());
-    let (destination, file) = Destination::create(target, tmp_path).map_err(fail)?;
-    let result_file = file.try_clone().map_err(fail)?;
-    // A merge that fails leaves no half-written output behind, unless it
-    // freed shards' bytes already: those are only in it now.
-    let fail = |source| match (
-        consume && recording.merged_prefix_path().exists(),
-        destination.tmp(),
-    ) {
-        (true, Some(partial)) => MergeError::Interrupted {
-            dir: dir.to_path_buf(),
-            partial: partial.to_path_buf(),
-            source,
-        },
-        _ => {
-            destination.discard();
-            fail(source)
-        }
-    };
     let plan = output::DataPlan {
         meta: &meta,
         layouts: &layouts,
@@ -252,45 +231,149 @@ pub fn merge_scanned(
         }),
         resumed: partial.as_ref().map(|p| (p.data(), p.until)),
     };
-    let (writer, written) = output::write_data(&plan, file, &bar).map_err(fail)?;
-    let mut sample_times = sample_times(&shards);
-    if let Some(prefix) = resumed.as_ref().filter(|p| p.first_sample > 0) {
-        sample_times.0 = prefix.first_sample;
+    let ending = Ending {
+        bpf: &bpf,
+        meta: &meta,
+        meta_damage: meta_damage.map(|e| shardrec_shard::with_causes(&e)),
+        options,
+        output,
+        synth: &synth,
+        shards: &shards,
+        first_sample: resumed.as_ref().map(|p| p.first_sample).filter(|&t| t > 0),
+        started,
+    };
+    if target == Output::Pipe {
+        let mut report = pipe::write(ending, &plan, &bar).map_err(|source| MergeError::Output {
+            path: output.to_path_buf(),
+            source,
+        })?;
+        bar.finish();
+        report.resumed_bytes = partial.map_or(0, |p| p.data().len() as u64);
+        return Ok(report);
     }
-    let build_ids = features::build_ids(&meta, &written.hits, options.build_ids);
-    let mut features = features::all(&meta, sample_times, &build_ids);
-    features.extend(bpf.features());
-    features.extend(written.compressed.clone());
-    let threads = written.threads;
-    writer.finish(&features).map_err(fail)?;
-    destination.publish(result_file).map_err(fail)?;
+    let fail = |source| MergeError::Output {
+        path: output.to_path_buf(),
+        source,
+    };
+    let tmp_path = consume.then(|| recording.partial_output_path());
+    let (destination, file) = Destination::create(target, tmp_path).map_err(fail)?;
+    let result_file = file.try_clone().map_err(fail)?;
+    // A merge that fails leaves no half-written output behind, but the
+    // part of the recording only its output holds: what it freed from the
+    // shards, or what the interrupted merge it resumed had freed.
+    let fail = |source| {
+        let freed = consume && recording.merged_prefix_path().exists();
+        match (freed, destination.tmp(), resumed.is_some()) {
+            (true, Some(partial), _) => MergeError::Interrupted {
+                dir: dir.to_path_buf(),
+                partial: partial.to_path_buf(),
+                source,
+            },
+            (_, _, true) => {
+                destination.discard();
+                MergeError::Interrupted {
+                    dir: dir.to_path_buf(),
+                    partial: recording.partial_output_path(),
+                    source,
+                }
+            }
+            _ => {
+                destination.discard();
+                fail(source)
+            }
+        }
+    };
+    let (writer, written) = output::write_data(&plan, file, &bar).map_err(fail)?;
+    let mut report = ending
+        .conclude(writer, written, |writer, features| {
+            writer.finish(features)?;
+            destination.publish(result_file)
+        })
+        .map_err(fail)?;
     if consume {
-        let _ = std::fs::write(
-            recording.spent_path(),
-            output.as_os_str().as_encoded_bytes(),
-        );
-        let _ = std::fs::remove_file(recording.merged_prefix_path());
+        recording.mark_spent(output);
     }
     bar.finish();
-    let mut report = report(
-        &meta,
-        &synth,
-        &shards,
-        output,
-        input_bytes,
-        build_ids.len(),
-        written,
-        started,
-    );
-    report.threads = threads;
-    if let Some(cache) = &options.build_id_cache {
-        (report.cached_build_ids, report.cache_failures) = build_id_cache::add(cache, &build_ids);
-    }
-    report.meta_damage = meta_damage.map(|e| shardrec_shard::with_causes(&e));
-    report.bpf_programs = bpf.programs.len();
-    report.bpf_torn_bytes = bpf.torn_bytes;
     report.resumed_bytes = partial.map_or(0, |p| p.data().len() as u64);
     Ok(report)
+}
+
+/// What every merge ends with, once its data section is written: the
+/// header features (build ids of the binaries hit, the BPF programs
+/// captured), the output put in place, the build-id cache, the report.
+pub(crate) struct Ending<'a> {
+    pub bpf: &'a bpf::Captured,
+    pub meta: &'a shardrec_shard::Meta,
+    pub meta_damage: Option<String>,
+    pub options: &'a MergeOptions,
+    pub output: &'a Path,
+    pub synth: &'a Shard,
+    pub shards: &'a [Shard],
+    /// The first sample's time where the shards no longer hold it (an
+    /// interrupted merge freed it).
+    pub first_sample: Option<u64>,
+    pub started: Instant,
+}
+
+impl Ending<'_> {
+    /// Writes the features through `finish` (which also puts the output
+    /// in place) and reports.
+    pub fn conclude<W: std::io::Write + std::io::Seek>(
+        self,
+        writer: shardrec_perfdata::PerfDataWriter<W>,
+        written: output::Written,
+        finish: impl FnOnce(
+            shardrec_perfdata::PerfDataWriter<W>,
+            &[(shardrec_perfdata::feature::Feature, Vec<u8>)],
+        ) -> std::io::Result<()>,
+    ) -> std::io::Result<MergeReport> {
+        let options = self.options;
+        let build_ids = features::build_ids(self.meta, &written.hits, options.build_ids);
+        let mut features = features::all(self.meta, self.sample_times(), &build_ids);
+        features.extend(self.bpf.features());
+        features.extend(written.compressed.clone());
+        finish(writer, &features)?;
+        let mut report = self.report(written, build_ids.len());
+        if let Some(cache) = &options.build_id_cache {
+            (report.cached_build_ids, report.cache_failures) =
+                build_id_cache::add(cache, &build_ids);
+        }
+        Ok(report)
+    }
+
+    /// The first and last sample time of the recording.
+    pub fn sample_times(&self) -> (u64, u64) {
+        let mut times = sample_times(self.shards);
+        if let Some(first) = self.first_sample {
+            times.0 = first;
+        }
+        times
+    }
+
+    /// The report of a merge that wrote `written`, with `build_ids` build
+    /// ids in its header.
+    pub fn report(self, written: output::Written, build_ids: usize) -> MergeReport {
+        let input_bytes = std::iter::once(self.synth)
+            .chain(self.shards)
+            .map(|s| (s.summary.valid_len - s.summary.start) as u64)
+            .sum::<u64>();
+        let threads = written.threads;
+        let mut report = report(
+            self.meta,
+            self.synth,
+            self.shards,
+            self.output,
+            input_bytes,
+            build_ids,
+            written,
+            self.started,
+        );
+        report.threads = threads;
+        report.meta_damage = self.meta_damage;
+        report.bpf_programs = self.bpf.programs.len();
+        report.bpf_torn_bytes = self.bpf.torn_bytes;
+        report
+    }
 }
 
 /// Refuses a recording whose shards a merge freed as it went.
@@ -320,8 +403,7 @@ fn open_resumed(
 ) -> Result<Vec<Shard>, MergeError> {
     let (synth, shards) = paths.split_last().expect("the synthesized state's path");
     let mut opened = shardrec_shard::parallel::try_map(shards, threads, |_, path| {
-        let start = prefix.resume_offset(&source::file_name(path));
-        Shard::open_from(path, layouts, (start, prefix.until))
+        Shard::open_from(path, layouts, prefix.resume(&source::file_name(path)))
     })?;
     opened.push(Shard::empty(synth));
     Ok(opened)
@@ -370,7 +452,7 @@ impl ResumedData {
 /// Whether `output` is written on the file system that holds `dir`, so
 /// that the pages the shards give back are the output's to take and the
 /// finished output is renamed into place.
-fn same_file_system(dir: &Path, output: &Path) -> bool {
+pub(crate) fn same_file_system(dir: &Path, output: &Path) -> bool {
     use std::os::unix::fs::MetadataExt;
     let parent = match output.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,

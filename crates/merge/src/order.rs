@@ -115,7 +115,7 @@ impl<'a> SortedShard<'a> {
             .time(record, header.type_)
             .unwrap_or(self.max_read);
         self.max_read = self.max_read.max(time);
-        if !self.slice.contains(time) {
+        if !self.slice.contains(time) || self.shard.resume.merged(self.pos, time) {
             self.pos += len;
             return true;
         }

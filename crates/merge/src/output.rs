@@ -19,8 +19,8 @@ use crate::data_out::{self, marker, DataOut, RecordSink, RecordWriter};
 use crate::dso::DsoHits;
 use crate::order::{release_step, Merged, SortedShard};
 use crate::progress::Progress;
-use crate::slice_writer::{self, ConsumeShards, Context};
-use crate::slices;
+use crate::slice_writer::{self, ConsumeShards, Context, SliceDone};
+use crate::slices::{self, Slice};
 use crate::source::Shard;
 
 /// What the data section got.
@@ -77,6 +77,32 @@ pub fn write_data(
     let file = out.try_clone()?;
     let buffered = BufWriter::with_capacity(1 << 20, out);
     let mut writer = PerfDataWriter::create(buffered, &attrs(plan.meta))?;
+    let mut written = write_records(plan, &mut writer, progress, |context, slices, writer| {
+        slice_writer::write_slices(context, slices, writer, &file)
+    })?;
+    written.data_bytes = writer.data_size();
+    Ok((writer, written))
+}
+
+/// The records [`write_data`] writes, into `sink` in order (perf's pipe
+/// format, which no one can seek into): the slices merged one after the
+/// other, or with `-z` compressed by several threads and written in order.
+pub fn write_stream<S: RecordSink + Send>(
+    plan: &DataPlan,
+    sink: &mut S,
+    progress: &Progress,
+) -> io::Result<Written> {
+    write_records(plan, sink, progress, slice_writer::write_slices_in_order)
+}
+
+/// Every record of the data section into `sink`, the time slices through
+/// `slices_into`.
+fn write_records<S: RecordSink>(
+    plan: &DataPlan,
+    sink: &mut S,
+    progress: &Progress,
+    slices_into: impl FnOnce(&Context, &[Slice], &mut S) -> io::Result<Vec<SliceDone>>,
+) -> io::Result<Written> {
     let mut written = Written::default();
     // An MMAP2 says it carries a build id only if an event of the
     // recording asked for them: the kernel sets the bit on other events'
@@ -85,26 +111,19 @@ pub fn write_data(
     // The start records and the synthesized state are written as they are;
     // -z compresses what follows, as perf record compresses what it reads
     // from its rings.
-    let mut head = RecordWriter::new(DataOut::new(&mut writer, None)?, plan.layouts);
+    let mut head = RecordWriter::new(DataOut::new(&mut *sink, None)?, plan.layouts);
     match plan.resumed {
         Some((prefix, _)) => write_resumed(prefix, &mut head)?,
-        None => {
-            for record in start_records(plan.meta) {
-                head.out.record(&record)?;
-            }
-            let synth = SortedShard::new(plan.synth, plan.layouts, release_step(1));
-            for (_, record) in Merged::new(vec![synth]) {
-                head.put(record)?;
-            }
-            head.out.record(&marker(RecordType::FINISHED_INIT))?;
-        }
+        None => write_head(plan.meta, plan.layouts, plan.synth, &mut head)?,
     }
     written.records = head.records;
     written.hits.replay(head.hits);
     progress.advance(plan.synth.summary.valid_len as u64);
 
-    let from = plan.resumed.map_or(0, |(_, until)| until);
-    let slices = slices::plan(plan.shards, plan.slice_bytes, from);
+    // A resumed merge's shards leave out what is written already
+    // (`Shard::resume`): a record that came late, after `until`'s records
+    // were written, is in the first slice.
+    let slices = slices::plan(plan.shards, plan.slice_bytes, 0);
     let context = Context {
         shards: plan.shards,
         layouts: plan.layouts,
@@ -115,7 +134,7 @@ pub fn write_data(
         write_piece: data_out::write_piece(plan.meta.ring_pages * page_size()),
     };
     let mut totals = Totals::default();
-    for done in slice_writer::write_slices(&context, &slices, &mut writer, &file)? {
+    for done in slices_into(&context, &slices, sink)? {
         written.records += done.records;
         written.hits.replay(done.hits);
         totals += done.totals;
@@ -123,8 +142,9 @@ pub fn write_data(
     written.slices = slices.len();
     written.threads = context.threads;
 
-    let mut tail = DataOut::new(&mut writer, plan.compression)?;
-    written.lost_samples_added = write_lost_samples(plan.meta, plan.shards, &mut tail)?;
+    let mut tail = DataOut::new(&mut *sink, plan.compression)?;
+    let last_time = plan.shards.iter().map(|s| s.summary.last_time).max();
+    written.lost_samples_added = write_lost_samples(plan.meta, last_time.unwrap_or(0), &mut tail)?;
     tail.end_round(true)?;
     let (_, tail_totals) = tail.finish()?;
     totals += tail_totals;
@@ -132,8 +152,25 @@ pub fn write_data(
         totals.level = level;
         written.compressed = Some(totals.feature());
     }
-    written.data_bytes = writer.data_size();
-    Ok((writer, written))
+    Ok(written)
+}
+
+/// What comes before the recorded data: the start records, the
+/// synthesized state in time order, FINISHED_INIT.
+pub fn write_head<S: RecordSink>(
+    meta: &Meta,
+    layouts: &Layouts,
+    synth: &Shard,
+    head: &mut RecordWriter<S>,
+) -> io::Result<()> {
+    for record in start_records(meta) {
+        head.out.record(&record)?;
+    }
+    let synth = SortedShard::new(synth, layouts, release_step(1));
+    for (_, record) in Merged::new(vec![synth]) {
+        head.put(record)?;
+    }
+    head.out.record(&marker(RecordType::FINISHED_INIT))
 }
 
 /// The records an interrupted merge wrote, as they are; the kernel's are
@@ -199,7 +236,7 @@ fn start_records(meta: &Meta) -> Vec<Vec<u8>> {
 }
 
 /// Each event with every id it has on any CPU.
-fn attrs(meta: &Meta) -> Vec<AttrEntry> {
+pub fn attrs(meta: &Meta) -> Vec<AttrEntry> {
     meta.events
         .iter()
         .map(|event| AttrEntry {
@@ -212,19 +249,14 @@ fn attrs(meta: &Meta) -> Vec<AttrEntry> {
 /// perf record ends with a `PERF_RECORD_LOST_SAMPLES` per event that the
 /// kernel counted drops for; so does the merge, stamped with the last time
 /// so the order stays non-decreasing.
-fn write_lost_samples<S: crate::data_out::RecordSink>(
+pub fn write_lost_samples<S: crate::data_out::RecordSink>(
     meta: &Meta,
-    shards: &[Shard],
+    last_time: u64,
     out: &mut DataOut<S>,
 ) -> io::Result<u64> {
     let Some(stats) = &meta.stats else {
         return Ok(0);
     };
-    let last_time = shards
-        .iter()
-        .map(|s| s.summary.last_time)
-        .max()
-        .unwrap_or(0);
     let mut added = 0;
     for &(cpu, id, lost) in &stats.lost_by_event {
         let Some(event) = meta

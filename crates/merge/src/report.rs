@@ -10,7 +10,7 @@ use shardrec_format::header::RecordType;
 use shardrec_shard::scan::Damage;
 
 /// One CPU's part of the merge.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct CpuSummary {
     /// The CPU.
     pub cpu: u32,
@@ -21,7 +21,7 @@ pub struct CpuSummary {
 }
 
 /// The outcome of a merge.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct MergeReport {
     /// The perf.data written.
     pub output: PathBuf,
@@ -60,6 +60,14 @@ pub struct MergeReport {
     pub meta_damage: Option<String>,
     /// Bytes of data taken from an interrupted merge's `merged.partial`.
     pub resumed_bytes: u64,
+    /// Header features a merge into perf's pipe format left out, each too
+    /// large for a record (64 KiB).
+    pub left_out_of_pipe: Vec<String>,
+    /// A live merge's records that arrived behind a round it had written,
+    /// and went out in the next one.
+    pub late_records: u64,
+    /// A live merge's rounds (0 for a merge after the fact).
+    pub rounds: u64,
 }
 
 impl MergeReport {
@@ -96,7 +104,18 @@ impl fmt::Display for MergeReport {
             1 => "1 thread".to_string(),
             n => format!("{n} threads"),
         };
-        writeln!(f, "  merged in {} time slices by {threads}", self.slices)?;
+        match self.rounds {
+            0 => writeln!(f, "  merged in {} time slices by {threads}", self.slices)?,
+            rounds => writeln!(
+                f,
+                "  merged while recording, in {rounds} rounds; the last one and the header took {:.2} s after the stop{}",
+                self.elapsed.as_secs_f64(),
+                match self.late_records {
+                    0 => String::new(),
+                    late => format!(" ({late} records came behind a round already written, and went out in the next)"),
+                }
+            )?,
+        }
         let types: Vec<String> = self
             .by_type
             .iter()
@@ -126,6 +145,13 @@ impl fmt::Display for MergeReport {
         }
         for failure in &self.cache_failures {
             writeln!(f, "  build-id cache: {failure}")?;
+        }
+        if !self.left_out_of_pipe.is_empty() {
+            writeln!(
+                f,
+                "  left out of the pipe, each too large for a record (64 KiB; a file holds them): {}",
+                self.left_out_of_pipe.join(", ")
+            )?;
         }
         for cpu in self.cpus.iter().filter(|c| c.lost > 0) {
             let total = cpu.samples + cpu.lost;

@@ -6,6 +6,11 @@
 //! once compressed: each slice is compressed into memory (its own zstd
 //! frame) and written in slice order, with at most two slices per thread
 //! waiting, which bounds the memory.
+//!
+//! A stream (perf's pipe format) takes its records in order only: with
+//! `-z` as above; uncompressed, one slice after the other straight into
+//! it, by one thread (a slice in memory is 32 MiB, and the reader of a
+//! pipe is slower than one merging thread).
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -116,10 +121,26 @@ fn write_positioned<'a, W: Write + Seek>(
     })
 }
 
-fn write_in_order<'a, W: Write + Seek + Send>(
+/// Merges every slice into `sink`, in order: for a stream, which cannot
+/// be written at offsets.
+pub fn write_slices_in_order<S: RecordSink + Send>(
+    context: &Context,
+    slices: &[Slice],
+    sink: &mut S,
+) -> io::Result<Vec<SliceDone>> {
+    if context.compression.is_some() {
+        return write_in_order(context, slices, sink);
+    }
+    slices
+        .iter()
+        .map(|slice| merge_slice(context, slice, &mut *sink).map(|(_, done)| done))
+        .collect()
+}
+
+fn write_in_order<'a, S: RecordSink + Send>(
     context: &Context<'a>,
     slices: &[Slice],
-    writer: &mut PerfDataWriter<W>,
+    writer: &mut S,
 ) -> io::Result<Vec<SliceDone>> {
     let queue = InOrder::new(writer, 2 * context.threads);
     parallel::try_map(slices, context.threads, |index, slice| {
@@ -174,22 +195,22 @@ fn merge_slice<'a, S: RecordSink>(
 
 /// Slices' compressed bytes, written in slice order whichever thread
 /// finishes first.
-struct InOrder<'w, W: Write + Seek> {
-    state: Mutex<Turn<'w, W>>,
+struct InOrder<'w, S: RecordSink> {
+    state: Mutex<Turn<'w, S>>,
     turn: Condvar,
     /// How far past the next slice to write a thread may start one.
     ahead: usize,
 }
 
-struct Turn<'w, W: Write + Seek> {
-    writer: &'w mut PerfDataWriter<W>,
+struct Turn<'w, S: RecordSink> {
+    writer: &'w mut S,
     next: usize,
     ready: BTreeMap<usize, Vec<u8>>,
     failed: bool,
 }
 
-impl<'w, W: Write + Seek> InOrder<'w, W> {
-    fn new(writer: &'w mut PerfDataWriter<W>, ahead: usize) -> Self {
+impl<'w, S: RecordSink> InOrder<'w, S> {
+    fn new(writer: &'w mut S, ahead: usize) -> Self {
         InOrder {
             state: Mutex::new(Turn {
                 writer,
@@ -202,7 +223,7 @@ impl<'w, W: Write + Seek> InOrder<'w, W> {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Turn<'w, W>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Turn<'w, S>> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 

@@ -4,6 +4,7 @@
 use std::path::Path;
 
 use shardrec_format::layouts::Layouts;
+use shardrec_shard::merged_prefix::Resume;
 use shardrec_shard::scan::{ScannedShard, ShardBytes, ShardSummary};
 
 use crate::MergeError;
@@ -16,6 +17,8 @@ pub struct Shard {
     pub bytes: ShardBytes,
     /// What it holds, and where it stops being whole records.
     pub summary: ShardSummary,
+    /// What of it an interrupted merge wrote already.
+    pub resume: Resume,
 }
 
 impl Shard {
@@ -24,22 +27,20 @@ impl Shard {
     /// mapped (not a regular file, unreadable) is empty and damaged from
     /// its first byte, so the other shards are still merged.
     pub fn open(path: &Path, layouts: &Layouts) -> Result<Shard, MergeError> {
-        Self::open_from(path, layouts, (0, 0))
+        Self::open_from(path, layouts, Resume::default())
     }
 
-    /// [`Shard::open`], of the records from offset `from.0` on not earlier
-    /// than `from.1`: what an interrupted merge left to merge
+    /// [`Shard::open`], of what an interrupted merge left to merge
     /// ([`shardrec_shard::merged_prefix`]).
-    pub fn open_from(
-        path: &Path,
-        layouts: &Layouts,
-        from: (usize, u64),
-    ) -> Result<Shard, MergeError> {
+    pub fn open_from(path: &Path, layouts: &Layouts, from: Resume) -> Result<Shard, MergeError> {
         if !path.exists() {
             return Ok(Shard::empty(path));
         }
         match ScannedShard::scan_from(path, layouts, from) {
-            Ok(scanned) => Ok(Shard::from_scanned(scanned)),
+            Ok(scanned) => Ok(Shard {
+                resume: from,
+                ..Shard::from_scanned(scanned)
+            }),
             Err(error) => {
                 let reason = match error {
                     shardrec_shard::Error::Io { source, .. } => source.to_string(),
@@ -50,6 +51,7 @@ impl Shard {
                     name: file_name(path),
                     bytes: ShardBytes::empty(),
                     summary: ShardSummary::unreadable(dropped, format!("cannot be read: {reason}")),
+                    resume: from,
                 })
             }
         }
@@ -61,6 +63,7 @@ impl Shard {
             name: file_name(path),
             bytes: ShardBytes::empty(),
             summary: ShardSummary::default(),
+            resume: Resume::default(),
         }
     }
 
@@ -70,6 +73,7 @@ impl Shard {
             name: file_name(&scanned.path),
             bytes: scanned.bytes,
             summary: scanned.summary,
+            resume: Resume::default(),
         }
     }
 

@@ -139,29 +139,87 @@ pub fn bpil_prog_id(block: &[u8]) -> Option<u32> {
 /// program id, as perf's tree of them is, keeping the first block of an id
 /// given twice (perf's reader would drop the second).
 pub fn bpf_prog_info_feature(bpils: &[Vec<u8>]) -> (Feature, Vec<u8>) {
-    let mut sorted: Vec<&Vec<u8>> = bpils.iter().collect();
-    sorted.sort_by_key(|block| bpil_prog_id(block));
-    sorted.dedup_by_key(|block| bpil_prog_id(block));
-    let mut buf = FeatureBuf::new();
-    buf.u32(sorted.len() as u32);
-    for block in sorted {
-        buf.bytes(block);
-    }
-    (Feature::BpfProgInfo, buf.into_bytes())
+    let content = counted(&prog_info_entries(bpils), usize::MAX).remove(0);
+    (Feature::BpfProgInfo, content)
+}
+
+/// [`bpf_prog_info_feature`] cut into pieces of at most `max_len` bytes,
+/// for perf's pipe format, where a feature is one record and a record holds
+/// at most 64 KiB: perf's reader (`process_bpf_prog_info`) adds the
+/// programs of each piece to those it has. A program larger than a piece
+/// can hold is a piece of its own, over `max_len`.
+pub fn bpf_prog_info_pieces(bpils: &[Vec<u8>], max_len: usize) -> Vec<(Feature, Vec<u8>)> {
+    counted(&prog_info_entries(bpils), max_len)
+        .into_iter()
+        .map(|content| (Feature::BpfProgInfo, content))
+        .collect()
 }
 
 /// `HEADER_BPF_BTF`: u32 count, then per BTF object u32 id, u32 size and
 /// its raw data (unpadded). Written by id, first of an id given twice.
 pub fn bpf_btf_feature(btfs: &[(u32, Vec<u8>)]) -> (Feature, Vec<u8>) {
+    (
+        Feature::BpfBtf,
+        counted(&btf_entries(btfs), usize::MAX).remove(0),
+    )
+}
+
+/// [`bpf_btf_feature`] cut into pieces of at most `max_len` bytes, as
+/// [`bpf_prog_info_pieces`] (perf's `process_bpf_btf` adds each piece's
+/// objects to those it has).
+pub fn bpf_btf_pieces(btfs: &[(u32, Vec<u8>)], max_len: usize) -> Vec<(Feature, Vec<u8>)> {
+    counted(&btf_entries(btfs), max_len)
+        .into_iter()
+        .map(|content| (Feature::BpfBtf, content))
+        .collect()
+}
+
+/// The blocks by program id, the first of an id given twice.
+fn prog_info_entries(bpils: &[Vec<u8>]) -> Vec<&[u8]> {
+    let mut sorted: Vec<&Vec<u8>> = bpils.iter().collect();
+    sorted.sort_by_key(|block| bpil_prog_id(block));
+    sorted.dedup_by_key(|block| bpil_prog_id(block));
+    sorted.into_iter().map(Vec::as_slice).collect()
+}
+
+/// Each BTF object as id, size and data, by id, the first of an id given
+/// twice.
+fn btf_entries(btfs: &[(u32, Vec<u8>)]) -> Vec<Vec<u8>> {
     let mut sorted: Vec<&(u32, Vec<u8>)> = btfs.iter().collect();
     sorted.sort_by_key(|(id, _)| *id);
     sorted.dedup_by_key(|(id, _)| *id);
-    let mut buf = FeatureBuf::new();
-    buf.u32(sorted.len() as u32);
-    for (id, data) in sorted {
-        buf.u32(*id).u32(data.len() as u32).bytes(data);
+    sorted
+        .into_iter()
+        .map(|(id, data)| {
+            let mut buf = FeatureBuf::new();
+            buf.u32(*id).u32(data.len() as u32).bytes(data);
+            buf.into_bytes()
+        })
+        .collect()
+}
+
+/// `entries` as u32-counted lists of at most `max_len` bytes each (an
+/// entry too large for one alone is a list of its own); at least one list,
+/// with count 0 when there is nothing.
+fn counted<E: AsRef<[u8]>>(entries: &[E], max_len: usize) -> Vec<Vec<u8>> {
+    let mut lists: Vec<(u32, Vec<u8>)> = vec![(0, Vec::new())];
+    for entry in entries.iter().map(AsRef::as_ref) {
+        let (count, bytes) = lists.last_mut().expect("one list at least");
+        if *count > 0 && 4 + bytes.len() + entry.len() > max_len {
+            lists.push((1, entry.to_vec()));
+            continue;
+        }
+        *count += 1;
+        bytes.extend_from_slice(entry);
     }
-    (Feature::BpfBtf, buf.into_bytes())
+    lists
+        .into_iter()
+        .map(|(count, bytes)| {
+            let mut buf = FeatureBuf::new();
+            buf.u32(count).bytes(&bytes);
+            buf.into_bytes()
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -237,5 +295,33 @@ mod tests {
         expected.extend([5u32, 3].iter().flat_map(|w| w.to_ne_bytes()));
         expected.extend([1, 2, 3]);
         assert_eq!(btf, expected);
+    }
+
+    #[test]
+    fn pieces_hold_every_entry_once_within_the_bound() {
+        let block = |id: u8, extra: usize| {
+            let mut info = [0u8; INFO_LEN];
+            info[ID_OFFSET] = id;
+            let image = vec![0x90u8; extra];
+            bpil(&info, &[(bpil_array::JITED_INSNS, &image)])
+        };
+        // 264 bytes each but the third, 1,032 (over a 600-byte piece).
+        let blocks = vec![block(1, 8), block(2, 8), block(3, 784), block(4, 8)];
+        let pieces = bpf_prog_info_pieces(&blocks, 600);
+        let count = |content: &[u8]| u32::from_ne_bytes(content[..4].try_into().unwrap());
+        let counts: Vec<u32> = pieces.iter().map(|(_, c)| count(c)).collect();
+        assert_eq!(counts, [2, 1, 1]);
+        assert!(pieces[0].1.len() <= 600 && pieces[2].1.len() <= 600);
+        assert_eq!(pieces[1].1.len(), 4 + blocks[2].len(), "too large: alone");
+        let whole = bpf_prog_info_feature(&blocks).1;
+        let rejoined: Vec<u8> = pieces.iter().flat_map(|(_, c)| c[4..].to_vec()).collect();
+        assert_eq!(&whole[4..], &rejoined[..]);
+        assert_eq!(bpf_prog_info_pieces(&[], 600), [bpf_prog_info_feature(&[])]);
+        let btfs = [(1, vec![7; 100]), (2, vec![8; 100])];
+        let btf = bpf_btf_pieces(&btfs, 150);
+        assert_eq!(btf.len(), 2);
+        assert!(btf
+            .iter()
+            .all(|(f, c)| *f == Feature::BpfBtf && count(c) == 1));
     }
 }

@@ -58,6 +58,20 @@ pub enum Feature {
     PmuCaps = 31,
 }
 
+impl Feature {
+    /// Whether perf record sends the feature as a `HEADER_FEATURE` record
+    /// in its pipe format (`FEAT_OPR` in perf 6.1's `feat_ops`, as opposed
+    /// to `FEAT_OPN`): the tracepoint formats go as a record of their own
+    /// (`HEADER_TRACING_DATA`), and build ids and caches are written only
+    /// into a file.
+    pub fn in_pipe(self) -> bool {
+        !matches!(
+            self,
+            Feature::TracingData | Feature::BuildId | Feature::Cache
+        )
+    }
+}
+
 /// `NAME_ALIGN`: strings in features are padded to 64 bytes.
 const NAME_ALIGN: usize = 64;
 

@@ -10,7 +10,8 @@
 //! - [`build_id`]: the build-id table and reading build ids from ELF files;
 //! - [`tracing_data`]: the tracepoint formats perf needs to print fields;
 //! - [`PerfDataWriter`]: streams a data section, then writes the features
-//!   and the header.
+//!   and the header;
+//! - [`pipe`]: perf's pipe format (`perf record -o -`), written in order.
 //!
 //! ```
 //! use shardrec_perfdata::{AttrEntry, PerfDataWriter, feature::{Feature, FeatureBuf}};
@@ -35,6 +36,7 @@ pub mod feature;
 pub mod features;
 pub mod header;
 pub mod host;
+pub mod pipe;
 pub mod tracing_data;
 mod writer;
 

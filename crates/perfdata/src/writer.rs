@@ -91,6 +91,16 @@ impl<W: Write + Seek> PerfDataWriter<W> {
         Ok(at)
     }
 
+    /// Where the data section starts in the file.
+    pub fn data_offset(&self) -> u64 {
+        self.header.data.offset
+    }
+
+    /// Hands what is buffered to the output.
+    pub fn flush(&mut self) -> io::Result<()> {
+        self.out.flush()
+    }
+
     /// Bytes in the data section so far.
     pub fn data_size(&self) -> u64 {
         self.data_size

@@ -170,6 +170,15 @@ pub struct RecordConfig {
     pub output: PathBuf,
     /// `--no-merge`: stop after writing the shards.
     pub no_merge: bool,
+    /// Merge while recording, so: a live merger writes the output as the
+    /// recording goes ([`crate::live_merger`]); `None` merges after the
+    /// stop (and where a live merge does not apply: `--switch-output`,
+    /// `--overwrite`).
+    pub live_merge: Option<shardrec_merge::MergeOptions>,
+    /// Where perf's pipe format goes for `-o -` (standard output, set aside
+    /// by the caller so that nothing else reaches it): the live merger
+    /// writes it there as the recording goes.
+    pub output_stream: Option<std::sync::Arc<std::os::fd::OwnedFd>>,
     /// `--shards-dir`: where a private shard directory is made when the
     /// shards cannot live beside the output (default `$TMPDIR`).
     pub shards_dir: Option<PathBuf>,
@@ -227,6 +236,8 @@ impl RecordConfig {
             ring_pages: None,
             output: PathBuf::from("perf.data"),
             no_merge: false,
+            live_merge: None,
+            output_stream: None,
             shards_dir: None,
             kcore: false,
             max_size: None,

@@ -16,6 +16,7 @@ mod switching;
 pub(crate) use stop::account;
 
 use crate::helper::HelperProcess;
+use crate::live_merger::{self, LiveMerger, WatchedRing};
 use crate::meta::initial_meta;
 use crate::open;
 use crate::open::SideBandEvents;
@@ -82,6 +83,9 @@ fn side_band(config: &RecordConfig, plan: &Plan) -> Result<Option<SideBandEvents
     }
 }
 
+/// The side band's event in `meta` (perf's name for a dummy event).
+const SIDE_BAND_NAME: &str = "dummy";
+
 /// When `synth.shard` is written: at the start, at a switch of output
 /// (the new window's, with the state of the recording so far), or at a
 /// window's end (`--overwrite`: appended, with the state of that moment).
@@ -130,6 +134,12 @@ struct Recording<'a> {
     windows: Option<Windows>,
     /// A switch of output was asked for (SIGUSR2, or `snapshot`).
     switch_asked: bool,
+    /// Where the live merger writes, and how, until it is forked.
+    live_output: Option<(live_merger::Destination, shardrec_merge::MergeOptions)>,
+    /// The live merger, once forked.
+    live: Option<LiveMerger>,
+    /// The output is a stream a reader follows (`-o -`).
+    streamed: bool,
 }
 
 impl<'a> Recording<'a> {
@@ -174,7 +184,7 @@ impl<'a> Recording<'a> {
         let writers = cpus.into_iter().map(Writer::new).collect();
         if let Some(side_band) = &side_band {
             meta.events.push(EventMeta {
-                name: "dummy".into(),
+                name: SIDE_BAND_NAME.into(),
                 attr: side_band.attr.to_bytes(),
                 ids: side_band
                     .events
@@ -203,8 +213,21 @@ impl<'a> Recording<'a> {
             stopping: false,
             max_size: config.max_size,
             synth_bytes: 0,
+            live_output: config
+                .live_merge
+                .clone()
+                .filter(|_| windows.is_none() && !plan.overwrite && !config.no_merge)
+                .map(|options| {
+                    let output = match &config.output_stream {
+                        Some(stream) => live_merger::Destination::Stream(stream.clone()),
+                        None => live_merger::Destination::File(config.merge_output()),
+                    };
+                    (output, options)
+                }),
             windows,
             switch_asked: false,
+            live: None,
+            streamed: config.output_stream.is_some(),
         })
     }
 
@@ -259,11 +282,13 @@ impl<'a> Recording<'a> {
             }
             None => Vec::new(),
         };
+        self.spawn_live_merger()?;
         self.synthesize(&existing_bpf, Moment::Start)?;
         for writer in self.writers.iter_mut().filter_map(Writer::process_mut) {
             writer.wait_ready()?;
         }
         let merger = self.windows.as_ref().and_then(Windows::merger_pid);
+        let merger = merger.or(self.live.as_ref().map(|l| l.pid));
         self.meta.recorder_pids = std::iter::once(std::process::id() as i32)
             .chain(self.helpers().map(|h| h.pid.as_raw()))
             .chain(merger.map(|pid| pid.as_raw()))
@@ -271,6 +296,31 @@ impl<'a> Recording<'a> {
         self.exclude_recorder()?;
         self.dir.write_start_meta(&self.meta)?;
         self.dir.reserve_meta_room(&self.meta)?;
+        if let Some(live) = self.live.as_mut() {
+            live.begin();
+        }
+        Ok(())
+    }
+
+    /// Forks the live merger, watching every CPU's ring and the side
+    /// band's, when the output is merged while recording.
+    fn spawn_live_merger(&mut self) -> Result<(), RecordError> {
+        let Some((output, options)) = self.live_output.take() else {
+            return Ok(());
+        };
+        let cpus = self.writers.iter().map(|w| WatchedRing {
+            event: w.events.ring_owner(),
+            pages: self.plan.ring_pages,
+            base: Some(w.base()),
+        });
+        let side_band = self.side_band.iter().flat_map(|s| &s.events);
+        let side_band = side_band.map(|(_, event, _)| WatchedRing {
+            event,
+            pages: vip::RING_PAGES,
+            base: None,
+        });
+        let rings = cpus.chain(side_band).collect();
+        self.live = Some(LiveMerger::spawn(&self.dir, output, options, rings)?);
         Ok(())
     }
 
@@ -423,6 +473,9 @@ impl<'a> Recording<'a> {
     /// After a failure before recording began: stop the helpers and leave
     /// nothing behind.
     fn abandon(&mut self) {
+        if let Some(live) = self.live.take() {
+            live.abandon();
+        }
         self.send_all(Command::Quit);
         for helper in self.helpers().filter(|h| !h.has_exited()) {
             let _ = nix::sys::wait::waitpid(helper.pid, None);

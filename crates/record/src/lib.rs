@@ -26,6 +26,7 @@ mod events;
 mod helper;
 mod host;
 mod kcore;
+pub mod live_merger;
 mod meta;
 mod negotiate;
 mod open;

@@ -1,7 +1,8 @@
 //! Where a recording's shards go while it records: `NAME.shards` beside a
 //! regular output, or a private directory in `--shards-dir` (else
-//! `$TMPDIR`) when the output is a device or FIFO, or its directory is no
-//! place for them (`/dev`, `/proc`); see `shardrec_shard::output`.
+//! `$TMPDIR`) when the output is a device or FIFO, standard output (perf's
+//! pipe format), or its directory is no place for them (`/dev`, `/proc`);
+//! see `shardrec_shard::output`.
 
 use shardrec_shard::output::Output;
 use shardrec_shard::RecordingDir;
@@ -34,9 +35,12 @@ pub(crate) fn create_dir(config: &RecordConfig) -> Result<RecordingDir, RecordEr
     let dir = RecordingDir::create_private(&base)?;
     // Said at the start: a recording killed later leaves its shards there.
     if !config.quiet {
-        let why = match config.shards_dir {
-            Some(_) => String::new(),
-            None => format!("{} is {}: ", config.output.display(), output.kind()),
+        let why = match (&config.shards_dir, &output) {
+            (_, Output::Pipe) => {
+                "perf's pipe format goes to standard output as the recording goes; ".into()
+            }
+            (Some(_), _) => String::new(),
+            (None, _) => format!("{} is {}: ", config.output.display(), output.kind()),
         };
         eprintln!("shardrec: {why}the shards go to {}", dir.path().display());
     }

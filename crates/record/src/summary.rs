@@ -45,6 +45,8 @@ pub struct RecordReport {
     /// Every CPU's shard as the stop walked it, for the merge that
     /// follows to take as it is (`shardrec_merge::merge_scanned`).
     pub scanned: Vec<shardrec_shard::scan::ScannedShard>,
+    /// How the live merger ended, when there was one.
+    pub live: Option<crate::live_merger::Outcome>,
     /// With `--switch-output`: the windows merged while recording (`dir`
     /// is then the last window, not merged yet).
     pub switched: Option<crate::windows::Outputs>,

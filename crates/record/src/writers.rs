@@ -166,6 +166,11 @@ impl Writer {
         }
     }
 
+    /// The ring position of its shard's first byte.
+    pub fn base(&self) -> u64 {
+        self.base
+    }
+
     /// Its CPU.
     pub fn cpu(&self) -> u32 {
         self.events.cpu

@@ -162,6 +162,13 @@ impl RecordingDir {
         self.path.join("meta.start")
     }
 
+    /// A merge that freed the shards as it went wrote `output`: the
+    /// shards hold nothing more, and a later merge says so.
+    pub fn mark_spent(&self, output: &Path) {
+        let _ = std::fs::write(self.spent_path(), output.as_os_str().as_encoded_bytes());
+        let _ = std::fs::remove_file(self.merged_prefix_path());
+    }
+
     /// The output of a merge that frees the shards as it goes, until it is
     /// renamed into place ([`crate::merged_prefix`]).
     pub fn partial_output_path(&self) -> PathBuf {

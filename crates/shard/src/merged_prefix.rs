@@ -29,14 +29,46 @@ pub struct MergedPrefix {
     /// The recording's first sample time (HEADER_SAMPLE_TIME), which the
     /// shards may no longer hold.
     pub first_sample: u64,
+    /// Each shard (by file name) with how far the merge had read it: every
+    /// record from there on is still to merge, however early (a live
+    /// merge writes a record that comes late in the next round). Absent
+    /// (older merges): every record earlier than `until` is merged.
+    #[serde(default)]
+    pub taken: Vec<(String, u64)>,
+}
+
+/// Where a merge resumes one shard: from byte `start` on, leaving out the
+/// records before byte `taken` earlier than `until` (in the output
+/// already). The default resumes nothing: the whole shard.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Resume {
+    /// The first byte to read.
+    pub start: usize,
+    /// Records from here on are all still to merge.
+    pub taken: usize,
+    /// Before `taken`, records earlier than this are merged.
+    pub until: u64,
+}
+
+impl Resume {
+    /// Whether the record at `offset` of time `time` is in the output.
+    pub fn merged(&self, offset: usize, time: u64) -> bool {
+        offset < self.taken && time < self.until
+    }
 }
 
 impl MergedPrefix {
-    /// Where to start reading the shard named `name`.
-    pub fn resume_offset(&self, name: &str) -> usize {
-        self.shards
-            .iter()
-            .find(|(shard, _)| shard == name)
-            .map_or(0, |&(_, offset)| offset as usize)
+    /// Where to resume the shard named `name`.
+    pub fn resume(&self, name: &str) -> Resume {
+        let find = |list: &[(String, u64)]| {
+            list.iter()
+                .find(|(shard, _)| shard == name)
+                .map(|&(_, offset)| offset as usize)
+        };
+        Resume {
+            start: find(&self.shards).unwrap_or(0),
+            taken: find(&self.taken).unwrap_or(usize::MAX),
+            until: self.until,
+        }
     }
 }

@@ -339,6 +339,22 @@ pub struct CpuStats {
     pub torn_bytes: u64,
 }
 
+impl Stats {
+    /// Counts CPU `cpu`'s shard of `bytes` bytes, walked into `summary`
+    /// (the stop's walk, or a live merge's), with the kernel's count of
+    /// its dropped samples read at the stop.
+    pub fn count_cpu(&mut self, cpu: u32, bytes: u64, summary: &ShardSummary) {
+        let lost_read = self
+            .lost_by_event
+            .iter()
+            .filter(|(c, _, _)| *c == cpu)
+            .map(|(_, _, lost)| lost)
+            .sum();
+        self.cpus
+            .push(CpuStats::new(cpu, bytes, summary, lost_read));
+    }
+}
+
 impl CpuStats {
     /// CPU `cpu`'s stats from the walk of its shard of `bytes` bytes and
     /// the kernel's per-event count of its dropped samples (`lost_read`).

@@ -18,6 +18,10 @@
 //! - the directory of a regular output must take files (not a read-only
 //!   file system), which is checked before anything is recorded.
 //!
+//! `-` is perf's: standard output, whatever it is, in perf's pipe format;
+//! and `perf record` without `-o` writes that format too when standard
+//! output is a FIFO (perf's `check_pipe`): [`Output::record_default`].
+//!
 //! ```no_run
 //! use shardrec_shard::output::Output;
 //! let output = Output::resolve("perf.data".as_ref())?;
@@ -42,6 +46,9 @@ pub enum Output {
         /// Whether an existing `path` is moved to `NAME.old` first.
         move_aside: bool,
     },
+    /// `-`: standard output, in perf's pipe format (`perf record -o -`),
+    /// whatever it is (a pipe, a file, a terminal).
+    Pipe,
     /// A character device or a FIFO: the finished perf.data is written into
     /// it from the start, in order; the path itself is never touched.
     Stream {
@@ -61,9 +68,27 @@ pub enum StreamKind {
     Fifo,
 }
 
+/// The name perf gives standard output in its pipe format.
+pub const STDOUT: &str = "-";
+
 impl Output {
+    /// What `perf record` writes into without `-o`: standard output in
+    /// the pipe format when it is a FIFO (a pipe or a named pipe, as perf
+    /// 6.1's `check_pipe` decides), else `perf.data`.
+    pub fn record_default() -> PathBuf {
+        let stdout = nix::sys::stat::fstat(std::io::stdout());
+        let fifo = stdout.is_ok_and(|s| {
+            nix::sys::stat::SFlag::from_bits_truncate(s.st_mode) & nix::sys::stat::SFlag::S_IFMT
+                == nix::sys::stat::SFlag::S_IFIFO
+        });
+        PathBuf::from(if fifo { STDOUT } else { "perf.data" })
+    }
+
     /// Decides what `given` is, changing nothing.
     pub fn resolve(given: &Path) -> Result<Output, Error> {
+        if given == Path::new(STDOUT) {
+            return Ok(Output::Pipe);
+        }
         let refuse = |why: &str| Error::Output {
             path: given.to_path_buf(),
             why: why.to_string(),
@@ -116,6 +141,7 @@ impl Output {
     pub fn path(&self) -> &Path {
         match self {
             Output::File { path, .. } | Output::Stream { path, .. } => path,
+            Output::Pipe => Path::new(STDOUT),
         }
     }
 
@@ -123,6 +149,7 @@ impl Output {
     pub fn kind(&self) -> &'static str {
         match self {
             Output::File { .. } => "a file",
+            Output::Pipe => "standard output, in perf's pipe format",
             Output::Stream {
                 kind: StreamKind::CharDevice,
                 ..
@@ -311,6 +338,20 @@ mod tests {
         );
         assert_eq!(output.shards_beside(), None);
         assert!(output.check_writable().is_ok() && output.move_aside().is_ok());
+    }
+
+    #[test]
+    fn a_dash_is_standard_output_in_the_pipe_format() {
+        let output = Output::resolve(Path::new("-")).unwrap();
+        assert_eq!(output, Output::Pipe);
+        assert_eq!(output.path(), Path::new("-"));
+        assert_eq!(output.shards_beside(), None);
+        assert!(output.check_writable().is_ok() && output.move_aside().is_ok());
+        // Not a file named "-" in another directory.
+        assert!(matches!(
+            Output::resolve(Path::new("./-")).unwrap(),
+            Output::File { .. }
+        ));
     }
 
     #[test]

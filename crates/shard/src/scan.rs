@@ -9,6 +9,7 @@ use shardrec_format::layouts::{FieldReader, Layouts};
 use shardrec_format::u64_at;
 use shardrec_format::walk::{End, RecordWalker};
 
+use crate::merged_prefix::Resume;
 use crate::time_index::{Bytes, TimeIndex};
 use crate::Error;
 
@@ -104,16 +105,12 @@ pub struct ScannedShard {
 impl ScannedShard {
     /// Maps and walks the shard at `path`.
     pub fn scan(path: &Path, layouts: &Layouts) -> Result<ScannedShard, Error> {
-        Self::scan_from(path, layouts, (0, 0))
+        Self::scan_from(path, layouts, Resume::default())
     }
 
-    /// Maps the shard at `path` and walks it from `(offset, time)` on
+    /// Maps the shard at `path` and walks what is left of it to merge
     /// ([`summarize_from`]).
-    pub fn scan_from(
-        path: &Path,
-        layouts: &Layouts,
-        from: (usize, u64),
-    ) -> Result<ScannedShard, Error> {
+    pub fn scan_from(path: &Path, layouts: &Layouts, from: Resume) -> Result<ScannedShard, Error> {
         let bytes = ShardBytes::open(path)?;
         let summary = summarize_from(&bytes, layouts, from);
         Ok(ScannedShard {
@@ -128,7 +125,7 @@ impl ScannedShard {
 pub const RELEASE_STEP: usize = 32 << 20;
 
 /// Where a shard stops being whole records of its recording.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Damage {
     /// Byte offset of the first bad record.
     pub offset: usize,
@@ -196,6 +193,41 @@ impl ShardSummary {
         }
     }
 
+    /// Takes the whole record `bytes` of type `type_` found at `offset`
+    /// into account (one `resume` says is merged only as read, not as
+    /// held) and returns its
+    /// time; a record of no event of the recording is damage at `offset`
+    /// (its `dropped` left for the caller, who knows the shard's length).
+    pub fn walk(
+        &mut self,
+        fields: &mut FieldReader,
+        offset: usize,
+        (type_, bytes): (RecordType, &[u8]),
+        resume: &Resume,
+    ) -> Result<u64, Damage> {
+        let Some(time) = fields.time(bytes, type_) else {
+            return Err(Damage {
+                offset,
+                dropped: 0,
+                reason: "a record of no event of this recording".into(),
+            });
+        };
+        self.valid_len = offset + bytes.len();
+        if resume.merged(offset, time) {
+            return Ok(time);
+        }
+        let sizes = Bytes {
+            input: bytes.len() as u64,
+            output: fields.true_len(bytes, type_) as u64,
+        };
+        self.index.add(offset, self.last_time, time, sizes);
+        self.add(type_, bytes, time);
+        if type_.describes_state() {
+            add_span(&mut self.state_spans, offset, bytes.len());
+        }
+        Ok(time)
+    }
+
     fn add(&mut self, type_: RecordType, record: &[u8], time: u64) {
         *self.by_type.entry(type_).or_default() += 1;
         match type_ {
@@ -215,23 +247,64 @@ impl ShardSummary {
     }
 }
 
+impl ShardSummary {
+    /// Adds what `other` holds: counts, losses and times (not its offsets,
+    /// index or damage).
+    pub fn absorb(&mut self, other: &ShardSummary) {
+        for (&type_, &count) in &other.by_type {
+            *self.by_type.entry(type_).or_default() += count;
+        }
+        self.lost += other.lost;
+        self.lost_samples += other.lost_samples;
+        self.first_time = min_nonzero(self.first_time, other.first_time);
+        self.last_time = self.last_time.max(other.last_time);
+        self.first_sample = min_nonzero(self.first_sample, other.first_sample);
+        self.last_sample = self.last_sample.max(other.last_sample);
+    }
+}
+
+/// What an interrupted merge's output holds of the CPUs' shards: the
+/// whole records of `data` (its data section so far) after FINISHED_INIT
+/// (before it is the synthesized state), of an event id `from_cpus`
+/// accepts (not the side band's), by the CPU in their sample id.
+pub fn summarize_merged(
+    data: &[u8],
+    layouts: &Layouts,
+    from_cpus: impl Fn(u64) -> bool,
+) -> BTreeMap<u32, ShardSummary> {
+    let mut fields = FieldReader::new(layouts);
+    let mut by_cpu: BTreeMap<u32, ShardSummary> = BTreeMap::new();
+    let mut records = RecordWalker::new(data);
+    records
+        .by_ref()
+        .find(|r| r.header.type_ == RecordType::FINISHED_INIT);
+    for record in records {
+        let type_ = record.header.type_;
+        let Some(id) = fields.sample_id(record.bytes, type_) else {
+            continue;
+        };
+        if !from_cpus(id.id) {
+            continue;
+        }
+        let summary = by_cpu.entry(id.cpu).or_default();
+        summary.add(type_, record.bytes, id.time);
+    }
+    by_cpu
+}
+
 /// Walks a shard once, validating every header and finding every record's
 /// time: a torn tail, or a record of no event of this recording, ends the
 /// shard there as damage. Pages behind the walk are released, so a shard
 /// of any size is read in bounded memory.
 pub fn summarize(shard: &ShardBytes, layouts: &Layouts) -> ShardSummary {
-    summarize_from(shard, layouts, (0, 0))
+    summarize_from(shard, layouts, Resume::default())
 }
 
-/// [`summarize`] of the records from offset `start` on (a record's) that
-/// are not earlier than `until`: what an interrupted merge left to merge
-/// (the bytes before `start` freed, the records earlier than `until` in its
-/// output).
-pub fn summarize_from(
-    shard: &ShardBytes,
-    layouts: &Layouts,
-    (start, until): (usize, u64),
-) -> ShardSummary {
+/// [`summarize`] of what `resume` leaves to merge: the records from
+/// offset `resume.start` on (a record's) that an interrupted merge did not
+/// write (the bytes before `start` freed, the others in its output).
+pub fn summarize_from(shard: &ShardBytes, layouts: &Layouts, resume: Resume) -> ShardSummary {
+    let start = resume.start;
     let all = shard.bytes();
     let start = start.min(all.len());
     shard.advise_sequential();
@@ -244,28 +317,19 @@ pub fn summarize_from(
     let mut fields = FieldReader::new(layouts);
     let mut released = start;
     for record in walker.by_ref() {
-        let (type_, offset) = (record.header.type_, start + record.offset);
-        let Some(time) = fields.time(record.bytes, type_) else {
+        let offset = start + record.offset;
+        let walked = summary.walk(
+            &mut fields,
+            offset,
+            (record.header.type_, record.bytes),
+            &resume,
+        );
+        if let Err(damage) = walked {
             summary.damage = Some(Damage {
-                offset,
                 dropped: all.len() - offset,
-                reason: "a record of no event of this recording".into(),
+                ..damage
             });
             break;
-        };
-        summary.valid_len = offset + record.bytes.len();
-        if time < until {
-            continue;
-        }
-        let bytes = Bytes {
-            input: record.bytes.len() as u64,
-            output: fields.true_len(record.bytes, type_) as u64,
-        };
-        let latest = summary.last_time;
-        summary.index.add(offset, latest, time, bytes);
-        summary.add(type_, record.bytes, time);
-        if type_.describes_state() {
-            add_span(&mut summary.state_spans, offset, record.bytes.len());
         }
         if offset >= released + RELEASE_STEP {
             shard.release(released..offset);

@@ -14,7 +14,9 @@
 //!   released by an `unsafe` call whose caller vouches that no I/O still
 //!   reads them;
 //! - [`cpu`]: CPU lists, the online set and pinning;
-//! - [`tracefs`]: finding (and mounting) tracefs, tracepoint ids and formats.
+//! - [`tracefs`]: finding (and mounting) tracefs, tracepoint ids and formats;
+//! - [`stdout`]: standard output set aside while a recording into perf's
+//!   pipe format runs, and a signal when the stream's reader leaves.
 //!
 //! ```no_run
 //! use shardrec_sys::{Attr, PerfEvent, RingBuffer, Target};
@@ -37,6 +39,7 @@ pub mod fds;
 pub mod file_writes;
 pub mod process;
 pub mod ring;
+pub mod stdout;
 pub mod tracefs;
 
 pub use attr::{Attr, Flag, ATTR_SIZE};

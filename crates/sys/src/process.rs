@@ -31,6 +31,22 @@ pub fn spawn(body: impl FnOnce() -> i32) -> io::Result<Pid> {
     }
 }
 
+/// Ends the process by `signal`'s default action, as if it had never been
+/// ignored or blocked, so that its parent sees it killed by the signal (a
+/// shell reports 128 + its number): how a program whose standard output
+/// lost its reader ends (SIGPIPE). Failing that, exits with that code.
+pub fn die_of(signal: nix::sys::signal::Signal) -> ! {
+    use nix::sys::signal::SigHandler;
+    // SAFETY: SIG_DFL installs no handler: nothing of ours runs when the
+    // signal comes, only the kernel's default action.
+    let _ = unsafe { nix::sys::signal::signal(signal, SigHandler::SigDfl) };
+    let mut set = SigSet::empty();
+    set.add(signal);
+    let _ = sigprocmask(SigmaskHow::SIG_UNBLOCK, Some(&set), None);
+    let _ = nix::sys::signal::raise(signal);
+    exit_now(128 + signal as i32)
+}
+
 /// Ends the process at once, without running destructors or atexit
 /// handlers that belong to the parent's state.
 pub fn exit_now(code: i32) -> ! {

@@ -18,6 +18,11 @@ const TICK_MS: u16 = 250;
 /// second keeps a killed recording nearly whole.
 const FLUSH_AFTER: Duration = Duration::from_secs(1);
 
+/// The same for a recording streamed to a reader (`-o -`): the live merge
+/// writes a record once every ring has been written past it, so this is
+/// most of how long a reader waits for a quiet CPU's records.
+const STREAM_FLUSH_AFTER: Duration = Duration::from_millis(250);
+
 impl Recording<'_> {
     /// After the start: with `-D`, says the events are off and when they
     /// will be on.
@@ -61,9 +66,13 @@ impl Recording<'_> {
             return;
         }
         self.rings_seen = Instant::now();
+        let after = match self.streamed {
+            true => STREAM_FLUSH_AFTER,
+            false => FLUSH_AFTER,
+        };
         self.writers
             .iter_mut()
-            .for_each(|w| w.flush_if_waiting(FLUSH_AFTER));
+            .for_each(|w| w.flush_if_waiting(after));
     }
 
     /// Enables the events once a `-D MSECS` delay has passed.

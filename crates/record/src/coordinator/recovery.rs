@@ -9,6 +9,7 @@ use shardrec_shard::StopReason;
 
 use super::Recording;
 use crate::helper::HelperProcess;
+use crate::live_merger;
 use crate::meta::unix_ns;
 use crate::signals;
 use crate::vip;
@@ -39,6 +40,16 @@ impl Recording<'_> {
                 if windows.merger_ended(ended.pid) {
                     continue;
                 }
+            }
+            // A live merger that ends while recording says why at the stop,
+            // whose merge completes its output.
+            if let Some(live) = self.live.as_mut().filter(|l| l.pid == ended.pid) {
+                live.ended = true;
+                // As perf record, killed by SIGPIPE when its reader goes.
+                if ended.code == live_merger::READER_LEFT {
+                    outcome.get_or_insert((StopReason::Signal("SIGPIPE".into()), None));
+                }
+                continue;
             }
             if let Some((name, ended_as)) = self.helper_ended(ended.pid) {
                 match ended_as {

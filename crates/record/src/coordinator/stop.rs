@@ -8,9 +8,10 @@ use nix::sys::signal::{kill, Signal};
 use shardrec_control::Command;
 use shardrec_shard::parallel;
 use shardrec_shard::scan::ScannedShard;
-use shardrec_shard::{CpuStats, Meta, RecordingDir, Stats, StopReason};
+use shardrec_shard::{Meta, RecordingDir, Stats, StopReason};
 
-use super::Recording;
+use super::{Recording, SIDE_BAND_NAME};
+use crate::live_merger::Outcome;
 use crate::meta::unix_ns;
 use crate::plan::Scope;
 use crate::signals::{Signals, Wake};
@@ -193,7 +194,39 @@ impl Recording<'_> {
             filters: self.filters.iter().map(|f| f.stats(self.plan)).collect(),
             ..self.unwalked_stats(lost_by_event, stopped_by.clone())
         });
-        let scanned = account(&self.dir, &mut self.meta, parallel::online_cpus())?;
+        // A live merger writes its last round and counts every shard: it
+        // reads the stop's loss counts from meta. Without one (or when it
+        // failed), the stop walks the shards.
+        // A cut recording is not merged here: the live merger gives back
+        // the room its output took (or keeps what it freed from the
+        // shards), and the shards are what the recording leaves.
+        if matches!(stopped_by, StopReason::ShardCut(_)) {
+            if let Some(live) = self.live.take() {
+                live.abandon();
+            }
+        }
+        let live = self.live.take().map(|mut live| {
+            self.dir.release_meta_room();
+            let written = self.dir.write_meta(&self.meta);
+            live.conclude();
+            written.map(|_| live.outcome())
+        });
+        let live = live.transpose()?;
+        let scanned = match (&live, self.meta.stats.as_mut()) {
+            (Some(Outcome::Merged { cpus, .. }), Some(stats)) => {
+                stats.cpus = cpus.clone();
+                Vec::new()
+            }
+            _ => {
+                let side_band = self.side_band.is_some().then_some(SIDE_BAND_NAME);
+                account(
+                    &self.dir,
+                    &mut self.meta,
+                    parallel::online_cpus(),
+                    side_band,
+                )?
+            }
+        };
         let stats = self.meta.stats.as_ref().map_or(&[][..], |s| &s.cpus[..]);
         let cpus: Vec<CpuReport> = self
             .writers
@@ -238,6 +271,7 @@ impl Recording<'_> {
                 .map(|s| s.filters.clone())
                 .unwrap_or_default(),
             scanned,
+            live,
             vip_restarted_at: self
                 .vip
                 .as_ref()
@@ -320,27 +354,35 @@ pub(crate) fn account(
     dir: &RecordingDir,
     meta: &mut Meta,
     threads: usize,
+    side_band: Option<&str>,
 ) -> Result<Vec<ScannedShard>, shardrec_shard::Error> {
     let layouts = meta.layouts();
+    // Where a merge freed the shards' first part, what is left of them,
+    // and what its output holds of them.
+    let prefix = dir.read_merged_prefix()?;
+    let merged = match &prefix {
+        Some(prefix) => merged_part(dir, meta, prefix, side_band)?,
+        None => Default::default(),
+    };
+    let prefix = prefix.unwrap_or_default();
     let paths: Vec<PathBuf> = meta.cpus.iter().map(|&cpu| dir.shard_path(cpu)).collect();
     let scanned = parallel::try_map(&paths, threads, |_, path| {
-        ScannedShard::scan(path, &layouts)
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy())
+            .unwrap_or_default();
+        ScannedShard::scan_from(path, &layouts, prefix.resume(&name))
     })?;
     let Some(stats) = meta.stats.as_mut() else {
         return Ok(scanned);
     };
     stats.cpus.clear();
     for (&cpu, shard) in meta.cpus.iter().zip(&scanned) {
-        let lost_read = stats
-            .lost_by_event
-            .iter()
-            .filter(|(c, _, _)| *c == cpu)
-            .map(|(_, _, lost)| lost)
-            .sum();
-        let bytes = shard.bytes.bytes().len() as u64;
-        stats
-            .cpus
-            .push(CpuStats::new(cpu, bytes, &shard.summary, lost_read));
+        let mut summary = shard.summary.clone();
+        if let Some(part) = merged.get(&cpu) {
+            summary.absorb(part);
+        }
+        stats.count_cpu(cpu, shard.bytes.bytes().len() as u64, &summary);
         // Without an index, a merge of a time window walks the shard: a
         // failure here only costs time later.
         let index = shardrec_shard::shard_index::ShardIndex::of(&shard.summary);
@@ -349,6 +391,35 @@ pub(crate) fn account(
         }
     }
     Ok(scanned)
+}
+
+/// What the output of an interrupted merge (`merged.partial`, which
+/// `prefix` describes) holds of each CPU's shard, leaving out the side
+/// band's event (named `side_band`).
+fn merged_part(
+    dir: &RecordingDir,
+    meta: &Meta,
+    prefix: &shardrec_shard::merged_prefix::MergedPrefix,
+    side_band: Option<&str>,
+) -> Result<
+    std::collections::BTreeMap<u32, shardrec_shard::scan::ShardSummary>,
+    shardrec_shard::Error,
+> {
+    let path = dir.partial_output_path();
+    let bytes = shardrec_shard::scan::ShardBytes::open(&path)?;
+    let start = (prefix.data_offset as usize).min(bytes.bytes().len());
+    let end = (start + prefix.data_len as usize).min(bytes.bytes().len());
+    let side_band: Vec<u64> = meta
+        .events
+        .iter()
+        .filter(|e| side_band.is_some_and(|name| e.name == name))
+        .flat_map(|e| e.ids.iter().map(|&(_, id)| id))
+        .collect();
+    Ok(shardrec_shard::scan::summarize_merged(
+        &bytes.bytes()[start..end],
+        &meta.layouts(),
+        |id| !side_band.contains(&id),
+    ))
 }
 
 /// Whether process `pid` still runs: it exists and is not a zombie

@@ -31,19 +31,20 @@ pub fn data_path(output: &Path) -> PathBuf {
 pub fn copy_to(output: &Path) -> Result<u64, RecordError> {
     let fail =
         |what: String| move |e: io::Error| RecordError::Kernel(format!("--kcore: {what}: {e}"));
-    let kcore = File::open("/proc/kcore").map_err(fail(
-        "/proc/kcore is not readable (the kernel needs CONFIG_PROC_KCORE; reading it needs CAP_SYS_RAWIO)".into(),
-    ))?;
     // perf's rule for what is at the path (shardrec_shard::output): a
-    // device or FIFO cannot become a directory, and is never moved aside.
+    // device, FIFO or standard output cannot become a directory, and is
+    // never moved aside.
     let target = Output::resolve(output)?;
-    if let Output::Stream { .. } = target {
+    if !matches!(target, Output::File { .. }) {
         return Err(RecordError::Usage(format!(
             "--kcore makes the output a directory, and {} is {}: give a new path",
             output.display(),
             target.kind()
         )));
     }
+    let kcore = File::open("/proc/kcore").map_err(fail(
+        "/proc/kcore is not readable (the kernel needs CONFIG_PROC_KCORE; reading it needs CAP_SYS_RAWIO)".into(),
+    ))?;
     target.move_aside()?;
     let dir = output.join("kcore_dir");
     std::fs::DirBuilder::new()

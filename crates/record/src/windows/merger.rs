@@ -242,7 +242,7 @@ fn merge(
     let mut meta: Meta = dir.read_surviving_meta()?.0;
     // One thread: the tracepoints leave this process out by its pid, which
     // new threads would not have.
-    let scanned = crate::coordinator::account(dir, &mut meta, 1)?;
+    let scanned = crate::coordinator::account(dir, &mut meta, 1, None)?;
     dir.release_meta_room();
     dir.write_meta(&meta)?;
     let name = output.file_name().unwrap_or_default().to_string_lossy();

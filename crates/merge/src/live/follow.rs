@@ -1,0 +1,135 @@
+//! Following a shard while its writer appends to it: whole records read
+//! from where the last read stopped, up to what is known written, each
+//! walked once into the shard's summary (the same walk a merge after the
+//! fact makes, [`ShardSummary::walk`]).
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+use shardrec_format::header::{RecordHeader, HEADER_SIZE};
+use shardrec_format::layouts::FieldReader;
+use shardrec_shard::merged_prefix::Resume;
+use shardrec_shard::scan::{Damage, ShardSummary};
+
+/// One shard being followed.
+pub struct Follower {
+    /// Its file name, for messages.
+    pub name: String,
+    file: Option<File>,
+    /// Offset of the first byte not yet taken (a record's start).
+    pos: u64,
+    /// What the records taken hold.
+    pub summary: ShardSummary,
+    buf: Vec<u8>,
+    /// A read told its writer is done found nothing more.
+    exhausted: bool,
+}
+
+impl Follower {
+    /// Follows the shard at `path`; one that cannot be opened is damaged
+    /// from its first byte (a missing one is empty: its writer never made
+    /// it).
+    pub fn open(path: &Path) -> Follower {
+        let name = crate::source::file_name(path);
+        let (file, summary) = match File::open(path) {
+            Ok(file) => (Some(file), ShardSummary::default()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => (None, ShardSummary::default()),
+            Err(e) => (
+                None,
+                ShardSummary::unreadable(0, format!("cannot be read: {e}")),
+            ),
+        };
+        Follower {
+            name,
+            file,
+            pos: 0,
+            summary,
+            buf: Vec::new(),
+            exhausted: false,
+        }
+    }
+
+    /// Bytes taken so far: whole records from the shard's start.
+    pub fn taken(&self) -> u64 {
+        self.pos
+    }
+
+    /// Whether a read told its writer is done found nothing more.
+    pub fn exhausted(&self) -> bool {
+        self.exhausted
+    }
+
+    /// Takes the whole records from where the last read stopped up to
+    /// `limit` (the file's end if `None`), at most `most` bytes of them,
+    /// handing each to `take` with its offset and time. A record cut at the end of
+    /// what is written waits for the next read, unless `last` (the writer
+    /// is done): then, as any record that is not one, it is damage, and
+    /// nothing after it is taken. Returns the bytes taken.
+    pub fn read(
+        &mut self,
+        limit: Option<u64>,
+        most: usize,
+        last: bool,
+        fields: &mut FieldReader,
+        take: &mut impl FnMut(u64, u64, &[u8]),
+    ) -> io::Result<u64> {
+        let Some(file) = self.file.as_ref().filter(|_| self.summary.damage.is_none()) else {
+            self.exhausted = last;
+            return Ok(0);
+        };
+        let end = file.metadata()?.len();
+        let end = limit.map_or(end, |limit| limit.min(end));
+        let want = end.saturating_sub(self.pos).min(most as u64) as usize;
+        if want == 0 {
+            self.exhausted = last;
+            return Ok(0);
+        }
+        self.buf.resize(want, 0);
+        file.read_exact_at(&mut self.buf, self.pos)?;
+        let mut at = 0;
+        while let Some(header) = RecordHeader::parse(&self.buf[at..]) {
+            let size = usize::from(header.size);
+            if size < HEADER_SIZE || size % 8 != 0 {
+                self.damage(at, end, "not a record header");
+                break;
+            }
+            let Some(record) = self.buf.get(at..at + size) else {
+                break;
+            };
+            let offset = (self.pos as usize) + at;
+            match self
+                .summary
+                .walk(fields, offset, (header.type_, record), &Resume::default())
+            {
+                Ok(time) => take(offset as u64, time, record),
+                Err(damage) => {
+                    self.summary.damage = Some(Damage {
+                        dropped: (end as usize) - offset,
+                        ..damage
+                    });
+                    break;
+                }
+            }
+            at += size;
+        }
+        let cut = at < want && self.summary.damage.is_none();
+        // Reading stopped inside the last bytes written: when the writer
+        // is done, they are a record cut short.
+        if cut && last && self.pos + want as u64 == end {
+            self.damage(at, end, "record cut short");
+        }
+        self.pos += at as u64;
+        Ok(at as u64)
+    }
+
+    fn damage(&mut self, at: usize, end: u64, reason: &str) {
+        let offset = self.pos as usize + at;
+        self.summary.damage = Some(Damage {
+            offset,
+            dropped: end as usize - offset,
+            reason: reason.into(),
+        });
+    }
+}

@@ -1,0 +1,287 @@
+//! The live merge: perf.data written while the recording goes on.
+//!
+//! The same merge as after the fact (the same record sink, `-z`, build-id
+//! tracking, features and report), but each round is bounded by the low
+//! watermark ([`watermark`]) instead of by the end of the shards: the
+//! records read so far that are earlier than it go out in time order,
+//! then a FINISHED_ROUND; the rest wait for the next round. A record that
+//! arrives earlier than a round already written (it should not) is
+//! counted and goes out in the next round, never dropped.
+//!
+//! Its caller knows the rings: it hands each round what every ring's
+//! writer has written and a way to read the rings' heads
+//! ([`LiveMerge::round`]); the merge only reads files.
+
+mod follow;
+mod freeing;
+mod rounds;
+mod sink;
+pub mod watermark;
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use shardrec_format::layouts::Layouts;
+use shardrec_shard::output::Output;
+use shardrec_shard::scan::{ShardBytes, ShardSummary};
+use shardrec_shard::{Meta, RecordingDir};
+
+use crate::data_out::{DataOut, RecordWriter};
+use crate::output::{self, Written};
+use crate::source::Shard;
+use crate::{MergeError, MergeOptions, MergeReport};
+use follow::Follower;
+use freeing::Freeing;
+pub use rounds::{Round, RoundSink, Rounds, MARGIN_NS};
+pub use sink::LiveOutput;
+use sink::Sink;
+
+/// A live merge of one recording into one output.
+pub struct LiveMerge<'a> {
+    recording: RecordingDir,
+    layouts: &'a Layouts,
+    output: PathBuf,
+    options: MergeOptions,
+    /// The CPUs' shards in `meta.cpus` order, then the VIP's.
+    rounds: Rounds,
+    /// Freeing the shards behind the output, where that applies.
+    freeing: Option<Freeing>,
+    synth: Shard,
+    records: RecordWriter<'a, Sink>,
+    head_records: u64,
+    started: Instant,
+}
+
+impl<'a> LiveMerge<'a> {
+    /// Opens `output` and writes everything before the recorded data: the
+    /// attrs (and for a stream, the features), the start records, the
+    /// synthesized state (`synth.shard`, whole by now) and FINISHED_INIT.
+    pub fn start(
+        dir: &Path,
+        meta: &'a Meta,
+        layouts: &'a Layouts,
+        output: LiveOutput,
+        options: &MergeOptions,
+    ) -> Result<LiveMerge<'a>, MergeError> {
+        let recording = RecordingDir::open(dir);
+        let path = match &output {
+            LiveOutput::File(path) => path.to_path_buf(),
+            LiveOutput::Stream(_) => PathBuf::from(shardrec_shard::output::STDOUT),
+        };
+        let fail = |source| MergeError::Output {
+            path: path.clone(),
+            source,
+        };
+        let paths: Vec<PathBuf> = meta
+            .cpus
+            .iter()
+            .map(|&cpu| recording.shard_path(cpu))
+            .chain([recording.vip_path()])
+            .collect();
+        let (mut sink, freeing) = match output {
+            LiveOutput::File(path) => {
+                let target = Output::resolve(path)?;
+                // Freeing the shards as it goes, as the merge after the
+                // fact does where it is safe and pays (see
+                // `MergeOptions::consume`): its output is then
+                // `merged.partial`, which a merge completes.
+                let freeing = (options.consume
+                    && options.compression_level.is_none()
+                    && matches!(target, Output::File { .. })
+                    && crate::same_file_system(dir, target.path()))
+                .then(|| Freeing::open(&paths))
+                .transpose()
+                .map_err(fail)?;
+                let tmp = freeing.as_ref().map(|_| recording.partial_output_path());
+                (Sink::file(target, tmp, meta).map_err(fail)?, freeing)
+            }
+            LiveOutput::Stream(stream) => {
+                // What is known before the data: the programs loaded
+                // before recording, no sample times yet.
+                let bpf = crate::bpf::read(&recording.bpf_path())?;
+                let compression = options.compression_level;
+                let features = crate::pipe::features(meta, (0, 0), &bpf, compression);
+                (Sink::pipe(stream, meta, &features).map_err(fail)?, None)
+            }
+        };
+        let synth = Shard::open(&recording.synth_path(), layouts)?;
+        let mut head = RecordWriter::new(DataOut::new(&mut sink, None).map_err(fail)?, layouts);
+        output::write_head(meta, layouts, &synth, &mut head).map_err(fail)?;
+        let (head_records, head_hits) = (head.records, head.hits);
+        let mut records = RecordWriter::new(
+            DataOut::new(sink, options.compression_level).map_err(fail)?,
+            layouts,
+        );
+        records.hits = head_hits;
+        let followers = paths.iter().map(|path| Follower::open(path)).collect();
+        Ok(LiveMerge {
+            recording,
+            layouts,
+            output: path.clone(),
+            options: options.clone(),
+            rounds: Rounds::new(followers, meta.cpus.len()),
+            freeing,
+            synth,
+            records,
+            head_records,
+            started: Instant::now(),
+        })
+    }
+
+    /// One round ([`Rounds::round`]): `written[i]` is how far CPU shard
+    /// `i` is known written (its writer's ring tail less the shard's start
+    /// in the ring); the VIP's shard is read to its end. `rings_read`
+    /// turns what each shard has been read to into every ring's read
+    /// position, and `heads` reads every ring's head.
+    pub fn round(
+        &mut self,
+        written: &[u64],
+        rings_read: impl FnOnce(&[u64]) -> Vec<u64>,
+        heads: impl FnOnce() -> Vec<u64>,
+    ) -> io::Result<Round> {
+        let (layouts, sink) = (self.layouts, &mut self.records);
+        let round = self
+            .rounds
+            .round(layouts, written, rings_read, heads, sink)?;
+        self.free_behind()?;
+        if let (Sink::Pipe(stream), true) = (self.records.out.sink_mut(), round.written > 0) {
+            // The reader follows the recording: each round reaches it now.
+            stream.flush()?;
+        }
+        Ok(round)
+    }
+
+    /// After a round: frees the shards behind the output, where it does.
+    fn free_behind(&mut self) -> io::Result<()> {
+        let (Some(freeing), Sink::File { writer, .. }) =
+            (self.freeing.as_mut(), self.records.out.sink_mut())
+        else {
+            return Ok(());
+        };
+        let data = (writer.data_offset(), writer.data_size());
+        freeing.after_round(&self.recording, &self.rounds, data, || writer.flush())
+    }
+
+    /// Gives up: the output's file goes and the shards stay for a merge
+    /// after the fact; once shards were freed, the output holds what they
+    /// no longer do, and stays with `merged.prefix` for that merge.
+    pub fn abandon(mut self) {
+        if !self.freed() {
+            self.records.out.sink_mut().discard();
+        }
+    }
+
+    /// Whether shards were freed: the output then holds what they no
+    /// longer do.
+    fn freed(&self) -> bool {
+        self.freeing.as_ref().is_some_and(|f| f.freed)
+    }
+
+    /// The end, once every writer and the VIP are done and `meta` is
+    /// final: the rest of every shard, perf's LOST_SAMPLES, the features
+    /// and the header, and the output put in place. Returns the report and
+    /// what each shard held (the CPUs' in `meta.cpus` order, then the
+    /// VIP's).
+    pub fn finish(
+        mut self,
+        meta: &Meta,
+        meta_damage: Option<String>,
+    ) -> Result<(MergeReport, Vec<ShardSummary>), MergeError> {
+        // What the stop waits for is what counts.
+        self.started = Instant::now();
+        let output = self.output.clone();
+        let fail = |source| MergeError::Output {
+            path: output.clone(),
+            source,
+        };
+        let layouts = self.layouts;
+        while self
+            .rounds
+            .drain_step(layouts, &mut self.records)
+            .map_err(fail)?
+        {
+            self.free_behind().map_err(fail)?;
+        }
+        let shards: Vec<Shard> = std::mem::take(&mut self.rounds.followers)
+            .into_iter()
+            .map(|f| Shard {
+                name: f.name,
+                bytes: ShardBytes::empty(),
+                summary: f.summary,
+                resume: Default::default(),
+            })
+            .collect();
+        let RecordWriter {
+            out, hits, records, ..
+        } = self.records;
+        let mut tail = out;
+        let last_time = shards
+            .iter()
+            .map(|s| s.summary.last_time)
+            .max()
+            .unwrap_or(0);
+        let lost_samples_added =
+            output::write_lost_samples(meta, last_time, &mut tail).map_err(fail)?;
+        tail.end_round(true).map_err(fail)?;
+        let (sink, totals) = tail.finish().map_err(fail)?;
+        let mut written = Written {
+            records: records + self.head_records,
+            lost_samples_added,
+            compressed: self.options.compression_level.map(|level| {
+                let mut totals = totals;
+                totals.level = level;
+                totals.feature()
+            }),
+            slices: 1,
+            threads: 1,
+            ..Written::default()
+        };
+        written.hits.trust_build_ids = meta.events.iter().any(|e| e.build_id_mmap());
+        written.hits.replay(hits);
+        let bpf = crate::bpf::read(&self.recording.bpf_path())?;
+        let ending = crate::Ending {
+            bpf: &bpf,
+            meta,
+            meta_damage,
+            options: &self.options,
+            output: &output,
+            synth: &self.synth,
+            shards: &shards,
+            first_sample: None,
+            started: self.started,
+        };
+        let freed = self.freeing.as_ref().is_some_and(|f| f.freed);
+        let mut report = match sink {
+            Sink::File {
+                writer,
+                destination,
+                file,
+            } => {
+                written.data_bytes = writer.data_size();
+                let report = ending.conclude(writer, written, |writer, features| {
+                    writer.finish(features)?;
+                    destination.publish(file)
+                });
+                if report.is_err() && !freed {
+                    destination.discard();
+                }
+                report.map_err(fail)?
+            }
+            Sink::Pipe(stream) => {
+                let (bytes, left_out) = (stream.bytes_written(), crate::pipe::left_out(&stream));
+                stream.finish().map_err(fail)?;
+                let mut report = ending.report(written, 0);
+                report.output_bytes = bytes;
+                report.left_out_of_pipe = left_out;
+                report
+            }
+        };
+        if self.freeing.is_some() {
+            self.recording.mark_spent(&output);
+        }
+        report.late_records = self.rounds.late;
+        report.rounds = self.rounds.rounds;
+        Ok((report, shards.into_iter().map(|s| s.summary).collect()))
+    }
+}

@@ -1,0 +1,269 @@
+//! The live merge's ordering: records read from growing shards wait in
+//! one heap, and each round sends out, in time order, those earlier than
+//! the watermark less [`MARGIN_NS`], then ends the round. Ties keep shard
+//! order, then file order, as the merge after the fact, so both give the
+//! same records in the same order.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::io;
+
+use shardrec_format::layouts::{FieldReader, Layouts};
+use shardrec_shard::merged_prefix::Resume;
+
+use super::follow::Follower;
+use super::watermark::Watermark;
+use crate::slices::ROUND_BYTES;
+
+/// How far a round's cut stays behind the watermark: a record's time is
+/// taken a moment before the kernel publishes it, and a vCPU can be held
+/// by its host in between.
+pub const MARGIN_NS: u64 = 10_000_000;
+
+/// Resident record bytes a round reads ahead, split between the shards.
+const READ_BUDGET: usize = 64 << 20;
+
+/// Record bytes a step of the end reads, split between the shards.
+const DRAIN_STEP: usize = 16 << 20;
+
+/// Where a round's records go.
+pub trait RoundSink {
+    /// One whole record.
+    fn put(&mut self, record: &[u8]) -> io::Result<()>;
+    /// A FINISHED_ROUND.
+    fn end_round(&mut self) -> io::Result<()>;
+}
+
+/// A record read and not yet written.
+#[derive(PartialEq, Eq, PartialOrd, Ord)]
+struct Pending {
+    time: u64,
+    shard: usize,
+    seq: u64,
+    offset: u64,
+    bytes: Box<[u8]>,
+}
+
+/// What a round did.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Round {
+    /// Records written.
+    pub written: u64,
+    /// Shard bytes read.
+    pub read: u64,
+    /// The time written up to (0 before the first cut).
+    pub cut: u64,
+}
+
+/// The shards followed, and the records read from them not yet written.
+pub struct Rounds {
+    /// The shards; those from `to_end` on are read to their end each
+    /// round (their writer frees a ring only once its records are in the
+    /// file), the others up to what the round is told is written.
+    pub followers: Vec<Follower>,
+    to_end: usize,
+    pending: BinaryHeap<Reverse<Pending>>,
+    seq: u64,
+    watermark: Watermark,
+    read_up_to: u64,
+    cut: u64,
+    /// Records read behind a round already written (they go out in the
+    /// next one).
+    pub late: u64,
+    /// Rounds that wrote records (each one FINISHED_ROUND or more).
+    pub rounds: u64,
+    /// Bytes of the records in `pending`.
+    pending_bytes: usize,
+    /// Bytes written since the last FINISHED_ROUND.
+    unrounded: u64,
+}
+
+impl Rounds {
+    /// Follows `followers`, reading those from `to_end` on to their end.
+    pub fn new(followers: Vec<Follower>, to_end: usize) -> Rounds {
+        Rounds {
+            followers,
+            to_end,
+            pending: BinaryHeap::new(),
+            seq: 0,
+            watermark: Watermark::default(),
+            read_up_to: 0,
+            cut: 0,
+            late: 0,
+            rounds: 0,
+            pending_bytes: 0,
+            unrounded: 0,
+        }
+    }
+
+    /// One round. `written[i]` is how far shard `i` (before `to_end`) is
+    /// known written; `rings_read` turns what each shard has been read to
+    /// into every ring's read position, and `heads` reads every ring's
+    /// head, in the same order (see [`Watermark`]).
+    pub fn round(
+        &mut self,
+        layouts: &Layouts,
+        written: &[u64],
+        rings_read: impl FnOnce(&[u64]) -> Vec<u64>,
+        heads: impl FnOnce() -> Vec<u64>,
+        sink: &mut impl RoundSink,
+    ) -> io::Result<Round> {
+        // Records wait here until the watermark passes them: while the
+        // budget is full, reading on would only hold more.
+        let most = match self.pending_bytes < READ_BUDGET {
+            true => (READ_BUDGET / self.followers.len().max(1)).clamp(1 << 20, 32 << 20),
+            false => 0,
+        };
+        let read = self.read(layouts, |i| written.get(i).copied(), most, false)?;
+        let taken: Vec<u64> = self.followers.iter().map(Follower::taken).collect();
+        let mut round = Round {
+            read,
+            ..Round::default()
+        };
+        if let Some(mark) = self.watermark.advance(&rings_read(&taken)) {
+            round.written = self.write_until(mark.saturating_sub(MARGIN_NS), sink)?;
+        }
+        if round.written > 0 {
+            crate::data_out::injected_fault(&["merge.round"])?;
+        }
+        // Read after every record taken so far: what comes later is later.
+        self.watermark.note(self.read_up_to, heads());
+        round.cut = self.cut;
+        Ok(round)
+    }
+
+    /// One round of the end, every writer done: reads on in every shard
+    /// and writes what no shard can still precede, as a merge after the
+    /// fact does (a shard read to its end holds nothing back; another
+    /// holds back what is within its lateness of its latest time read).
+    /// False once everything is written.
+    pub fn drain_step(&mut self, layouts: &Layouts, sink: &mut impl RoundSink) -> io::Result<bool> {
+        // Small steps: between two, the shards behind the output can be
+        // freed (see `freeing`).
+        let most = (DRAIN_STEP / self.followers.len().max(1)).clamp(64 << 10, 4 << 20);
+        self.read(layouts, |_| None, most, true)?;
+        let held_back = self
+            .followers
+            .iter()
+            .filter(|f| !f.exhausted())
+            .map(|f| {
+                let summary = &f.summary;
+                summary
+                    .last_time
+                    .saturating_sub(summary.lateness + MARGIN_NS)
+            })
+            .min();
+        self.write_until(held_back.unwrap_or(u64::MAX), sink)?;
+        Ok(held_back.is_some() || !self.pending.is_empty())
+    }
+
+    /// The end, every writer done: the rest of every shard, in order.
+    pub fn drain(&mut self, layouts: &Layouts, sink: &mut impl RoundSink) -> io::Result<()> {
+        while self.drain_step(layouts, sink)? {}
+        Ok(())
+    }
+
+    /// Every record earlier than this is written.
+    pub fn cut(&self) -> u64 {
+        self.cut
+    }
+
+    /// Where a merge would resume each shard now: from its first record
+    /// not written, leaving out those before what was read that are earlier
+    /// than [`cut`](Self::cut) (see [`Resume`]).
+    pub fn resume_points(&self) -> Vec<Resume> {
+        let mut points: Vec<Resume> = self
+            .followers
+            .iter()
+            .map(|f| Resume {
+                start: f.taken() as usize,
+                taken: f.taken() as usize,
+                until: self.cut,
+            })
+            .collect();
+        for Reverse(pending) in &self.pending {
+            let point = &mut points[pending.shard];
+            point.start = point.start.min(pending.offset as usize);
+        }
+        points
+    }
+
+    /// Takes every shard's new records into `pending`.
+    fn read(
+        &mut self,
+        layouts: &Layouts,
+        limit: impl Fn(usize) -> Option<u64>,
+        most: usize,
+        last: bool,
+    ) -> io::Result<u64> {
+        let mut fields = FieldReader::new(layouts);
+        let mut total = 0;
+        for (i, follower) in self.followers.iter_mut().enumerate() {
+            let (pending, seq, cut) = (&mut self.pending, &mut self.seq, self.cut);
+            let (read_up_to, late) = (&mut self.read_up_to, &mut self.late);
+            let pending_bytes = &mut self.pending_bytes;
+            // A shard read to its end each round is read whole: its rings
+            // count as read up to their tails.
+            let (limit, most) = match i >= self.to_end {
+                true => (None, usize::MAX >> 1),
+                false => (limit(i), most),
+            };
+            total += follower.read(
+                limit,
+                most,
+                last,
+                &mut fields,
+                &mut |offset, time, bytes| {
+                    *late += u64::from(time < cut);
+                    *read_up_to = (*read_up_to).max(time);
+                    *pending_bytes += bytes.len();
+                    pending.push(Reverse(Pending {
+                        time,
+                        shard: i,
+                        seq: *seq,
+                        offset,
+                        bytes: bytes.into(),
+                    }));
+                    *seq += 1;
+                },
+            )?;
+        }
+        Ok(total)
+    }
+
+    /// Writes every pending record earlier than `cut` (and every late
+    /// one), then ends the round if it wrote any.
+    fn write_until(&mut self, cut: u64, sink: &mut impl RoundSink) -> io::Result<u64> {
+        let cut = cut.max(self.cut);
+        let mut written = 0;
+        while self
+            .pending
+            .peek()
+            .is_some_and(|Reverse(next)| next.time < cut)
+        {
+            let Reverse(next) = self.pending.pop().expect("peeked");
+            self.pending_bytes -= next.bytes.len();
+            sink.put(&next.bytes)?;
+            written += 1;
+            // Readers hold a round or two in their reorder buffer: a long
+            // cut is several rounds, as the merge after the fact cuts them.
+            self.unrounded += next.bytes.len() as u64;
+            if self.unrounded >= ROUND_BYTES {
+                sink.end_round()?;
+                self.unrounded = 0;
+            }
+        }
+        self.cut = cut;
+        if written > 0 {
+            if self.unrounded > 0 {
+                sink.end_round()?;
+                self.unrounded = 0;
+            }
+            self.rounds += 1;
+        }
+        Ok(written)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,76 @@
+//! Where a live merge writes: a perf.data file, whose header and features
+//! are written at the end and which is put in place then, or perf's pipe
+//! format on a stream, whose features go first ([`crate::pipe`]).
+
+use std::fs::File;
+use std::io::{self, BufWriter};
+use std::path::Path;
+
+use shardrec_perfdata::feature::Feature;
+use shardrec_perfdata::PerfDataWriter;
+use shardrec_shard::output::Output;
+use shardrec_shard::Meta;
+
+use crate::data_out::RecordSink;
+use crate::destination::Destination;
+use crate::pipe::{self, Stream};
+
+/// What a live merge writes into.
+pub enum LiveOutput<'p> {
+    /// This path, as `-o` gives it.
+    File(&'p Path),
+    /// perf's pipe format into this stream (`-o -`: standard output).
+    Stream(File),
+}
+
+/// The output being written.
+pub enum Sink {
+    /// A perf.data file being written in `destination`'s file.
+    File {
+        /// The perf.data writer.
+        writer: PerfDataWriter<BufWriter<File>>,
+        /// Where it goes when whole.
+        destination: Destination,
+        /// The file under the writer.
+        file: File,
+    },
+    /// perf's pipe format.
+    Pipe(Stream),
+}
+
+impl Sink {
+    /// A perf.data file for `target`, written at `tmp` if given, with the
+    /// events of `meta`.
+    pub fn file(target: Output, tmp: Option<std::path::PathBuf>, meta: &Meta) -> io::Result<Sink> {
+        let (destination, file) = Destination::create(target, tmp)?;
+        let buffered = BufWriter::with_capacity(1 << 20, file.try_clone()?);
+        let writer = PerfDataWriter::create(buffered, &crate::output::attrs(meta))?;
+        Ok(Sink::File {
+            writer,
+            destination,
+            file,
+        })
+    }
+
+    /// perf's pipe format into `stream`, starting with `features`.
+    pub fn pipe(stream: File, meta: &Meta, features: &[(Feature, Vec<u8>)]) -> io::Result<Sink> {
+        Ok(Sink::Pipe(pipe::open(stream, meta, features)?))
+    }
+
+    /// Removes the file of a merge given up on (a stream keeps what it
+    /// was sent).
+    pub fn discard(&self) {
+        if let Sink::File { destination, .. } = self {
+            destination.discard();
+        }
+    }
+}
+
+impl RecordSink for Sink {
+    fn put(&mut self, bytes: &[u8]) -> io::Result<()> {
+        match self {
+            Sink::File { writer, .. } => writer.put(bytes),
+            Sink::Pipe(stream) => stream.put(bytes),
+        }
+    }
+}
