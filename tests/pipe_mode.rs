@@ -646,3 +646,60 @@ fn options_that_need_a_file_refuse_standard_output_in_one_line() {
         );
     }
 }
+
+/// A reader that sleeps while the recording goes on costs it nothing: the
+/// writers never wait for the stream (perf's pipe mode blocks its only
+/// thread on the pipe and loses samples instead), the shards hold what the
+/// reader has not taken, and every sample reaches it in the end.
+#[test]
+fn a_reader_that_sleeps_loses_nothing() {
+    let Some((_serial, scratch)) = recording_test("pipe-slow") else {
+        return;
+    };
+    let out = scratch.0.join("read.data");
+    let recorder = shardrec_in(
+        &scratch,
+        &[
+            "record",
+            "-a",
+            "-F",
+            "10000",
+            "-e",
+            "cpu-clock",
+            "-o",
+            "-",
+            "--",
+            load(),
+            "burn-for",
+            "2",
+        ],
+    );
+    let mut reader = Command::new("sh");
+    reader
+        .arg("-c")
+        .arg(format!("sleep 3; cat > {}", out.display()));
+    let (status, stderr, read) = pipeline(&scratch, recorder, reader);
+    assert!(
+        status.success() && read.status.success(),
+        "{status}: {stderr}"
+    );
+    // "[ shardrec record: ... (N samples, L lost) ..."
+    let counts = stderr
+        .split_once(" samples, ")
+        .and_then(|(before, after)| {
+            let samples = before.rsplit('(').next()?.parse::<u64>().ok()?;
+            let lost = after.split(' ').next()?.parse::<u64>().ok()?;
+            Some((samples, lost))
+        })
+        .unwrap_or_else(|| panic!("no counts in {stderr}"));
+    assert_eq!(counts.1, 0, "{stderr}");
+    assert!(stderr.contains("behind the recording"), "{stderr}");
+    let bytes = std::fs::read(&out).unwrap();
+    assert_pipe_header(&bytes, "the sleeping reader's copy");
+    let script = script_lines(Path::new("-"), Some(File::open(&out).unwrap()));
+    let samples = script.iter().filter(|l| l.contains("cpu-clock")).count() as u64;
+    assert_eq!(
+        samples, counts.0,
+        "samples the reader got of those recorded"
+    );
+}

@@ -68,6 +68,8 @@ pub struct MergeReport {
     pub late_records: u64,
     /// A live merge's rounds (0 for a merge after the fact).
     pub rounds: u64,
+    /// How far a live merge's output fell behind the recording, at most.
+    pub lag: Option<crate::live::Lag>,
 }
 
 impl MergeReport {
@@ -115,6 +117,14 @@ impl fmt::Display for MergeReport {
                     late => format!(" ({late} records came behind a round already written, and went out in the next)"),
                 }
             )?,
+        }
+        if let Some(lag) = self.lag.filter(|_| self.rounds > 0) {
+            writeln!(
+                f,
+                "  the output was at most {:.3} MB and {:.2} s behind the recording",
+                lag.bytes as f64 / 1e6,
+                lag.time.as_secs_f64()
+            )?;
         }
         let types: Vec<String> = self
             .by_type

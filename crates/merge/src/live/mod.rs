@@ -33,7 +33,7 @@ use crate::source::Shard;
 use crate::{MergeError, MergeOptions, MergeReport};
 use follow::Follower;
 use freeing::Freeing;
-pub use rounds::{Round, RoundSink, Rounds, MARGIN_NS};
+pub use rounds::{Lag, Round, RoundSink, Rounds, MARGIN_NS};
 pub use sink::LiveOutput;
 use sink::Sink;
 
@@ -145,10 +145,14 @@ impl<'a> LiveMerge<'a> {
             .rounds
             .round(layouts, written, rings_read, heads, sink)?;
         self.free_behind()?;
-        if let (Sink::Pipe(stream), true) = (self.records.out.sink_mut(), round.written > 0) {
+        if round.written == 0 {
+            return Ok(round);
+        }
+        if let Sink::Pipe(stream) = self.records.out.sink_mut() {
             // The reader follows the recording: each round reaches it now.
             stream.flush()?;
         }
+        self.rounds.reached_output();
         Ok(round)
     }
 
@@ -282,6 +286,7 @@ impl<'a> LiveMerge<'a> {
         }
         report.late_records = self.rounds.late;
         report.rounds = self.rounds.rounds;
+        report.lag = Some(self.rounds.lag);
         Ok((report, shards.into_iter().map(|s| s.summary).collect()))
     }
 }

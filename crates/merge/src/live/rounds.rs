@@ -76,6 +76,17 @@ pub struct Rounds {
     pending_bytes: usize,
     /// Bytes written since the last FINISHED_ROUND.
     unrounded: u64,
+    /// The most the output was behind the recording.
+    pub lag: Lag,
+}
+
+/// How far a live merge's output fell behind the recording, at most.
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Lag {
+    /// Bytes in the shards not yet written out.
+    pub bytes: u64,
+    /// From a look at the rings to the round written up to it.
+    pub time: std::time::Duration,
 }
 
 impl Rounds {
@@ -93,6 +104,7 @@ impl Rounds {
             rounds: 0,
             pending_bytes: 0,
             unrounded: 0,
+            lag: Lag::default(),
         }
     }
 
@@ -123,6 +135,15 @@ impl Rounds {
         if let Some(mark) = self.watermark.advance(&rings_read(&taken)) {
             round.written = self.write_until(mark.saturating_sub(MARGIN_NS), sink)?;
         }
+        // How far behind the recording the output is: the bytes written
+        // into the shards and not out yet.
+        let unread: u64 = written
+            .iter()
+            .zip(&taken)
+            .map(|(w, t)| w.saturating_sub(*t))
+            .sum();
+        let behind = unread + self.pending_bytes as u64;
+        self.lag.bytes = self.lag.bytes.max(behind);
         if round.written > 0 {
             crate::data_out::injected_fault(&["merge.round"])?;
         }
@@ -161,6 +182,15 @@ impl Rounds {
     pub fn drain(&mut self, layouts: &Layouts, sink: &mut impl RoundSink) -> io::Result<()> {
         while self.drain_step(layouts, sink)? {}
         Ok(())
+    }
+
+    /// A round's records reached the output (a stream may have made the
+    /// writes wait for its reader): notes how long after the look at the
+    /// rings that is.
+    pub fn reached_output(&mut self) {
+        if let Some(delay) = self.watermark.delay() {
+            self.lag.time = self.lag.time.max(delay);
+        }
     }
 
     /// Every record earlier than this is written.

@@ -12,12 +12,15 @@
 //! always read up to it and never holds the watermark back.
 
 use std::collections::VecDeque;
+use std::time::Instant;
 
 /// One look at the rings: the latest time read before it, and each ring's
 /// head.
 struct Snapshot {
     read_up_to: u64,
     heads: Vec<u64>,
+    /// When it was taken.
+    at: Instant,
 }
 
 /// Snapshots not yet covered by what has been read, oldest first.
@@ -25,13 +28,20 @@ struct Snapshot {
 pub struct Watermark {
     snapshots: VecDeque<Snapshot>,
     reached: Option<u64>,
+    /// When the snapshot of `reached` was taken.
+    reached_at: Option<Instant>,
 }
 
 impl Watermark {
     /// Notes a look at the rings: `heads`, read after every record read so
     /// far, whose latest time is `read_up_to`.
     pub fn note(&mut self, read_up_to: u64, heads: Vec<u64>) {
-        self.snapshots.push_back(Snapshot { read_up_to, heads });
+        let at = Instant::now();
+        self.snapshots.push_back(Snapshot {
+            read_up_to,
+            heads,
+            at,
+        });
     }
 
     /// The watermark, now that each ring has been read up to `read` (ring
@@ -40,10 +50,16 @@ impl Watermark {
     pub fn advance(&mut self, read: &[u64]) -> Option<u64> {
         let covered = |s: &Snapshot| s.heads.iter().zip(read).all(|(head, read)| head <= read);
         while let Some(snapshot) = self.snapshots.front().filter(|s| covered(s)) {
-            self.reached = Some(snapshot.read_up_to);
+            (self.reached, self.reached_at) = (Some(snapshot.read_up_to), Some(snapshot.at));
             self.snapshots.pop_front();
         }
         self.reached
+    }
+
+    /// How long ago the rings were as the watermark says: how far behind
+    /// the recording a round written up to it is.
+    pub fn delay(&self) -> Option<std::time::Duration> {
+        self.reached_at.map(|at| at.elapsed())
     }
 
     /// Snapshots waiting: how far behind the rings the merger reads.
