@@ -111,6 +111,7 @@ impl<'a> Consumer<'a> {
             first_sample: self.first_sample,
             // Every record earlier than `until` is written.
             taken: Vec::new(),
+            streamed: false,
         };
         self.recording
             .write_merged_prefix(&prefix)

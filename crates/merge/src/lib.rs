@@ -200,6 +200,8 @@ pub fn merge_scanned(
         Some(prefix) => open_resumed(&paths, &layouts, threads, prefix)?,
     };
     let synth = shards.pop().expect("the synthesized state's shard");
+    // A stream's part went to its reader: this output holds the rest.
+    let resumed = resumed.filter(|prefix| !prefix.streamed);
     let partial = resumed
         .as_ref()
         .map(|prefix| resumed_data(&recording, prefix))
@@ -394,7 +396,7 @@ fn refused(path: &Path, why: String) -> MergeError {
 }
 
 /// The shards at `paths` from where an interrupted merge left them (the
-/// synthesized state, last, is in its output whole).
+/// synthesized state, last, is in its output whole, but for a stream's).
 fn open_resumed(
     paths: &[PathBuf],
     layouts: &shardrec_format::layouts::Layouts,
@@ -405,7 +407,10 @@ fn open_resumed(
     let mut opened = shardrec_shard::parallel::try_map(shards, threads, |_, path| {
         Shard::open_from(path, layouts, prefix.resume(&source::file_name(path)))
     })?;
-    opened.push(Shard::empty(synth));
+    opened.push(match prefix.streamed {
+        true => Shard::open(synth, layouts)?,
+        false => Shard::empty(synth),
+    });
     Ok(opened)
 }
 

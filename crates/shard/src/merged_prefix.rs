@@ -35,6 +35,11 @@ pub struct MergedPrefix {
     /// (older merges): every record earlier than `until` is merged.
     #[serde(default)]
     pub taken: Vec<(String, u64)>,
+    /// The output was a stream (`-o -`): what it holds went to its reader
+    /// and is nowhere on disk; a merge of the rest starts with the
+    /// synthesized state again, so that it reads alone.
+    #[serde(default)]
+    pub streamed: bool,
 }
 
 /// Where a merge resumes one shard: from byte `start` on, leaving out the

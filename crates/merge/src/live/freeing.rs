@@ -7,7 +7,10 @@
 //!
 //! Every [`CHECKPOINT`] bytes of output, after a round, the output is
 //! flushed, `merged.prefix` says how far it holds the recording, and only
-//! then is each shard punched up to its first record not yet written.
+//! then is each shard punched up to its first record not yet written. A
+//! stream (`-o -`) is freed behind the same way: the disk holds what its
+//! reader has not been sent, and a recording killed leaves the rest, which
+//! a merge makes into a perf.data of its own.
 
 use std::fs::File;
 use std::io;
@@ -34,11 +37,14 @@ pub struct Freeing {
     /// Whether a checkpoint was written: the shards then lack what the
     /// output holds.
     pub freed: bool,
+    /// The output is a stream: what it holds is gone to its reader.
+    streamed: bool,
 }
 
 impl Freeing {
-    /// Frees the shards at `paths` (in the merge's order).
-    pub fn open(paths: &[PathBuf]) -> io::Result<Freeing> {
+    /// Frees the shards at `paths` (in the merge's order), behind a file
+    /// or, `streamed`, a stream.
+    pub fn open(paths: &[PathBuf], streamed: bool) -> io::Result<Freeing> {
         let files = open_to_punch(paths)?;
         Ok(Freeing {
             punched: vec![0; files.len()],
@@ -46,6 +52,7 @@ impl Freeing {
             names: paths.iter().map(|p| crate::source::file_name(p)).collect(),
             checkpointed: 0,
             freed: false,
+            streamed,
         })
     }
 
@@ -83,6 +90,7 @@ impl Freeing {
             shards: named(|p| p.start),
             taken: named(|p| p.taken),
             first_sample: first_sample.unwrap_or(0),
+            streamed: self.streamed,
         };
         recording
             .write_merged_prefix(&prefix)

@@ -90,19 +90,24 @@ impl<'a> LiveMerge<'a> {
                     && options.compression_level.is_none()
                     && matches!(target, Output::File { .. })
                     && crate::same_file_system(dir, target.path()))
-                .then(|| Freeing::open(&paths))
+                .then(|| Freeing::open(&paths, false))
                 .transpose()
                 .map_err(fail)?;
                 let tmp = freeing.as_ref().map(|_| recording.partial_output_path());
                 (Sink::file(target, tmp, meta).map_err(fail)?, freeing)
             }
             LiveOutput::Stream(stream) => {
+                let freeing = options
+                    .consume
+                    .then(|| Freeing::open(&paths, true))
+                    .transpose()
+                    .map_err(fail)?;
                 // What is known before the data: the programs loaded
                 // before recording, no sample times yet.
                 let bpf = crate::bpf::read(&recording.bpf_path())?;
                 let compression = options.compression_level;
                 let features = crate::pipe::features(meta, (0, 0), &bpf, compression);
-                (Sink::pipe(stream, meta, &features).map_err(fail)?, None)
+                (Sink::pipe(stream, meta, &features).map_err(fail)?, freeing)
             }
         };
         let synth = Shard::open(&recording.synth_path(), layouts)?;
@@ -120,7 +125,12 @@ impl<'a> LiveMerge<'a> {
             layouts,
             output: path.clone(),
             options: options.clone(),
-            rounds: Rounds::new(followers, meta.cpus.len()),
+            rounds: Rounds::new(followers, meta.cpus.len()).with_round_bytes(
+                match options.compression_level {
+                    Some(_) => shardrec_perfdata::compressed::MAX_INPUT as u64,
+                    None => crate::slices::ROUND_BYTES,
+                },
+            ),
             freeing,
             synth,
             records,
@@ -158,13 +168,19 @@ impl<'a> LiveMerge<'a> {
 
     /// After a round: frees the shards behind the output, where it does.
     fn free_behind(&mut self) -> io::Result<()> {
-        let (Some(freeing), Sink::File { writer, .. }) =
-            (self.freeing.as_mut(), self.records.out.sink_mut())
-        else {
+        let Some(freeing) = self.freeing.as_mut() else {
             return Ok(());
         };
-        let data = (writer.data_offset(), writer.data_size());
-        freeing.after_round(&self.recording, &self.rounds, data, || writer.flush())
+        match self.records.out.sink_mut() {
+            Sink::File { writer, .. } => {
+                let data = (writer.data_offset(), writer.data_size());
+                freeing.after_round(&self.recording, &self.rounds, data, || writer.flush())
+            }
+            Sink::Pipe(stream) => {
+                let data = (0, stream.bytes_written());
+                freeing.after_round(&self.recording, &self.rounds, data, || stream.flush())
+            }
+        }
     }
 
     /// Gives up: the output's file goes and the shards stay for a merge

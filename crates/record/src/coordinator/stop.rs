@@ -361,8 +361,9 @@ pub(crate) fn account(
     // and what its output holds of them.
     let prefix = dir.read_merged_prefix()?;
     let merged = match &prefix {
-        Some(prefix) => merged_part(dir, meta, prefix, side_band)?,
-        None => Default::default(),
+        // A stream's part went to its reader: the rest is what is counted.
+        Some(prefix) if !prefix.streamed => merged_part(dir, meta, prefix, side_band)?,
+        _ => Default::default(),
     };
     let prefix = prefix.unwrap_or_default();
     let paths: Vec<PathBuf> = meta.cpus.iter().map(|&cpu| dir.shard_path(cpu)).collect();
