@@ -215,11 +215,22 @@ fn a_writer_that_keeps_dying_is_given_up_on_and_the_rest_records_on() {
 }
 
 /// The VIP among `coordinator`'s children: the `shardrec` process that
-/// may run on more than one CPU (each writer is pinned to its own).
+/// may run on more than one CPU (each writer is pinned to its own) and
+/// writes the recording's `bpf` file (the live merger, unpinned too,
+/// reads it only at the end).
 fn vip_of(coordinator: u32) -> Option<i32> {
-    helpers_of(coordinator)
-        .into_iter()
-        .find(|pid| cpus_allowed(*pid).is_some_and(|list| list.contains(['-', ','])))
+    helpers_of(coordinator).into_iter().find(|pid| {
+        cpus_allowed(*pid).is_some_and(|list| list.contains(['-', ','])) && writes_bpf_file(*pid)
+    })
+}
+
+/// Whether process `pid` holds the recording's `bpf` file open.
+fn writes_bpf_file(pid: i32) -> bool {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    fds.filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+        .any(|target| target.file_name().is_some_and(|name| name == "bpf"))
 }
 
 /// The workload among `coordinator`'s children once it has exec'd
