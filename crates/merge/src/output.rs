@@ -142,17 +142,35 @@ fn write_records<S: RecordSink>(
     written.slices = slices.len();
     written.threads = context.threads;
 
-    let mut tail = DataOut::new(&mut *sink, plan.compression)?;
-    let last_time = plan.shards.iter().map(|s| s.summary.last_time).max();
-    written.lost_samples_added = write_lost_samples(plan.meta, last_time.unwrap_or(0), &mut tail)?;
-    tail.end_round(true)?;
-    let (_, tail_totals) = tail.finish()?;
-    totals += tail_totals;
-    if let Some(level) = plan.compression {
-        totals.level = level;
-        written.compressed = Some(totals.feature());
-    }
+    let tail = DataOut::new(&mut *sink, plan.compression)?;
+    (_, written.lost_samples_added, written.compressed) =
+        write_tail(plan.meta, plan.shards, tail, totals, plan.compression)?;
     Ok(written)
+}
+
+/// A header feature and its content.
+type FeatureEntry = (shardrec_perfdata::feature::Feature, Vec<u8>);
+
+/// The end of the data section, into `tail`: perf's LOST_SAMPLES and the
+/// last round. Returns the sink, the LOST_SAMPLES added and, with `-z`
+/// (`level`), HEADER_COMPRESSED from `totals` and the tail's own.
+pub fn write_tail<S: RecordSink>(
+    meta: &Meta,
+    shards: &[Shard],
+    mut tail: DataOut<S>,
+    mut totals: Totals,
+    level: Option<i32>,
+) -> io::Result<(S, u64, Option<FeatureEntry>)> {
+    let last_time = shards.iter().map(|s| s.summary.last_time).max();
+    let lost_samples = write_lost_samples(meta, last_time.unwrap_or(0), &mut tail)?;
+    tail.end_round(true)?;
+    let (sink, tail_totals) = tail.finish()?;
+    totals += tail_totals;
+    let compressed = level.map(|level| {
+        totals.level = level;
+        totals.feature()
+    });
+    Ok((sink, lost_samples, compressed))
 }
 
 /// What comes before the recorded data: the start records, the

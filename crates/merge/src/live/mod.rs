@@ -235,24 +235,13 @@ impl<'a> LiveMerge<'a> {
         let RecordWriter {
             out, hits, records, ..
         } = self.records;
-        let mut tail = out;
-        let last_time = shards
-            .iter()
-            .map(|s| s.summary.last_time)
-            .max()
-            .unwrap_or(0);
-        let lost_samples_added =
-            output::write_lost_samples(meta, last_time, &mut tail).map_err(fail)?;
-        tail.end_round(true).map_err(fail)?;
-        let (sink, totals) = tail.finish().map_err(fail)?;
+        let level = self.options.compression_level;
+        let (sink, lost_samples_added, compressed) =
+            output::write_tail(meta, &shards, out, Default::default(), level).map_err(fail)?;
         let mut written = Written {
             records: records + self.head_records,
             lost_samples_added,
-            compressed: self.options.compression_level.map(|level| {
-                let mut totals = totals;
-                totals.level = level;
-                totals.feature()
-            }),
+            compressed,
             slices: 1,
             threads: 1,
             ..Written::default()
