@@ -342,6 +342,16 @@ impl RecordArgs {
         let (events, targets, sampling) = (self.events, self.targets, self.sampling);
         let (output, run) = (self.output, self.run);
         let switch_output = output.switch_output()?;
+        let merge = shardrec_merge::MergeOptions {
+            progress: !run.quiet,
+            compression_level: output.compression.level()?,
+            threads: output.merge_threads()?,
+            slice_bytes: None,
+            build_ids: output.build_ids.which(),
+            build_id_cache: output.build_ids.cache(),
+            // The shards go once merged: free them as the merge goes.
+            consume: !output.keep_shards,
+        };
         Ok(RecordConfig {
             events: events.parsed()?,
             cgroups: events.cgroups(),
@@ -374,8 +384,10 @@ impl RecordArgs {
                 .file
                 .unwrap_or_else(shardrec_shard::output::Output::record_default),
             no_merge: output.no_merge,
-            live_merge: None,
-            output_stream: None,
+            merge,
+            keep_shards: output.keep_shards,
+            timestamp_filename: output.timestamp_filename,
+            dry_run: run.dry_run,
             shards_dir: output.shards_dir,
             kcore: output.kcore,
             max_size: output

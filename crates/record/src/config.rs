@@ -170,15 +170,16 @@ pub struct RecordConfig {
     pub output: PathBuf,
     /// `--no-merge`: stop after writing the shards.
     pub no_merge: bool,
-    /// Merge while recording, so: a live merger writes the output as the
-    /// recording goes ([`crate::live_merger`]); `None` merges after the
-    /// stop (and where a live merge does not apply: `--switch-output`,
-    /// `--overwrite`).
-    pub live_merge: Option<shardrec_merge::MergeOptions>,
-    /// Where perf's pipe format goes for `-o -` (standard output, set aside
-    /// by the caller so that nothing else reaches it): the live merger
-    /// writes it there as the recording goes.
-    pub output_stream: Option<std::sync::Arc<std::os::fd::OwnedFd>>,
+    /// How the shards become perf.data: by the live merger as the
+    /// recording goes ([`crate::live_merger`]), or after the stop where a
+    /// live merge does not apply (`--switch-output`, `--overwrite`).
+    pub merge: shardrec_merge::MergeOptions,
+    /// `--keep-shards`: keep the shard directory once merged.
+    pub keep_shards: bool,
+    /// `--timestamp-filename`: the output renamed with the time at the end.
+    pub timestamp_filename: bool,
+    /// `--dry-run`: check the options, record nothing.
+    pub dry_run: bool,
     /// `--shards-dir`: where a private shard directory is made when the
     /// shards cannot live beside the output (default `$TMPDIR`).
     pub shards_dir: Option<PathBuf>,
@@ -236,8 +237,10 @@ impl RecordConfig {
             ring_pages: None,
             output: PathBuf::from("perf.data"),
             no_merge: false,
-            live_merge: None,
-            output_stream: None,
+            merge: Default::default(),
+            keep_shards: false,
+            timestamp_filename: false,
+            dry_run: false,
             shards_dir: None,
             kcore: false,
             max_size: None,

@@ -32,9 +32,15 @@ use crate::writers::{self, Writer, WriterOptions};
 use crate::{RecordConfig, RecordError};
 
 /// Records as `config` asks until the workload exits or a stop is asked
-/// for, and leaves the shards and a final `meta` in `OUTPUT.shards/`.
-/// `command_line` is the recorder's own, for the header's `cmdline`.
-pub fn record(config: &RecordConfig, command_line: &[String]) -> Result<RecordReport, RecordError> {
+/// for, and leaves the shards and a final `meta` in `OUTPUT.shards/`; the
+/// live merger writes the output meanwhile (into `stream`, perf's pipe
+/// format, when given). `command_line` is the recorder's own, for the
+/// header's `cmdline`.
+pub(crate) fn record(
+    config: &RecordConfig,
+    stream: Option<std::sync::Arc<std::os::fd::OwnedFd>>,
+    command_line: &[String],
+) -> Result<RecordReport, RecordError> {
     let plan = Plan::resolve(config)?;
     for warning in &plan.warnings {
         eprintln!("shardrec: warning: {warning}");
@@ -44,7 +50,7 @@ pub fn record(config: &RecordConfig, command_line: &[String]) -> Result<RecordRe
         true => None,
         false => Some(Workload::prepare(&config.command)?),
     };
-    let result = Recording::open(config, command_line, &plan, workload.as_mut())
+    let result = Recording::open(config, stream, command_line, &plan, workload.as_mut())
         .and_then(|recording| recording.run(&mut signals));
     if result.is_err() {
         if let Some(workload) = workload.as_mut() {
@@ -145,6 +151,7 @@ struct Recording<'a> {
 impl<'a> Recording<'a> {
     fn open(
         config: &RecordConfig,
+        stream: Option<std::sync::Arc<std::os::fd::OwnedFd>>,
         command_line: &[String],
         plan: &'a Plan,
         workload: Option<&'a mut Workload>,
@@ -213,21 +220,17 @@ impl<'a> Recording<'a> {
             stopping: false,
             max_size: config.max_size,
             synth_bytes: 0,
-            live_output: config
-                .live_merge
-                .clone()
-                .filter(|_| windows.is_none() && !plan.overwrite && !config.no_merge)
-                .map(|options| {
-                    let output = match &config.output_stream {
-                        Some(stream) => live_merger::Destination::Stream(stream.clone()),
-                        None => live_merger::Destination::File(config.merge_output()),
-                    };
-                    (output, options)
-                }),
+            streamed: stream.is_some(),
+            live_output: (windows.is_none() && !plan.overwrite && !config.no_merge).then(|| {
+                let output = match stream {
+                    Some(stream) => live_merger::Destination::Stream(stream),
+                    None => live_merger::Destination::File(config.merge_output()),
+                };
+                (output, config.merge.clone())
+            }),
             windows,
             switch_asked: false,
             live: None,
-            streamed: config.output_stream.is_some(),
         })
     }
 

@@ -125,6 +125,9 @@ pub enum RecordError {
         /// What it said.
         message: String,
     },
+    /// The merge after the stop could not write its output.
+    #[error(transparent)]
+    Merge(#[from] shardrec_merge::MergeError),
     /// Any other system call failed.
     #[error("{what}")]
     System {

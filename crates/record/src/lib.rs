@@ -8,13 +8,25 @@
 //! every writer drain its ring, and rewrites `meta` with what each shard
 //! holds.
 //!
+//! The binary calls one entry point, [`record`], which goes on to
+//! perf.data: the live merger writes it as the recording goes (or the
+//! merge after the stop, where that does not apply), and what there is to
+//! say goes to the caller's [`Reporter`].
+//!
 //! ```no_run
-//! use shardrec_record::{options, record, RecordConfig};
+//! use shardrec_record::{options, record, RecordConfig, Reporter};
+//! struct Quiet;
+//! impl Reporter for Quiet {
+//!     fn recorded(&mut self, _: &shardrec_record::RecordReport) {}
+//!     fn merged(&mut self, _: &shardrec_merge::MergeReport) {}
+//!     fn note(&mut self, _: &str) {}
+//!     fn warning(&mut self, message: &str) { eprintln!("warning: {message}") }
+//!     fn error(&mut self, message: &str) { eprintln!("{message}") }
+//! }
 //! let mut config = RecordConfig::new();
 //! config.events = vec![options::parse_events("cpu-clock").expect("a valid event")];
 //! config.command = vec!["sleep".into(), "1".into()];
-//! let report = record(&config, &["shardrec".into(), "record".into()])?;
-//! eprint!("{report}");
+//! let exit = record(config, &["shardrec".into(), "record".into()], &mut Quiet)?;
 //! # Ok::<(), shardrec_record::RecordError>(())
 //! ```
 
@@ -31,7 +43,10 @@ mod meta;
 mod negotiate;
 mod open;
 pub mod options;
+mod pipe_mode;
+mod pipeline;
 mod plan;
+mod reporter;
 mod run_control;
 mod sample_filters;
 mod shards_place;
@@ -47,7 +62,9 @@ pub use config::{
     AddressSpace, CallGraph, ControlSpec, Delay, RecordConfig, SampleOptions, Sampling,
     SwitchOutput, SwitchTrigger,
 };
-pub use coordinator::record;
 pub use error::RecordError;
 pub use events::{CgroupArg, EventArg};
+pub use pipe_mode::{die_of_sigpipe, reader_left};
+pub use pipeline::{record, Exit};
+pub use reporter::Reporter;
 pub use summary::{CpuReport, RecordReport};

@@ -6,12 +6,11 @@ use std::path::Path;
 
 use nix::sys::signal::{SigSet, Signal};
 use shardrec_merge::MergeError;
-use shardrec_record::RecordError;
 use shardrec_shard::output::Output;
 use shardrec_sys::process;
 use shardrec_sys::stdout::StdoutAside;
 
-use crate::Error;
+use crate::RecordError;
 
 /// The signal that stops the recording when the stream's reader leaves:
 /// one the coordinator stops on (it reads INT, TERM and HUP), and the
@@ -19,7 +18,7 @@ use crate::Error;
 const READER_LEFT: Signal = Signal::SIGHUP;
 
 /// Standard output, kept for the stream while the recording runs.
-pub struct PipeMode {
+pub(crate) struct PipeMode {
     aside: StdoutAside,
 }
 
@@ -32,7 +31,7 @@ impl PipeMode {
     /// leaves: the kernel signals a pipe's writers when the last reader
     /// closes it, but also whenever a reader takes bytes from it, so the
     /// signal serves only a stream written at the stop.
-    pub fn begin(output: &Path, streamed: bool) -> Result<Option<PipeMode>, RecordError> {
+    pub(crate) fn begin(output: &Path, streamed: bool) -> Result<Option<PipeMode>, RecordError> {
         if Output::resolve(output)? != Output::Pipe {
             return Ok(None);
         }
@@ -54,12 +53,12 @@ impl PipeMode {
     }
 
     /// A copy of the stream, for the live merger that writes it.
-    pub fn stream(&self) -> std::io::Result<std::sync::Arc<std::os::fd::OwnedFd>> {
+    pub(crate) fn stream(&self) -> std::io::Result<std::sync::Arc<std::os::fd::OwnedFd>> {
         self.aside.stream().map(std::sync::Arc::new)
     }
 
     /// Standard output back, for the merge into it.
-    pub fn end(self) -> Result<(), RecordError> {
+    pub(crate) fn end(self) -> Result<(), RecordError> {
         self.aside
             .restore()
             .map_err(RecordError::system("restoring standard output"))
@@ -67,21 +66,13 @@ impl PipeMode {
 }
 
 /// Whether `error` is a merge into standard output whose reader left.
-pub fn reader_left(error: &Error) -> bool {
+pub fn reader_left(error: &MergeError) -> bool {
     match error {
-        Error::Merge(MergeError::Output { path, source }) => {
+        MergeError::Output { path, source } => {
             path == Path::new(shardrec_shard::output::STDOUT)
                 && source.kind() == std::io::ErrorKind::BrokenPipe
         }
         _ => false,
-    }
-}
-
-/// After a recording's merge into standard output failed as its reader
-/// left: the recording is dropped, as perf's is, unless `--keep-shards`.
-pub fn drop_if_reader_left(error: &Error, dir: &Path, keep_shards: bool) {
-    if reader_left(error) && !keep_shards {
-        let _ = std::fs::remove_dir_all(dir);
     }
 }
 

@@ -1,0 +1,69 @@
+//! Every line shardrec prints about its work, in one place: the recording's
+//! and the merge's summaries, perf's status lines, warnings and errors, on
+//! standard error (standard output may be the recording itself), and `-q`
+//! silences all but what went wrong.
+
+use shardrec_merge::MergeReport;
+use shardrec_record::{RecordReport, Reporter};
+
+/// Standard error, as `-q` leaves it.
+pub struct Messages {
+    /// `-q`: only warnings and errors.
+    pub quiet: bool,
+}
+
+impl Reporter for Messages {
+    fn recorded(&mut self, report: &RecordReport) {
+        if !self.quiet {
+            eprint!("{report}");
+        }
+    }
+
+    fn merged(&mut self, report: &MergeReport) {
+        print_damage(report);
+        if !self.quiet {
+            eprint!("{report}");
+        }
+    }
+
+    fn note(&mut self, line: &str) {
+        if !self.quiet {
+            eprintln!("{line}");
+        }
+    }
+
+    fn warning(&mut self, message: &str) {
+        eprintln!("shardrec: warning: {message}");
+    }
+
+    fn error(&mut self, message: &str) {
+        eprintln!("shardrec: {message}");
+    }
+}
+
+/// What a merge found damaged (a torn shard, a lost meta), said even
+/// under `-q`: the output lacks it.
+fn print_damage(report: &MergeReport) {
+    if let Some(why) = &report.meta_damage {
+        eprintln!(
+            "shardrec: warning: {why}; merged from meta.start, its copy written at start, which lacks the stop's statistics: the kernel's per-event loss counts read at stop are not in perf.data (the rings' own LOST records are)"
+        );
+    }
+    if report.bpf_torn_bytes > 0 {
+        eprintln!(
+            "shardrec: warning: the bpf file is cut short: {} bytes after its last whole entry dropped",
+            report.bpf_torn_bytes
+        );
+    }
+    for (name, damage) in &report.damage {
+        let what = if damage.offset == 0 {
+            "error"
+        } else {
+            "warning"
+        };
+        eprintln!(
+            "shardrec: {what}: shard {name} is cut at byte {}: {} bytes dropped ({})",
+            damage.offset, damage.dropped, damage.reason
+        );
+    }
+}

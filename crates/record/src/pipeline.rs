@@ -1,0 +1,254 @@
+//! The whole way from `shardrec record`'s options to perf.data, the one
+//! entry point the binary calls: standard output set aside for perf's pipe
+//! format, the recording (whose live merger writes the output as it goes),
+//! the merge after the stop where none ran or it failed, the outputs of
+//! `--switch-output` and `--timestamp-filename`, and the shards' removal.
+
+use std::path::{Path, PathBuf};
+
+use shardrec_merge::MergeReport;
+use shardrec_shard::output::Output;
+use shardrec_shard::StopReason;
+
+use crate::live_merger::Outcome;
+use crate::pipe_mode::{self, PipeMode};
+use crate::reporter::Reporter;
+use crate::summary::RecordReport;
+use crate::windows::{self, Outputs};
+use crate::{coordinator, RecordConfig, RecordError};
+
+/// How `shardrec record` ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exit {
+    /// With this status: the workload's, or 1 when the output could not be
+    /// written whole.
+    Status(u8),
+    /// The reader of the stream left, which ends perf record by SIGPIPE:
+    /// the caller ends the same way.
+    ReaderLeft,
+}
+
+/// Records as `config` asks until the workload exits or a stop is asked
+/// for, and turns the recording into perf.data (unless `--no-merge`).
+/// `command_line` is the recorder's own, for the header's `cmdline`.
+pub fn record(
+    mut config: RecordConfig,
+    command_line: &[String],
+    reporter: &mut dyn Reporter,
+) -> Result<Exit, RecordError> {
+    if let Some(switch) = config.switch_output.as_mut() {
+        switch.merge = config.merge.clone();
+        switch.quiet = config.quiet;
+    }
+    if config.timestamp_filename {
+        refuse_to_rename(&config.output)?;
+    }
+    if config.dry_run {
+        // perf's --dry-run: the options are read and checked, nothing more.
+        return Ok(Exit::Status(0));
+    }
+    // Merged while recording unless the shards are the product (pipe mode
+    // refuses the options that write several outputs).
+    let streamed = !config.no_merge;
+    let pipe = PipeMode::begin(&config.output, streamed)?;
+    let stream = match pipe.as_ref().filter(|_| streamed) {
+        // The live merger streams into it as the recording goes.
+        Some(pipe) => Some(
+            pipe.stream()
+                .map_err(RecordError::system("standard output"))?,
+        ),
+        None => None,
+    };
+    let stream_given = stream.is_some();
+    let recorded = coordinator::record(&config, stream, command_line);
+    if let Some(pipe) = pipe {
+        pipe.end()?;
+    }
+    let report = recorded?;
+    reporter.recorded(&report);
+    AfterStop {
+        config: &config,
+        reporter,
+        streamed: stream_given,
+    }
+    .finish(report)
+}
+
+/// What follows the stop.
+struct AfterStop<'a> {
+    config: &'a RecordConfig,
+    reporter: &'a mut dyn Reporter,
+    /// The live merger wrote into a stream (what went cannot go again).
+    streamed: bool,
+}
+
+impl AfterStop<'_> {
+    fn finish(mut self, mut report: RecordReport) -> Result<Exit, RecordError> {
+        let config = self.config;
+        let code = report.exit_code.clamp(0, 255) as u8;
+        if let StopReason::ShardCut(what) = &report.stopped_by {
+            // The disk that is full holds the shards: merging there would
+            // fail too, and the shards are what the recording leaves.
+            let dir = report.dir.display();
+            self.reporter.error(&format!(
+                "the recording was cut: {what}. Every record written before that is in {dir}; merge them onto a disk with room: shardrec merge {dir} -o OTHER"
+            ));
+            return Ok(Exit::Status(1));
+        }
+        if config.no_merge {
+            return Ok(Exit::Status(code));
+        }
+        let output = match &report.switched {
+            // The last window, named as the others.
+            Some(switched) if !switched.last_unstamped => timestamped(&config.output)?,
+            _ => config.merge_output(),
+        };
+        let merged = match self.merged(&mut report, &output)? {
+            Some(merged) => merged,
+            None => {
+                self.drop_shards(&report.dir);
+                return Ok(Exit::ReaderLeft);
+            }
+        };
+        // A shard the merge could not read at all is a failure, even when
+        // the workload succeeded (its status wins when it failed).
+        let code = match merged || report.exit_code != 0 {
+            true => code,
+            false => 1,
+        };
+        if merged && !config.keep_shards {
+            std::fs::remove_dir_all(&report.dir).map_err(RecordError::system(format!(
+                "cannot remove {}",
+                report.dir.display()
+            )))?;
+        }
+        match report.switched {
+            Some(switched) => Ok(self
+                .last_window_done(switched, output, merged)
+                .unwrap_or(Exit::Status(code))),
+            None if config.timestamp_filename => {
+                let named = timestamped(&config.output)?;
+                std::fs::rename(&config.output, &named).map_err(rename_failed(&config.output))?;
+                self.reporter
+                    .note(&format!("[ shardrec record: Dump {} ]", named.display()));
+                Ok(Exit::Status(code))
+            }
+            None => Ok(Exit::Status(code)),
+        }
+    }
+
+    /// The output written by the live merger, or by a merge now: whether
+    /// every shard was readable, or `None` when the stream's reader left.
+    fn merged(
+        &mut self,
+        report: &mut RecordReport,
+        output: &Path,
+    ) -> Result<Option<bool>, RecordError> {
+        let scanned = std::mem::take(&mut report.scanned);
+        match report.live.take() {
+            Some(Outcome::Merged { report, .. }) => Ok(Some(self.show(&report))),
+            Some(Outcome::ReaderLeft) => Ok(None),
+            Some(Outcome::Failed(why)) if self.streamed => {
+                // What went down the stream cannot be sent again.
+                let dir = report.dir.display();
+                Err(RecordError::Kernel(format!(
+                    "the stream stopped ({why}); the recording is kept in {dir}: shardrec merge {dir} -o FILE"
+                )))
+            }
+            Some(Outcome::Failed(why)) => {
+                // The merge after the stop completes it from where it stopped.
+                let merged = self.merge_now(&report.dir, output, scanned)?;
+                self.reporter.warning(&format!(
+                    "the live merge stopped ({why}): perf.data was completed after the stop"
+                ));
+                Ok(merged)
+            }
+            None => self.merge_now(&report.dir, output, scanned),
+        }
+    }
+
+    /// Merges the recording in `dir` into `output` after the stop.
+    fn merge_now(
+        &mut self,
+        dir: &Path,
+        output: &Path,
+        scanned: Vec<shardrec_shard::scan::ScannedShard>,
+    ) -> Result<Option<bool>, RecordError> {
+        let options = &self.config.merge;
+        match shardrec_merge::merge_scanned(dir, output, options, scanned) {
+            Ok(report) => Ok(Some(self.show(&report))),
+            Err(error) if pipe_mode::reader_left(&error) => Ok(None),
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    /// Reports a merge; false when a shard held no readable record at all.
+    fn show(&mut self, report: &MergeReport) -> bool {
+        self.reporter.merged(report);
+        report.unreadable().next().is_none()
+    }
+
+    /// A recording whose reader left is dropped, as perf's is, unless
+    /// `--keep-shards`.
+    fn drop_shards(&self, dir: &Path) {
+        if !self.config.keep_shards {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+
+    /// `--switch-output` and the like: the last window's `output` is
+    /// written (if `merged`); it joins the others, and the recording's
+    /// directory goes unless something in it is still wanted. An exit
+    /// when an output could not be written.
+    fn last_window_done(
+        &mut self,
+        mut switched: Outputs,
+        output: PathBuf,
+        merged: bool,
+    ) -> Option<Exit> {
+        if !self.config.quiet {
+            self.reporter
+                .note(&format!("[ shardrec record: Dump {} ]", output.display()));
+        }
+        if merged && !switched.last_unstamped {
+            switched.add(output);
+        }
+        for failed in &switched.failed {
+            self.reporter.error(&format!(
+                "error: {} was not written: its window's shards are kept in {}",
+                failed.display(),
+                switched.root.display()
+            ));
+        }
+        if !switched.failed.is_empty() {
+            return Some(Exit::Status(1));
+        }
+        // What is left are the windows kept for --keep-last (or all, with
+        // --keep-shards).
+        if !self.config.keep_shards {
+            let _ = std::fs::remove_dir_all(&switched.root);
+        }
+        None
+    }
+}
+
+/// `--timestamp-filename` renames the output at the end: only a file's.
+fn refuse_to_rename(output: &Path) -> Result<(), RecordError> {
+    match Output::resolve(output)? {
+        Output::File { .. } => Ok(()),
+        other => Err(RecordError::Usage(format!(
+            "--timestamp-filename renames the output at the end, and {} is {}: give a file",
+            output.display(),
+            other.kind()
+        ))),
+    }
+}
+
+/// `output` named with a timestamp, as perf's `--timestamp-filename`.
+fn timestamped(output: &Path) -> Result<PathBuf, RecordError> {
+    windows::timestamped(output).map_err(rename_failed(output))
+}
+
+fn rename_failed(path: &Path) -> impl FnOnce(std::io::Error) -> RecordError {
+    RecordError::system(format!("cannot rename {} with a timestamp", path.display()))
+}
