@@ -7,6 +7,7 @@
 //! - [`scan`]: walking a shard to count its records, losses and time range;
 //! - [`shard_index`]: what that walk learnt, kept beside each shard for a
 //!   merge of a time window.
+//! - [`accounting`]: every shard walked at the stop, counted into `meta`;
 //! - [`output`]: what the output path is (a file, a device, a FIFO) and
 //!   whether the shards can live beside it;
 //! - [`merged_prefix`]: how far a merge that frees the shards as it goes
@@ -22,6 +23,7 @@
 //! # Ok::<(), shardrec_shard::Error>(())
 //! ```
 
+pub mod accounting;
 pub mod bpf_file;
 mod dir;
 pub mod merged_prefix;

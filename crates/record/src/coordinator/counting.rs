@@ -4,30 +4,55 @@
 
 use std::time::{Duration, Instant};
 
-use super::Recording;
+use super::writer_pool::WriterPool;
 use crate::config::Delay;
-use crate::run_control::ControlCommand;
+use crate::plan::Plan;
+use crate::run_control::{ControlChannel, ControlCommand};
+use crate::{RecordConfig, RecordError};
 
-/// The longest the coordinator sleeps between checks, and how often it
-/// looks at every ring for data waiting below its watermark.
-const TICK_MS: u16 = 250;
+/// The longest the coordinator sleeps between checks.
+pub(super) const TICK_MS: u16 = 250;
 
-/// How long data below a ring's watermark may wait before its writer is
-/// asked to write it: what a quiet ring can lose to `kill -9` of the whole
-/// tree. Longer would spare more wakeups (perf never flushes by time); one
-/// second keeps a killed recording nearly whole.
-const FLUSH_AFTER: Duration = Duration::from_secs(1);
+/// `-D` and `--control`.
+pub(super) struct Counting {
+    /// `--control`'s channel.
+    control: Option<ControlChannel>,
+    /// When a `-D MSECS` recording starts counting.
+    enable_at: Option<Instant>,
+    /// `-q`: no "Events enabled" lines.
+    quiet: bool,
+}
 
-/// The same for a recording streamed to a reader (`-o -`): the live merge
-/// writes a record once every ring has been written past it, so this is
-/// most of how long a reader waits for a quiet CPU's records.
-const STREAM_FLUSH_AFTER: Duration = Duration::from_millis(250);
+/// What the commands on the control channel asked of the recording as a
+/// whole.
+#[derive(Default)]
+pub(super) struct Asked {
+    /// `stop`.
+    pub(super) stop: bool,
+    /// `snapshot`.
+    pub(super) snapshot: bool,
+}
 
-impl Recording<'_> {
+impl Counting {
+    /// Opens `--control`'s channel.
+    pub(super) fn open(config: &RecordConfig) -> Result<Counting, RecordError> {
+        let control = config.control.as_ref().map(ControlChannel::open);
+        Ok(Counting {
+            control: control.transpose()?,
+            enable_at: None,
+            quiet: config.quiet,
+        })
+    }
+
+    /// The control channel's descriptor, to wait on.
+    pub(super) fn control_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.control.as_ref().map(|c| c.fd())
+    }
+
     /// After the start: with `-D`, says the events are off and when they
     /// will be on.
-    pub(super) fn count_later(&mut self) {
-        let Some(delay) = self.plan.delay else {
+    pub(super) fn count_later(&mut self, plan: &Plan) {
+        let Some(delay) = plan.delay else {
             return;
         };
         self.say("Events disabled");
@@ -36,19 +61,8 @@ impl Recording<'_> {
         }
     }
 
-    /// How long to wait for signals before the delayed start is due.
-    pub(super) fn tick_ms(&self) -> u16 {
-        let mut tick = match self.max_size {
-            Some(_) => super::size_limit::LIMIT_TICK_MS,
-            None => TICK_MS,
-        };
-        if let Some(switch) = self
-            .windows
-            .as_ref()
-            .and_then(|w| w.tick_ms(super::size_limit::LIMIT_TICK_MS))
-        {
-            tick = tick.min(switch.max(1));
-        }
+    /// How long to wait, at most `tick`, before the delayed start is due.
+    pub(super) fn tick_ms(&self, tick: u16) -> u16 {
         match self.enable_at {
             Some(at) => {
                 let left = at.saturating_duration_since(Instant::now()).as_millis();
@@ -58,55 +72,40 @@ impl Recording<'_> {
         }
     }
 
-    /// Every TICK_MS, asks each writer whose ring has held data for
-    /// FLUSH_AFTER to write it (see
-    /// [`crate::writers::Writer::flush_if_waiting`]).
-    pub(super) fn flush_quiet_rings(&mut self) {
-        if self.rings_seen.elapsed() < Duration::from_millis(TICK_MS as u64) {
-            return;
-        }
-        self.rings_seen = Instant::now();
-        let after = match self.streamed {
-            true => STREAM_FLUSH_AFTER,
-            false => FLUSH_AFTER,
-        };
-        self.writers
-            .iter_mut()
-            .for_each(|w| w.flush_if_waiting(after));
-    }
-
     /// Enables the events once a `-D MSECS` delay has passed.
-    pub(super) fn count_when_due(&mut self) {
+    pub(super) fn count_when_due(&mut self, plan: &Plan, pool: &WriterPool) {
         if self.enable_at.is_some_and(|at| Instant::now() >= at) {
             self.enable_at = None;
-            self.set_counting(true, None);
+            self.set_counting(plan, pool, true, None);
         }
     }
 
-    /// Carries out the commands waiting on the control channel; true when
-    /// one of them is `stop`.
-    pub(super) fn obey_control(&mut self) -> bool {
+    /// Carries out the commands waiting on the control channel; what they
+    /// ask of the recording as a whole is the caller's to do.
+    pub(super) fn obey_control(&mut self, plan: &Plan, pool: &WriterPool) -> Asked {
+        let mut asked = Asked::default();
         let Some(control) = self.control.as_mut() else {
-            return false;
+            return asked;
         };
-        let mut stop = false;
-        for command in control.read_commands() {
+        let commands = control.read_commands();
+        for command in commands {
             match command {
-                ControlCommand::Enable(name) => self.set_counting(true, name.as_deref()),
-                ControlCommand::Disable(name) => self.set_counting(false, name.as_deref()),
-                ControlCommand::Stop => stop = true,
+                ControlCommand::Enable(name) => {
+                    self.set_counting(plan, pool, true, name.as_deref())
+                }
+                ControlCommand::Disable(name) => {
+                    self.set_counting(plan, pool, false, name.as_deref())
+                }
+                ControlCommand::Stop => asked.stop = true,
                 ControlCommand::Ping => {}
                 ControlCommand::Evlist => {
-                    for spec in &self.plan.events {
+                    for spec in &plan.events {
                         eprintln!("{}", spec.name);
                     }
                 }
                 // perf 6.1 switches output only on SIGUSR2; shardrec also
                 // on `snapshot`, which a script can send and wait for.
-                ControlCommand::Snapshot if self.windows.is_some() => self.switch_asked = true,
-                ControlCommand::Snapshot => eprintln!(
-                    "shardrec: snapshot needs --switch-output (or --overwrite, which shardrec does not support yet)"
-                ),
+                ControlCommand::Snapshot => asked.snapshot = true,
                 ControlCommand::Unknown(text) => {
                     eprintln!("shardrec: unknown control command '{text}'")
                 }
@@ -115,25 +114,22 @@ impl Recording<'_> {
                 control.ack();
             }
         }
-        stop
+        asked
     }
 
     /// Enables or disables every event (or those named `name`) on every
     /// CPU, except the tracking dummy, which keeps the side-band whole, as
     /// perf's `evlist__enable_non_dummy` does.
-    fn set_counting(&mut self, on: bool, name: Option<&str>) {
+    fn set_counting(&self, plan: &Plan, pool: &WriterPool, on: bool, name: Option<&str>) {
         let wanted = |spec: &crate::events::EventSpec| {
             !spec.is_tracking_dummy() && name.is_none_or(|n| spec.name == n)
         };
-        if name.is_some() && !self.plan.events.iter().any(wanted) {
+        if name.is_some() && !plan.events.iter().any(wanted) {
             eprintln!("failed: can't find '{}' event", name.unwrap_or_default());
             return;
         }
-        for writer in &self.writers {
-            for event in &writer.events.events {
-                if !wanted(&self.plan.events[event.spec]) {
-                    continue;
-                }
+        for cpu in pool.cpus() {
+            for event in cpu.events.iter().filter(|e| wanted(&plan.events[e.spec])) {
                 let result = match on {
                     true => event.event.enable(),
                     false => event.event.disable(),
@@ -141,7 +137,7 @@ impl Recording<'_> {
                 if let Err(e) = result {
                     eprintln!(
                         "shardrec: warning: cannot change event on CPU {}: {e}",
-                        writer.cpu()
+                        cpu.cpu
                     );
                 }
             }
@@ -153,6 +149,7 @@ impl Recording<'_> {
         }
     }
 
+    /// One of perf's status lines, unless `-q`.
     pub(super) fn say(&self, message: &str) {
         if !self.quiet {
             eprintln!("{message}");

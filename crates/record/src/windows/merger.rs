@@ -242,7 +242,9 @@ fn merge(
     let mut meta: Meta = dir.read_surviving_meta()?.0;
     // One thread: the tracepoints leave this process out by its pid, which
     // new threads would not have.
-    let scanned = crate::coordinator::account(dir, &mut meta, 1, None)?;
+    // An index that cannot be written costs a merge of a time window its
+    // walk, and this window is merged now: nothing to say.
+    let accounted = shardrec_shard::accounting::account(dir, &mut meta, 1, None)?;
     dir.release_meta_room();
     dir.write_meta(&meta)?;
     let name = output.file_name().unwrap_or_default().to_string_lossy();
@@ -253,7 +255,7 @@ fn merge(
         consume,
         ..settings.merge.clone()
     };
-    shardrec_merge::merge_scanned(dir.path(), &partial, &options, scanned)?;
+    shardrec_merge::merge_scanned(dir.path(), &partial, &options, accounted.scanned)?;
     std::fs::rename(&partial, output).map_err(shardrec_shard::Error::io(output))?;
     if !settings.quiet {
         eprintln!("[ shardrec record: Dump {} ]", output.display());

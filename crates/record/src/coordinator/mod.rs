@@ -1,0 +1,290 @@
+//! The coordinator: a thin run loop over the parts of a recording, each
+//! owning its state:
+//!
+//! - the writer pool ([`writer_pool`]): one writer process per CPU, its
+//!   replacement, flush requests, the drain;
+//! - the side band ([`side_band`]): the VIP and the `--filter` programs;
+//! - the output ([`output`]): the directory and `meta`, the live merger,
+//!   the `--switch-output` windows, `--max-size`;
+//! - `-D` and `--control` ([`counting`]).
+//!
+//! The run loop opens the events, prepares the parts, enables, waits for
+//! a reason to stop ([`wait`]), replaces what dies ([`recovery`]), stops
+//! and accounts for what was recorded ([`stop`]).
+
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+mod counting;
+mod output;
+mod recovery;
+mod side_band;
+mod stop;
+mod switching;
+mod synthesis;
+mod wait;
+mod writer_pool;
+
+use crate::helper::HelperProcess;
+use crate::live_merger::WatchedRing;
+use crate::meta::{initial_meta, unix_ns};
+use crate::open;
+use crate::plan::{Plan, Scope};
+use crate::signals::Signals;
+use crate::summary::RecordReport;
+use crate::workload::Workload;
+use crate::writers::{self, WriterOptions};
+use crate::{RecordConfig, RecordError};
+use counting::Counting;
+use output::RecordingOutput;
+use side_band::SideBand;
+use synthesis::Moment;
+use writer_pool::WriterPool;
+
+/// Records as `config` asks until the workload exits or a stop is asked
+/// for, and leaves the shards and a final `meta` in `OUTPUT.shards/`; the
+/// live merger writes the output meanwhile (into `stream`, perf's pipe
+/// format, when given). `command_line` is the recorder's own, for the
+/// header's `cmdline`.
+pub(crate) fn record(
+    config: &RecordConfig,
+    stream: Option<std::sync::Arc<std::os::fd::OwnedFd>>,
+    command_line: &[String],
+) -> Result<RecordReport, RecordError> {
+    let plan = Plan::resolve(config)?;
+    for warning in &plan.warnings {
+        eprintln!("shardrec: warning: {warning}");
+    }
+    let mut signals = Signals::block()?;
+    let mut workload = match config.command.is_empty() {
+        true => None,
+        false => Some(Workload::prepare(&config.command)?),
+    };
+    let result = Recording::open(config, stream, command_line, &plan, workload.as_mut())
+        .and_then(|recording| recording.run(&mut signals));
+    if result.is_err() {
+        if let Some(workload) = workload.as_mut() {
+            workload.kill();
+        }
+    }
+    result
+}
+
+/// A recording from the moment its directory exists: the run loop over
+/// its parts.
+struct Recording<'a> {
+    plan: &'a Plan,
+    workload: Option<&'a mut Workload>,
+    workload_code: Option<i32>,
+    /// One writer per recorded CPU, in CPU order, each with its CPU's
+    /// events.
+    pool: WriterPool,
+    side_band: SideBand,
+    output: RecordingOutput,
+    counting: Counting,
+    /// Stopping: a writer that ends now has drained, or was told to quit.
+    stopping: bool,
+}
+
+impl<'a> Recording<'a> {
+    fn open(
+        config: &RecordConfig,
+        stream: Option<std::sync::Arc<std::os::fd::OwnedFd>>,
+        command_line: &[String],
+        plan: &'a Plan,
+        workload: Option<&'a mut Workload>,
+    ) -> Result<Recording<'a>, RecordError> {
+        plan.reserve_file_descriptors()?;
+        let counting = Counting::open(config)?;
+        let attrs = &plan.attrs;
+        let workload_pid = workload.as_ref().map(|w| w.pid.as_raw());
+        let target_pid = workload_pid.filter(|_| plan.scope == Scope::Workload);
+        let (cpus, tasks) = open::open_all(plan, attrs, target_pid)?;
+        let (side_band, warning) = SideBand::open(config, plan)?;
+        if let Some(warning) = warning {
+            eprintln!("shardrec: warning: {warning}");
+        }
+        if config.kcore {
+            crate::kcore::copy_to(&config.output)?;
+        }
+        let dir = crate::shards_place::create_dir(config)?;
+        let mut meta = initial_meta(
+            config,
+            command_line,
+            plan,
+            attrs,
+            &cpus,
+            &tasks,
+            workload_pid,
+        );
+        meta.events.extend(side_band.event_meta());
+        Ok(Recording {
+            plan,
+            workload,
+            workload_code: None,
+            pool: WriterPool::new(cpus, stream.is_some()),
+            side_band,
+            output: RecordingOutput::new(config, plan, stream, dir, meta)?,
+            counting,
+            stopping: false,
+        })
+    }
+
+    fn run(mut self, signals: &mut Signals) -> Result<RecordReport, RecordError> {
+        if let Err(error) = self.prepare() {
+            self.abandon();
+            return Err(error);
+        }
+        let started = Instant::now();
+        if let Err(error) = self.enable() {
+            self.abandon();
+            return Err(error);
+        }
+        let (stopped_by, failure) = self.wait(signals)?;
+        self.stop(signals)?;
+        let report = self.finish(stopped_by, started)?;
+        match failure {
+            Some(error) => Err(error),
+            None => Ok(report),
+        }
+    }
+
+    /// Everything before enabling: writers, synthesis, filters, meta. The
+    /// writers come first so that synthesis describes them too (a profile
+    /// then names their threads), and forking happens before synthesis
+    /// starts its threads. The writers pin themselves and map their rings
+    /// while the VIP starts and synthesis runs.
+    fn prepare(&mut self) -> Result<(), RecordError> {
+        self.read_tracing_data()?;
+        let options = WriterOptions {
+            enable: self.plan.scope != Scope::Workload && self.plan.delay.is_none(),
+            ring_pages: self.plan.ring_pages,
+            sync_shard: self.output.sync_shards,
+            overwrite: self.plan.overwrite,
+            writes: writers::shard_writes(&self.output.dir)?,
+        };
+        let (dir, windows) = (&self.output.dir, self.output.window_at());
+        self.pool
+            .spawn(dir, &self.side_band, options, windows.clone())?;
+        let cpus: Vec<_> = self.pool.cpus().collect();
+        let existing_bpf = self.side_band.spawn(dir, self.plan, &cpus, windows)?;
+        self.spawn_live_merger()?;
+        self.synthesize(&existing_bpf, Moment::Start)?;
+        self.pool.wait_ready()?;
+        let merger = self.output.merger_pid().map(|pid| pid.as_raw());
+        self.output.meta.recorder_pids = std::iter::once(std::process::id() as i32)
+            .chain(self.helpers().map(|h| h.pid.as_raw()))
+            .chain(merger)
+            .collect();
+        self.exclude_recorder()?;
+        self.output.dir.write_start_meta(&self.output.meta)?;
+        self.output.dir.reserve_meta_room(&self.output.meta)?;
+        self.output.begin();
+        Ok(())
+    }
+
+    /// Forks the live merger, watching every CPU's ring and the side
+    /// band's, when the output is merged while recording.
+    fn spawn_live_merger(&mut self) -> Result<(), RecordError> {
+        let cpus = self.pool.writers().iter().map(|w| WatchedRing {
+            event: w.events.ring_owner(),
+            pages: self.plan.ring_pages,
+            base: Some(w.base()),
+        });
+        let rings = cpus.chain(self.side_band.watched_rings()).collect();
+        self.output.spawn_live_merger(rings)
+    }
+
+    /// The tracepoint formats perf needs to print fields, read now so that
+    /// even a recording that is killed carries them.
+    fn read_tracing_data(&mut self) -> Result<(), RecordError> {
+        let tracepoints: Vec<(String, String)> = self
+            .plan
+            .events
+            .iter()
+            .filter_map(|e| e.tracepoint())
+            .collect();
+        if tracepoints.is_empty() {
+            return Ok(());
+        }
+        let files = crate::tracing_files::read_files(&tracepoints)
+            .map_err(|e| RecordError::Tracefs(format!("reading tracepoint formats: {e}")))?;
+        self.output.meta.tracing_data = shardrec_perfdata::tracing_data::encode(&files);
+        Ok(())
+    }
+
+    /// Sets each tracepoint's filter: the user's `--filter`, and the
+    /// recorder's own processes left out, so a syscall tracepoint does not
+    /// record the writers' own io_uring calls.
+    fn exclude_recorder(&self) -> Result<(), RecordError> {
+        let own = self
+            .output
+            .meta
+            .recorder_pids
+            .iter()
+            .map(|pid| format!("common_pid != {pid}"))
+            .collect::<Vec<_>>()
+            .join(" && ");
+        for cpu in self.pool.cpus() {
+            for event in &cpu.events {
+                let spec = &self.plan.events[event.spec];
+                if !spec.is_tracepoint() {
+                    continue;
+                }
+                let filter = match &spec.filter {
+                    Some(user) => format!("({user}) && {own}"),
+                    None => own.clone(),
+                };
+                event
+                    .event
+                    .set_filter(&filter)
+                    .map_err(|e| spec.filter_refused(e))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Each writer enables its CPU's events from that CPU, all at once. A
+    /// followed workload's events the kernel enables at its exec
+    /// (enable_on_exec); the writers are running by then.
+    fn enable(&mut self) -> Result<(), RecordError> {
+        self.pool.start()?;
+        if let Some(workload) = self.workload.as_mut() {
+            workload.start()?;
+        }
+        self.counting.count_later(self.plan);
+        Ok(())
+    }
+
+    /// The writers' and the VIP's processes.
+    fn helpers(&self) -> impl Iterator<Item = &HelperProcess> {
+        self.pool.processes().chain(self.side_band.process())
+    }
+
+    /// Sends `command` to every writer and the VIP still running.
+    fn send_all(&mut self, command: shardrec_control::Command) {
+        let vip = self.side_band.process_mut();
+        for helper in self.pool.processes_mut().chain(vip) {
+            if !helper.has_exited() {
+                helper.send(command);
+            }
+        }
+    }
+
+    /// Time since the recording began.
+    fn since_start(&self) -> Duration {
+        Duration::from_nanos(unix_ns().saturating_sub(self.output.meta.start_unix_ns))
+    }
+
+    /// After a failure before recording began: stop the helpers and leave
+    /// nothing behind.
+    fn abandon(&mut self) {
+        self.output.abandon_live();
+        self.send_all(shardrec_control::Command::Quit);
+        for helper in self.helpers().filter(|h| !h.has_exited()) {
+            let _ = nix::sys::wait::waitpid(helper.pid, None);
+        }
+        let _ = std::fs::remove_dir_all(self.output.dir.path());
+        let _ = std::io::stderr().flush();
+    }
+}

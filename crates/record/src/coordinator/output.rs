@@ -1,0 +1,219 @@
+//! The recording's output: its directory and `meta`, the live merger
+//! that writes perf.data as the recording goes, the `--switch-output`
+//! windows and their merger, and `--max-size`.
+
+use std::sync::Arc;
+
+use shardrec_shard::{Meta, RecordingDir, Stats, StopReason, WindowCursor};
+
+use crate::live_merger::{self, LiveMerger, Outcome, WatchedRing};
+use crate::meta::unix_ns;
+use crate::plan::Plan;
+use crate::windows::Windows;
+use crate::{RecordConfig, RecordError};
+
+/// How often the coordinator looks while a size limit is set: at most
+/// this long a rate past the limit.
+const LIMIT_TICK_MS: u16 = 20;
+
+/// Where the recording goes, and what writes it there.
+pub(super) struct RecordingOutput {
+    /// The recording's directory (with `--switch-output`, the current
+    /// window's).
+    pub(super) dir: RecordingDir,
+    pub(super) meta: Meta,
+    /// Bytes of `synth.shard`, once written.
+    pub(super) synth_bytes: u64,
+    /// The shards are the product (`--no-merge`): sync them at the end. A
+    /// merge that follows reads them from the page cache and deletes them,
+    /// so most of their pages never need writing; perf does not sync
+    /// perf.data either.
+    pub(super) sync_shards: bool,
+    /// `--switch-output`'s windows; `dir` is then the current one.
+    pub(super) windows: Option<Windows>,
+    /// A switch of output was asked for (SIGUSR2, or `snapshot`).
+    pub(super) switch_asked: bool,
+    /// Where the live merger writes, and how, until it is forked.
+    live_output: Option<(live_merger::Destination, shardrec_merge::MergeOptions)>,
+    /// The live merger, once forked.
+    live: Option<LiveMerger>,
+    /// `--max-size`: stop once the rings have produced this many bytes.
+    max_size: Option<u64>,
+}
+
+/// A helper of the output's that ended.
+pub(super) enum OutputEnded {
+    /// The switch-output merger, or the live merger, which says why at
+    /// the stop (whose merge completes its output).
+    Merger,
+    /// The live merger, as the stream's reader left.
+    ReaderLeft,
+}
+
+impl RecordingOutput {
+    /// The output `config` asks for, recorded in `dir` with `meta` as
+    /// known at the start; merged live (into `stream`, when given) unless
+    /// the recording makes several outputs or none.
+    pub(super) fn new(
+        config: &RecordConfig,
+        plan: &Plan,
+        stream: Option<Arc<std::os::fd::OwnedFd>>,
+        mut dir: RecordingDir,
+        meta: Meta,
+    ) -> Result<RecordingOutput, RecordError> {
+        let windows = match &config.switch_output {
+            Some(switch) => {
+                let windows = Windows::start(dir.clone(), switch.clone(), config.merge_output())?;
+                dir = dir.create_window(windows.current)?;
+                Some(windows)
+            }
+            None => None,
+        };
+        let live = windows.is_none() && !plan.overwrite && !config.no_merge;
+        let live_output = live.then(|| {
+            let output = match stream {
+                Some(stream) => live_merger::Destination::Stream(stream),
+                None => live_merger::Destination::File(config.merge_output()),
+            };
+            (output, config.merge.clone())
+        });
+        Ok(RecordingOutput {
+            dir,
+            meta,
+            synth_bytes: 0,
+            sync_shards: config.no_merge,
+            windows,
+            switch_asked: false,
+            live_output,
+            live: None,
+            max_size: config.max_size,
+        })
+    }
+
+    /// With `--switch-output`: the recording's directory and the window
+    /// being recorded, for a helper that goes on from window to window.
+    pub(super) fn window_at(&self) -> Option<WindowCursor> {
+        let windows = self.windows.as_ref()?;
+        Some(WindowCursor::new(windows.root.clone(), windows.current))
+    }
+
+    /// Forks the live merger over these rings, when the output is merged
+    /// while recording.
+    pub(super) fn spawn_live_merger(
+        &mut self,
+        rings: Vec<WatchedRing<'_>>,
+    ) -> Result<(), RecordError> {
+        if let Some((output, options)) = self.live_output.take() {
+            self.live = Some(LiveMerger::spawn(&self.dir, output, options, rings)?);
+        }
+        Ok(())
+    }
+
+    /// `synth.shard` and `meta.start` are whole: the live merge begins.
+    pub(super) fn begin(&mut self) {
+        if let Some(live) = self.live.as_mut() {
+            live.begin();
+        }
+    }
+
+    /// The merger's process (the live merger's or the windows'), which
+    /// tracepoints leave out with the other helpers.
+    pub(super) fn merger_pid(&self) -> Option<nix::unistd::Pid> {
+        let windows = self.windows.as_ref().and_then(Windows::merger_pid);
+        windows.or(self.live.as_ref().map(|l| l.pid))
+    }
+
+    /// The longest the coordinator may sleep for the output's sake, if
+    /// shorter than `tick`.
+    pub(super) fn tick_ms(&self, tick: u16) -> u16 {
+        let tick = match self.max_size {
+            Some(_) => tick.min(LIMIT_TICK_MS),
+            None => tick,
+        };
+        match self.windows.as_ref().and_then(|w| w.tick_ms(LIMIT_TICK_MS)) {
+            Some(switch) => tick.min(switch.max(1)),
+            None => tick,
+        }
+    }
+
+    /// `--max-size`: the limit, once the rings have produced `produced`
+    /// bytes and `synth.shard` the rest to reach it (the rings' `data_head`
+    /// counters count every byte the shards hold or will, so the check
+    /// costs nothing a writer notices).
+    pub(super) fn size_limit_reached(&self, produced: u64) -> Option<u64> {
+        let limit = self.max_size?;
+        (produced + self.synth_bytes >= limit).then_some(limit)
+    }
+
+    /// Whether the current window has reached `--switch-output`'s time or
+    /// size, the rings having produced `produced` bytes.
+    pub(super) fn switch_due(&self, produced: u64) -> bool {
+        self.windows.as_ref().is_some_and(|w| w.due(produced))
+    }
+
+    /// A SIGUSR2 (or `snapshot` on `--control`) came: whether it switches.
+    pub(super) fn switches_on_signal(&self) -> bool {
+        self.windows.as_ref().is_some_and(|w| w.on_signal())
+    }
+
+    /// Process `pid` ended with `code`: whether it was a merger of the
+    /// output's, and how it ended.
+    pub(super) fn helper_ended(&mut self, pid: nix::unistd::Pid, code: i32) -> Option<OutputEnded> {
+        if self.windows.as_mut().is_some_and(|w| w.merger_ended(pid)) {
+            return Some(OutputEnded::Merger);
+        }
+        let live = self.live.as_mut().filter(|l| l.pid == pid)?;
+        live.ended = true;
+        match code == live_merger::READER_LEFT {
+            true => Some(OutputEnded::ReaderLeft),
+            false => Some(OutputEnded::Merger),
+        }
+    }
+
+    /// Writes `meta` as the stop made it: the room kept at start is given
+    /// back first, which on a full disk is what lets it be written.
+    pub(super) fn write_final_meta(&self) -> Result<(), RecordError> {
+        self.dir.release_meta_room();
+        self.dir.write_meta(&self.meta)?;
+        Ok(())
+    }
+
+    /// At the stop, with `meta` final: the live merger writes its last
+    /// round and the header, and says how it ended (`None` without one).
+    pub(super) fn conclude_live(&mut self) -> Result<Option<Outcome>, RecordError> {
+        let Some(mut live) = self.live.take() else {
+            return Ok(None);
+        };
+        let written = self.write_final_meta();
+        live.conclude();
+        written.map(|()| Some(live.outcome()))
+    }
+
+    /// Ends the live merger without an output: a recording that never
+    /// began, or one its storage cut (the merger gives back the room its
+    /// output took, or keeps what it freed from the shards, and the
+    /// shards are what the recording leaves).
+    pub(super) fn abandon_live(&mut self) {
+        if let Some(live) = self.live.take() {
+            live.abandon();
+        }
+    }
+
+    /// The current window's (or the recording's) statistics as far as they
+    /// are known without walking its shards, which accounting then does.
+    pub(super) fn unwalked_stats(
+        &self,
+        lost_by_event: Vec<(u32, u64, u64)>,
+        stopped_by: StopReason,
+    ) -> Stats {
+        Stats {
+            cpus: Vec::new(),
+            synth_bytes: self.synth_bytes,
+            lost_by_event,
+            bpf: None,
+            filters: Vec::new(),
+            stopped_by,
+            stop_unix_ns: unix_ns(),
+        }
+    }
+}

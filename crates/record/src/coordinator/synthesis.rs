@@ -1,0 +1,87 @@
+//! `synth.shard`: the state that exists before the rings can tell of it
+//! (the kernel's maps, the tasks, the BPF programs already loaded), made
+//! as perf synthesizes it.
+
+use std::io::{BufWriter, Write};
+
+use shardrec_synth::{Synthesizer, Tasks};
+
+use super::Recording;
+use crate::plan::Scope;
+use crate::RecordError;
+
+/// When `synth.shard` is written: at the start, at a switch of output
+/// (the new window's, with the state of the recording so far), or at a
+/// window's end (`--overwrite`: appended, with the state of that moment).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Moment {
+    Start,
+    Switch,
+    End,
+}
+
+impl Recording<'_> {
+    /// Writes `synth.shard`: the kernel's maps, the existing tasks, and the
+    /// records the VIP made for the BPF programs already loaded. The kernel's
+    /// maps (a read of most of kallsyms, for the end of its text) are made
+    /// while the tasks are walked, and written after them.
+    pub(super) fn synthesize(
+        &mut self,
+        existing_bpf: &[u8],
+        moment: Moment,
+    ) -> Result<(), RecordError> {
+        let output = &mut self.output;
+        let first = &self.pool.writers()[0].events.events[0];
+        let sample_type = output.meta.events[first.spec].sample_type();
+        let dwarf = matches!(self.plan.call_graph, crate::config::CallGraph::Dwarf(_));
+        // As the kernel's MMAP2 records: with build ids where they carry them.
+        let mut synth = Synthesizer::new(sample_type, first.id)
+            .with_data_maps(dwarf)
+            .with_build_ids(self.plan.build_id_mmap);
+        let workload = self.workload.as_ref().map(|w| w.pid.as_raw());
+        if let (Some(pid), Moment::Start) = (workload, moment) {
+            synth = synth.with_held_workload(pid);
+        }
+        let path = output.dir.synth_path();
+        let file = match moment {
+            Moment::End => output.dir.reopen_file(&path).and_then(|mut file| {
+                std::io::Seek::seek(&mut file, std::io::SeekFrom::End(0))
+                    .map_err(shardrec_shard::Error::io(&path))?;
+                Ok(file)
+            })?,
+            _ => output.dir.create_file(&path)?,
+        };
+        let mut out = BufWriter::new(file);
+        let tasks = match (&self.plan.scope, workload, moment) {
+            (Scope::SystemWide, _, _) => Tasks::All,
+            (Scope::Threads(_), _, _) => Tasks::Processes(self.plan.pids.clone()),
+            // At a switch: the workload and the processes it started.
+            (Scope::Workload, Some(pid), Moment::Switch | Moment::End) => {
+                Tasks::Processes(shardrec_synth::process_tree(pid))
+            }
+            // Only the held workload, described by `with_held_workload`.
+            (Scope::Workload, _, _) => Tasks::Processes(Vec::new()),
+        };
+        let output_error = |e| RecordError::Output {
+            path: path.clone(),
+            source: e,
+        };
+        std::thread::scope(|scope| {
+            let kernel = scope.spawn(|| {
+                let mut records = Vec::new();
+                synth.kernel(&mut records).map(|_| records)
+            });
+            synth.tasks(&tasks, &mut out)?;
+            let kernel = kernel.join().expect("kernel synthesis does not panic")?;
+            out.write_all(&kernel)?;
+            out.write_all(existing_bpf)
+        })
+        .map_err(output_error)?;
+        let file = out.into_inner().map_err(|e| output_error(e.into_error()))?;
+        output.synth_bytes = file.metadata().map_or(0, |m| m.len());
+        match output.sync_shards {
+            true => file.sync_data().map_err(output_error),
+            false => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,95 @@
+//! Waiting for a reason to stop, and what comes meanwhile: signals,
+//! `--control` commands, helpers that end, the ticks that flush quiet
+//! rings, start a delayed recording, check `--max-size` and switch
+//! output.
+
+use shardrec_shard::StopReason;
+
+use super::counting::TICK_MS;
+use super::Recording;
+use crate::plan::Scope;
+use crate::signals::{Signals, Wake};
+use crate::RecordError;
+
+impl Recording<'_> {
+    /// Waits for a reason to stop. A writer that dies is a failure, but the
+    /// others are still stopped cleanly so their shards are complete.
+    pub(super) fn wait(
+        &mut self,
+        signals: &mut Signals,
+    ) -> Result<(StopReason, Option<RecordError>), RecordError> {
+        loop {
+            let tick = self.counting.tick_ms(self.output.tick_ms(TICK_MS));
+            match signals.wait(tick, self.counting.control_fd())? {
+                Wake::Stop(signal) => {
+                    return Ok((StopReason::Signal(signal.as_str().to_string()), None))
+                }
+                Wake::Control => {
+                    if self.obey_control() {
+                        return Ok((StopReason::ControlStop, None));
+                    }
+                }
+                Wake::Child => {
+                    if let Some(outcome) = self.reap_children() {
+                        return Ok(outcome);
+                    }
+                }
+                Wake::Timeout => {
+                    if self.targets_gone() {
+                        return Ok((StopReason::TargetsExited, None));
+                    }
+                }
+                Wake::Switch => self.output.switch_asked |= self.output.switches_on_signal(),
+            }
+            self.counting.count_when_due(self.plan, &self.pool);
+            self.pool.flush_quiet_rings();
+            if let Some(limit) = self.output.size_limit_reached(self.pool.produced()) {
+                self.counting.say(&format!(
+                    "[ shardrec record: size limit reached ({} KB), stopping ]",
+                    limit / 1024
+                ));
+                return Ok((StopReason::SizeLimit(limit), None));
+            }
+            let asked = std::mem::take(&mut self.output.switch_asked);
+            if asked || self.output.switch_due(self.pool.produced()) {
+                if let Err(error) = self.switch_output(asked) {
+                    return Ok((StopReason::SwitchFailed, Some(error)));
+                }
+            }
+        }
+    }
+
+    /// Carries out the commands on `--control`; true when one is `stop`.
+    fn obey_control(&mut self) -> bool {
+        let asked = self.counting.obey_control(self.plan, &self.pool);
+        if asked.snapshot {
+            match self.output.windows.is_some() {
+                true => self.output.switch_asked = true,
+                false => eprintln!(
+                    "shardrec: snapshot needs --switch-output (or --overwrite, or --keep-last)"
+                ),
+            }
+        }
+        asked.stop
+    }
+
+    /// `-p`/`-t`: whether every process followed has ended.
+    fn targets_gone(&self) -> bool {
+        matches!(self.plan.scope, Scope::Threads(_))
+            && self.plan.pids.iter().all(|&pid| !running(pid))
+    }
+}
+
+/// Whether process `pid` still runs: it exists and is not a zombie
+/// waiting for its parent (which `kill(pid, 0)` cannot tell).
+fn running(pid: i32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // The state follows the command name, which is in parentheses and may
+    // itself contain ") ".
+    let state = stat
+        .rsplit_once(") ")
+        .and_then(|(_, rest)| rest.chars().next());
+    !matches!(state, None | Some('Z') | Some('X'))
+}
