@@ -18,15 +18,15 @@ use std::sync::Mutex;
 use nix::errno::Errno;
 use nix::fcntl::{fallocate, FallocateFlags};
 use shardrec_shard::merged_prefix::MergedPrefix;
+use shardrec_shard::scan::ScannedShard;
 use shardrec_shard::RecordingDir;
 
 use crate::slices::Slice;
-use crate::source::Shard;
 
 /// Frees the shards behind the slices written.
 pub struct Consumer<'a> {
     recording: &'a RecordingDir,
-    shards: &'a [Shard],
+    shards: &'a [ScannedShard],
     /// Each shard opened for writing, to punch it (none where a shard
     /// has no file).
     files: Vec<Option<File>>,
@@ -52,7 +52,7 @@ impl<'a> Consumer<'a> {
     /// `base` of an output whose data section starts at `data_offset`.
     pub fn new(
         recording: &'a RecordingDir,
-        shards: &'a [Shard],
+        shards: &'a [ScannedShard],
         paths: &[std::path::PathBuf],
         slices: &'a [Slice],
         (data_offset, base): (u64, u64),

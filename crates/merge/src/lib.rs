@@ -1,7 +1,8 @@
 //! `shardrec merge`: a recording's shards into one perf.data.
 //!
-//! Reads `meta` and maps every shard (`source.rs`), validating each record
-//! header and measuring how far out of order each shard is; then writes the
+//! Reads `meta` and maps every shard (`shardrec_shard::scan::ScannedShard`,
+//! or takes the recorder's stop's), validating each record header and
+//! measuring how far out of order each shard is; then writes the
 //! synthesized records, `PERF_RECORD_FINISHED_INIT`, every shard's records
 //! in global time order (`order.rs`) with `PERF_RECORD_FINISHED_ROUND` at
 //! regular intervals, perf's end-of-recording `LOST_SAMPLES`, and the header
@@ -31,10 +32,10 @@ mod progress;
 mod report;
 mod slice_writer;
 mod slices;
-mod source;
 pub mod time_spec;
 pub mod window;
 
+use std::convert::Infallible;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -47,7 +48,6 @@ use shardrec_shard::RecordingDir;
 use destination::Destination;
 pub use report::{CpuSummary, MergeReport};
 use shardrec_shard::scan::{ScannedShard, ShardSummary};
-use source::Shard;
 
 /// Why a merge could not produce its output.
 #[derive(Debug, thiserror::Error)]
@@ -196,8 +196,8 @@ pub fn merge_scanned(
     spent(&recording)?;
     let resumed = recording.read_merged_prefix()?;
     let mut shards = match &resumed {
-        None => open_shards(&paths, &layouts, threads, scanned)?,
-        Some(prefix) => open_resumed(&paths, &layouts, threads, prefix)?,
+        None => open_shards(&paths, &layouts, threads, scanned),
+        Some(prefix) => open_resumed(&paths, &layouts, threads, prefix),
     };
     let synth = shards.pop().expect("the synthesized state's shard");
     // A stream's part went to its reader: this output holds the rest.
@@ -309,8 +309,8 @@ pub(crate) struct Ending<'a> {
     pub meta_damage: Option<String>,
     pub options: &'a MergeOptions,
     pub output: &'a Path,
-    pub synth: &'a Shard,
-    pub shards: &'a [Shard],
+    pub synth: &'a ScannedShard,
+    pub shards: &'a [ScannedShard],
     /// The first sample's time where the shards no longer hold it (an
     /// interrupted merge freed it).
     pub first_sample: Option<u64>,
@@ -402,16 +402,17 @@ fn open_resumed(
     layouts: &shardrec_format::layouts::Layouts,
     threads: usize,
     prefix: &MergedPrefix,
-) -> Result<Vec<Shard>, MergeError> {
+) -> Vec<ScannedShard> {
     let (synth, shards) = paths.split_last().expect("the synthesized state's path");
-    let mut opened = shardrec_shard::parallel::try_map(shards, threads, |_, path| {
-        Shard::open_from(path, layouts, prefix.resume(&source::file_name(path)))
-    })?;
-    opened.push(match prefix.streamed {
-        true => Shard::open(synth, layouts)?,
-        false => Shard::empty(synth),
+    let Ok(mut opened) = shardrec_shard::parallel::try_map(shards, threads, |_, path| {
+        let resume = prefix.resume(&shardrec_shard::scan::file_name(path));
+        Ok::<_, Infallible>(ScannedShard::open_from(path, layouts, resume))
     });
-    Ok(opened)
+    opened.push(match prefix.streamed {
+        true => ScannedShard::open(synth, layouts),
+        false => ScannedShard::empty(synth),
+    });
+    opened
 }
 
 /// What an interrupted merge wrote, mapped: the data `prefix` describes.
@@ -476,7 +477,7 @@ fn open_shards(
     layouts: &shardrec_format::layouts::Layouts,
     threads: usize,
     mut scanned: Vec<ScannedShard>,
-) -> Result<Vec<Shard>, MergeError> {
+) -> Vec<ScannedShard> {
     let known: Vec<Option<ScannedShard>> = paths
         .iter()
         .map(|path| {
@@ -489,27 +490,27 @@ fn open_shards(
         .zip(&known)
         .filter_map(|(path, known)| known.is_none().then_some(path))
         .collect();
-    let mut opened =
-        shardrec_shard::parallel::try_map(&unknown, threads, |_, path| Shard::open(path, layouts))?
-            .into_iter();
-    let shards = known
+    let Ok(opened) = shardrec_shard::parallel::try_map(&unknown, threads, |_, path| {
+        Ok::<_, Infallible>(ScannedShard::open(path, layouts))
+    });
+    let mut opened = opened.into_iter();
+    known
         .into_iter()
         .map(|known| match known {
-            Some(scanned) => Shard::from_scanned(scanned),
+            Some(scanned) => scanned,
             None => opened.next().expect("a shard opened for each unknown path"),
         })
-        .collect();
-    Ok(shards)
+        .collect()
 }
 
 /// The first and last sample time over all shards.
-pub(crate) fn sample_times(shards: &[Shard]) -> (u64, u64) {
+pub(crate) fn sample_times(shards: &[ScannedShard]) -> (u64, u64) {
     span(shards, |s| (s.first_sample, s.last_sample))
 }
 
 /// The earliest non-zero first and the latest last of `times` over all
 /// shards (0 where there is none).
-fn span(shards: &[Shard], times: impl Fn(&ShardSummary) -> (u64, u64)) -> (u64, u64) {
+fn span(shards: &[ScannedShard], times: impl Fn(&ShardSummary) -> (u64, u64)) -> (u64, u64) {
     let all = || shards.iter().map(|s| times(&s.summary));
     let first = all().map(|(first, _)| first).filter(|&t| t > 0).min();
     let last = all().map(|(_, last)| last).max();
@@ -519,8 +520,8 @@ fn span(shards: &[Shard], times: impl Fn(&ShardSummary) -> (u64, u64)) -> (u64, 
 #[allow(clippy::too_many_arguments)]
 fn report(
     meta: &shardrec_shard::Meta,
-    synth: &Shard,
-    shards: &[Shard],
+    synth: &ScannedShard,
+    shards: &[ScannedShard],
     output: &Path,
     input_bytes: u64,
     build_ids: usize,
@@ -569,7 +570,7 @@ fn report(
 
 /// Records lost on a CPU, from its shard's LOST records and the kernel's
 /// per-event counts ([`shardrec_shard::dropped`]).
-fn lost_on(meta: &shardrec_shard::Meta, cpu: u32, shard: &Shard) -> u64 {
+fn lost_on(meta: &shardrec_shard::Meta, cpu: u32, shard: &ScannedShard) -> u64 {
     let counted: u64 = meta
         .stats
         .iter()

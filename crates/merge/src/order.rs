@@ -17,9 +17,9 @@ use std::collections::{BinaryHeap, VecDeque};
 use shardrec_format::header::RecordHeader;
 
 use shardrec_format::layouts::{FieldReader, Layouts};
+use shardrec_shard::scan::ScannedShard;
 
 use crate::slices::Slice;
-use crate::source::Shard;
 
 /// Resident shard bytes the merge allows itself, split between the
 /// streams: each releases the pages behind it once it is this far past.
@@ -40,7 +40,7 @@ struct Pending {
 
 /// One shard's records in time order.
 pub struct SortedShard<'a> {
-    shard: &'a Shard,
+    shard: &'a ScannedShard,
     bytes: &'a [u8],
     pos: usize,
     times: FieldReader<'a>,
@@ -61,7 +61,7 @@ pub struct SortedShard<'a> {
 impl<'a> SortedShard<'a> {
     /// A sorted view of `shard`'s valid records, releasing the pages behind
     /// it every `release_step` bytes.
-    pub fn new(shard: &'a Shard, layouts: &'a Layouts, release_step: usize) -> Self {
+    pub fn new(shard: &'a ScannedShard, layouts: &'a Layouts, release_step: usize) -> Self {
         shard.bytes.advise_sequential();
         SortedShard {
             shard,
@@ -81,7 +81,7 @@ impl<'a> SortedShard<'a> {
 
     /// A sorted view of the records of `shard` in `slice`.
     pub fn slice(
-        shard: &'a Shard,
+        shard: &'a ScannedShard,
         layouts: &'a Layouts,
         release_step: usize,
         slice: &Slice,

@@ -13,6 +13,7 @@ use shardrec_format::user_records::{self, IdIndexEntry};
 use shardrec_format::{SampleId, SampleIdLayout};
 use shardrec_perfdata::compressed::Totals;
 use shardrec_perfdata::{AttrEntry, PerfDataWriter};
+use shardrec_shard::scan::ScannedShard;
 use shardrec_shard::{EventMeta, Meta};
 
 use crate::data_out::{self, marker, DataOut, RecordSink, RecordWriter};
@@ -21,7 +22,6 @@ use crate::order::{release_step, Merged, SortedShard};
 use crate::progress::Progress;
 use crate::slice_writer::{self, ConsumeShards, Context, SliceDone};
 use crate::slices::{self, Slice};
-use crate::source::Shard;
 
 /// What the data section got.
 #[derive(Default)]
@@ -49,9 +49,9 @@ pub struct DataPlan<'a> {
     /// Its events' layouts.
     pub layouts: &'a Layouts,
     /// The synthesized state.
-    pub synth: &'a Shard,
+    pub synth: &'a ScannedShard,
     /// The CPUs' shards, then the VIP's.
-    pub shards: &'a [Shard],
+    pub shards: &'a [ScannedShard],
     /// `-z`'s level.
     pub compression: Option<i32>,
     /// Threads.
@@ -121,8 +121,8 @@ fn write_records<S: RecordSink>(
     progress.advance(plan.synth.summary.valid_len as u64);
 
     // A resumed merge's shards leave out what is written already
-    // (`Shard::resume`): a record that came late, after `until`'s records
-    // were written, is in the first slice.
+    // (`ScannedShard::resume`): a record that came late, after `until`'s
+    // records were written, is in the first slice.
     let slices = slices::plan(plan.shards, plan.slice_bytes, 0);
     let context = Context {
         shards: plan.shards,
@@ -156,7 +156,7 @@ type FeatureEntry = (shardrec_perfdata::feature::Feature, Vec<u8>);
 /// (`level`), HEADER_COMPRESSED from `totals` and the tail's own.
 pub fn write_tail<S: RecordSink>(
     meta: &Meta,
-    shards: &[Shard],
+    shards: &[ScannedShard],
     mut tail: DataOut<S>,
     mut totals: Totals,
     level: Option<i32>,
@@ -178,7 +178,7 @@ pub fn write_tail<S: RecordSink>(
 pub fn write_head<S: RecordSink>(
     meta: &Meta,
     layouts: &Layouts,
-    synth: &Shard,
+    synth: &ScannedShard,
     head: &mut RecordWriter<S>,
 ) -> io::Result<()> {
     for record in start_records(meta) {

@@ -21,6 +21,7 @@ use shardrec_format::layouts::Layouts;
 use shardrec_perfdata::compressed::Totals;
 use shardrec_perfdata::PerfDataWriter;
 use shardrec_shard::parallel;
+use shardrec_shard::scan::ScannedShard;
 
 use crate::consume::Consumer;
 use crate::data_out::{DataOut, PositionedSink, RecordSink, RecordWriter};
@@ -28,12 +29,11 @@ use crate::dso::SliceHits;
 use crate::order::{release_step, Merged, SortedShard};
 use crate::progress::Progress;
 use crate::slices::{self, Slice, ROUND_BYTES};
-use crate::source::Shard;
 
 /// What every slice's merge shares.
 pub struct Context<'a> {
     /// The shards, CPUs' then the VIP's.
-    pub shards: &'a [Shard],
+    pub shards: &'a [ScannedShard],
     /// Their events' layouts.
     pub layouts: &'a Layouts,
     /// `-z`'s level.

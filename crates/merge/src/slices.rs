@@ -10,9 +10,8 @@
 
 use std::collections::BTreeMap;
 
+use shardrec_shard::scan::ScannedShard;
 use shardrec_shard::time_index::{Bytes, TimeIndex};
-
-use crate::source::Shard;
 
 /// A round every this many bytes of records (`record.len()` as read, over
 /// the whole data section). The data is already in time order, so a round
@@ -70,7 +69,7 @@ impl Slice {
 /// The slices of `shards` from time `from` on (0 but for the rest of an
 /// interrupted merge): at least one, each of about `target` bytes (by
 /// default [`target_bytes`]) unless one bucket of the time index is larger.
-pub fn plan(shards: &[Shard], target: Option<u64>, from: u64) -> Vec<Slice> {
+pub fn plan(shards: &[ScannedShard], target: Option<u64>, from: u64) -> Vec<Slice> {
     let (shift, buckets) = TimeIndex::combined(shards.iter().map(|s| &s.summary.index));
     let target = target.unwrap_or_else(|| target_bytes(shards.len()));
     let mut slices = cut(shift, &buckets, target.max(1));

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use shardrec_format::header::RecordType;
 use shardrec_format::layouts::{FieldReader, Layouts};
@@ -90,16 +90,22 @@ impl ShardBytes {
     }
 }
 
-/// A shard mapped and walked once: what the recorder's stop learns and
-/// hands to its merge, so the merge does not walk it again.
+/// A shard mapped and walked once, validating every header (counts, time
+/// range, how far out of order it is): what the recorder's stop learns and
+/// hands to its merge, so the merge does not walk it again, and what the
+/// merge reads.
 #[derive(Debug)]
 pub struct ScannedShard {
-    /// Where it is.
-    pub path: std::path::PathBuf,
+    /// Where it is (a merge matches the shards handed to it by this).
+    pub path: PathBuf,
+    /// Its file name, for messages and `merged.prefix` ([`file_name`]).
+    pub name: String,
     /// Its bytes.
     pub bytes: ShardBytes,
-    /// What they hold.
+    /// What they hold, and where they stop being whole records.
     pub summary: ShardSummary,
+    /// What of it an interrupted merge wrote already.
+    pub resume: Resume,
 }
 
 impl ScannedShard {
@@ -115,10 +121,67 @@ impl ScannedShard {
         let summary = summarize_from(&bytes, layouts, from);
         Ok(ScannedShard {
             path: path.to_path_buf(),
+            name: file_name(path),
             bytes,
             summary,
+            resume: from,
         })
     }
+
+    /// [`ScannedShard::scan`] for a merge, which takes what it can: a
+    /// missing shard is empty (a recording killed before its writer created
+    /// it); one that cannot be mapped (not a regular file, unreadable) is
+    /// empty and damaged from its first byte, so the other shards are still
+    /// merged.
+    pub fn open(path: &Path, layouts: &Layouts) -> ScannedShard {
+        Self::open_from(path, layouts, Resume::default())
+    }
+
+    /// [`ScannedShard::open`], of what an interrupted merge left to merge
+    /// ([`crate::merged_prefix`]).
+    pub fn open_from(path: &Path, layouts: &Layouts, from: Resume) -> ScannedShard {
+        if !path.exists() {
+            return ScannedShard::empty(path);
+        }
+        match ScannedShard::scan_from(path, layouts, from) {
+            Ok(scanned) => scanned,
+            Err(error) => {
+                let reason = match error {
+                    Error::Io { source, .. } => source.to_string(),
+                    other => other.to_string(),
+                };
+                let dropped = std::fs::metadata(path).map_or(0, |m| m.len() as usize);
+                ScannedShard {
+                    summary: ShardSummary::unreadable(dropped, format!("cannot be read: {reason}")),
+                    resume: from,
+                    ..ScannedShard::empty(path)
+                }
+            }
+        }
+    }
+
+    /// A shard with nothing to merge.
+    pub fn empty(path: &Path) -> ScannedShard {
+        ScannedShard {
+            path: path.to_path_buf(),
+            name: file_name(path),
+            bytes: ShardBytes::empty(),
+            summary: ShardSummary::default(),
+            resume: Resume::default(),
+        }
+    }
+
+    /// The shard up to the end of its whole, valid records (those before
+    /// `summary.start` merged already).
+    pub fn valid(&self) -> &[u8] {
+        &self.bytes.bytes()[..self.summary.valid_len]
+    }
+}
+
+/// The name a shard goes by in messages and in `merged.prefix`.
+pub fn file_name(path: &Path) -> String {
+    path.file_name()
+        .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
 }
 
 /// How far a sequential reader gets before it releases the pages behind it.

@@ -6,7 +6,7 @@
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use shardrec_format::header::{RecordHeader, HEADER_SIZE};
 use shardrec_format::layouts::FieldReader;
@@ -15,8 +15,8 @@ use shardrec_shard::scan::{Damage, ShardSummary};
 
 /// One shard being followed.
 pub struct Follower {
-    /// Its file name, for messages.
-    pub name: String,
+    /// Where it is.
+    pub path: PathBuf,
     file: Option<File>,
     /// Offset of the first byte not yet taken (a record's start).
     pos: u64,
@@ -32,7 +32,6 @@ impl Follower {
     /// from its first byte (a missing one is empty: its writer never made
     /// it).
     pub fn open(path: &Path) -> Follower {
-        let name = crate::source::file_name(path);
         let (file, summary) = match File::open(path) {
             Ok(file) => (Some(file), ShardSummary::default()),
             Err(e) if e.kind() == io::ErrorKind::NotFound => (None, ShardSummary::default()),
@@ -42,7 +41,7 @@ impl Follower {
             ),
         };
         Follower {
-            name,
+            path: path.to_path_buf(),
             file,
             pos: 0,
             summary,

@@ -17,6 +17,7 @@ use std::io;
 use std::path::PathBuf;
 
 use shardrec_shard::merged_prefix::MergedPrefix;
+use shardrec_shard::scan::file_name;
 use shardrec_shard::RecordingDir;
 
 use super::rounds::Rounds;
@@ -49,7 +50,7 @@ impl Freeing {
         Ok(Freeing {
             punched: vec![0; files.len()],
             files,
-            names: paths.iter().map(|p| crate::source::file_name(p)).collect(),
+            names: paths.iter().map(|p| file_name(p)).collect(),
             checkpointed: 0,
             freed: false,
             streamed,

@@ -24,12 +24,11 @@ use std::time::Instant;
 
 use shardrec_format::layouts::Layouts;
 use shardrec_shard::output::Output;
-use shardrec_shard::scan::{ShardBytes, ShardSummary};
+use shardrec_shard::scan::{ScannedShard, ShardSummary};
 use shardrec_shard::{Meta, RecordingDir};
 
 use crate::data_out::{DataOut, RecordWriter};
 use crate::output::{self, Written};
-use crate::source::Shard;
 use crate::{MergeError, MergeOptions, MergeReport};
 use follow::Follower;
 use freeing::Freeing;
@@ -47,7 +46,7 @@ pub struct LiveMerge<'a> {
     rounds: Rounds,
     /// Freeing the shards behind the output, where that applies.
     freeing: Option<Freeing>,
-    synth: Shard,
+    synth: ScannedShard,
     records: RecordWriter<'a, Sink>,
     head_records: u64,
     started: Instant,
@@ -110,7 +109,7 @@ impl<'a> LiveMerge<'a> {
                 (Sink::pipe(stream, meta, &features).map_err(fail)?, freeing)
             }
         };
-        let synth = Shard::open(&recording.synth_path(), layouts)?;
+        let synth = ScannedShard::open(&recording.synth_path(), layouts);
         let mut head = RecordWriter::new(DataOut::new(&mut sink, None).map_err(fail)?, layouts);
         output::write_head(meta, layouts, &synth, &mut head).map_err(fail)?;
         let (head_records, head_hits) = (head.records, head.hits);
@@ -223,13 +222,11 @@ impl<'a> LiveMerge<'a> {
         {
             self.free_behind().map_err(fail)?;
         }
-        let shards: Vec<Shard> = std::mem::take(&mut self.rounds.followers)
+        let shards: Vec<ScannedShard> = std::mem::take(&mut self.rounds.followers)
             .into_iter()
-            .map(|f| Shard {
-                name: f.name,
-                bytes: ShardBytes::empty(),
+            .map(|f| ScannedShard {
                 summary: f.summary,
-                resume: Default::default(),
+                ..ScannedShard::empty(&f.path)
             })
             .collect();
         let RecordWriter {

@@ -7,9 +7,9 @@ use shardrec_format::layouts::Layouts;
 use shardrec_format::records::comm;
 use shardrec_format::sample_id::{IDENTIFIER, TID, TIME};
 use shardrec_format::{u32_at, SampleId, SampleIdLayout};
+use shardrec_shard::scan::ScannedShard;
 
 use super::{Merged, SortedShard};
-use crate::source::Shard;
 
 const ID: u64 = 7;
 
@@ -45,8 +45,8 @@ impl ShardFile {
         ShardFile(path)
     }
 
-    fn open(&self) -> Shard {
-        Shard::open(&self.0, &layouts()).unwrap()
+    fn open(&self) -> ScannedShard {
+        ScannedShard::open(&self.0, &layouts())
     }
 }
 
@@ -57,7 +57,7 @@ impl Drop for ShardFile {
 }
 
 /// (time, tid) of each record the merge of `shards` gives, with `step`.
-fn merged(shards: &[Shard], step: usize) -> Vec<(u64, u32)> {
+fn merged(shards: &[ScannedShard], step: usize) -> Vec<(u64, u32)> {
     let layouts = layouts();
     let streams = shards
         .iter()
@@ -109,7 +109,7 @@ fn many_interleaved_shards_merge_non_decreasing_and_whole() {
             ShardFile::new(&format!("many-{s}"), &records)
         })
         .collect();
-    let shards: Vec<Shard> = files.iter().map(ShardFile::open).collect();
+    let shards: Vec<ScannedShard> = files.iter().map(ShardFile::open).collect();
     for step in [1, 4096, 1 << 20] {
         let out = merged(&shards, step);
         assert_eq!(out.len(), 2000);
