@@ -121,9 +121,13 @@ fn a_one_page_ring_wraps_and_stays_whole() {
     for config in writer_modes() {
         let (bytes, written) = record_self(1, Duration::from_millis(300), config);
         assert_eq!(bytes.len() as u64, written);
-        // 300 ms at 100 kHz of 40-byte samples is ~1.2 MB through a 4 KiB ring.
+        // 300 ms at 100 kHz of 40-byte samples is ~1.2 MB through a 4 KiB
+        // ring when the writer runs as often as it is woken; how often it
+        // runs is the scheduler's (the other test of this file runs
+        // beside it on two CPUs: 19 KB once), so what is checked is that
+        // the ring went round more than once, whole.
         assert!(
-            written > 16 * 4096,
+            written > 2 * 4096,
             "ring wrapped only {written} bytes ({config:?})"
         );
         let (samples, lost) = count(&bytes);
