@@ -90,6 +90,77 @@ impl ShardBytes {
     }
 }
 
+/// A read-only view of a shard its writer still appends to: mapped past
+/// its end and mapped again, larger, as it grows, so the bytes below what
+/// is known written are read in place, at their file offsets (no copy
+/// into the reader, and a record taken is found again by its offset).
+#[derive(Debug)]
+pub struct GrowingBytes {
+    file: File,
+    map: Option<memmap2::Mmap>,
+    /// The bytes known written: the most any call has been given.
+    known: u64,
+}
+
+/// The least a [`GrowingBytes`] maps at a time: address space only, so
+/// mapping ahead costs a remap every doubling instead of every round.
+const GROWING_MAP_MIN: u64 = 64 << 20;
+
+impl GrowingBytes {
+    /// Follows `file`, a shard only ever appended to (or punched behind
+    /// what was read).
+    pub fn new(file: File) -> GrowingBytes {
+        GrowingBytes {
+            file,
+            map: None,
+            known: 0,
+        }
+    }
+
+    /// The file's length now.
+    pub fn file_len(&self) -> std::io::Result<u64> {
+        Ok(self.file.metadata()?.len())
+    }
+
+    /// The bytes up to `end`, which the caller knows the file holds (at
+    /// most its length, read after the bytes were written).
+    pub fn up_to(&mut self, end: u64) -> std::io::Result<&[u8]> {
+        let mapped = self.map.as_ref().map_or(0, |m| m.len() as u64);
+        if end > mapped {
+            let len = end.max(mapped * 2).max(GROWING_MAP_MIN);
+            let len = usize::try_from(len).map_err(std::io::Error::other)?;
+            // SAFETY: a read-only mapping of a regular file that
+            // is only appended to, or punched behind what was read (a read
+            // there sees zeros). It is longer than the file: only the
+            // bytes below `known`, which never exceeds the file's length
+            // as the caller read it after those bytes were written, are
+            // ever handed out, and the pages past the end of the file are
+            // never touched. A file truncated by another process would
+            // make reads past its new end raise SIGBUS, as for
+            // `ShardBytes`: nothing short of copying every shard guards
+            // against that.
+            let map = unsafe { memmap2::MmapOptions::new().len(len).map(&self.file) }?;
+            let _ = map.advise(memmap2::Advice::Sequential);
+            self.map = Some(map);
+        }
+        self.known = self.known.max(end);
+        Ok(self.get(0, end as usize))
+    }
+
+    /// `len` bytes at `offset`, which must lie below what [`up_to`]
+    /// was given.
+    ///
+    /// [`up_to`]: GrowingBytes::up_to
+    pub fn get(&self, offset: u64, len: usize) -> &[u8] {
+        let end = offset + len as u64;
+        assert!(end <= self.known, "bytes not known written");
+        match &self.map {
+            Some(map) => &map[offset as usize..end as usize],
+            None => &[],
+        }
+    }
+}
+
 /// A shard mapped and walked once, validating every header (counts, time
 /// range, how far out of order it is): what the recorder's stop learns and
 /// hands to its merge, so the merge does not walk it again, and what the

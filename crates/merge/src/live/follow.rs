@@ -1,28 +1,27 @@
 //! Following a shard while its writer appends to it: whole records read
-//! from where the last read stopped, up to what is known written, each
-//! walked once into the shard's summary (the same walk a merge after the
-//! fact makes, [`ShardSummary::walk`]).
+//! in place (the shard mapped as it grows) from where the last read
+//! stopped, up to what is known written, each walked once into the
+//! shard's summary (the same walk a merge after the fact makes,
+//! [`ShardSummary::walk`]) and found again by its offset when written out.
 
 use std::fs::File;
 use std::io;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use shardrec_format::header::{RecordHeader, HEADER_SIZE};
 use shardrec_format::layouts::FieldReader;
 use shardrec_shard::merged_prefix::Resume;
-use shardrec_shard::scan::{Damage, ShardSummary};
+use shardrec_shard::scan::{Damage, GrowingBytes, ShardSummary};
 
 /// One shard being followed.
 pub struct Follower {
     /// Where it is.
     pub path: PathBuf,
-    file: Option<File>,
+    bytes: Option<GrowingBytes>,
     /// Offset of the first byte not yet taken (a record's start).
     pos: u64,
     /// What the records taken hold.
     pub summary: ShardSummary,
-    buf: Vec<u8>,
     /// A read told its writer is done found nothing more.
     exhausted: bool,
 }
@@ -33,7 +32,7 @@ impl Follower {
     /// it).
     pub fn open(path: &Path) -> Follower {
         let (file, summary) = match File::open(path) {
-            Ok(file) => (Some(file), ShardSummary::default()),
+            Ok(file) => (Some(GrowingBytes::new(file)), ShardSummary::default()),
             Err(e) if e.kind() == io::ErrorKind::NotFound => (None, ShardSummary::default()),
             Err(e) => (
                 None,
@@ -42,12 +41,16 @@ impl Follower {
         };
         Follower {
             path: path.to_path_buf(),
-            file,
+            bytes: file,
             pos: 0,
             summary,
-            buf: Vec::new(),
             exhausted: false,
         }
+    }
+
+    /// The record of `len` bytes taken at `offset`.
+    pub fn record(&self, offset: u64, len: usize) -> &[u8] {
+        self.bytes.as_ref().map_or(&[], |b| b.get(offset, len))
     }
 
     /// Bytes taken so far: whole records from the shard's start.
@@ -74,44 +77,52 @@ impl Follower {
         fields: &mut FieldReader,
         take: &mut impl FnMut(u64, u64, &[u8]),
     ) -> io::Result<u64> {
-        let Some(file) = self.file.as_ref().filter(|_| self.summary.damage.is_none()) else {
+        let Some(bytes) = self
+            .bytes
+            .as_mut()
+            .filter(|_| self.summary.damage.is_none())
+        else {
             self.exhausted = last;
             return Ok(0);
         };
-        let end = file.metadata()?.len();
+        let end = bytes.file_len()?;
         let end = limit.map_or(end, |limit| limit.min(end));
         let want = end.saturating_sub(self.pos).min(most as u64) as usize;
         if want == 0 {
             self.exhausted = last;
             return Ok(0);
         }
-        self.buf.resize(want, 0);
-        file.read_exact_at(&mut self.buf, self.pos)?;
+        let start = self.pos as usize;
+        let window = &bytes.up_to(self.pos + want as u64)?[start..];
         let mut at = 0;
-        while let Some(header) = RecordHeader::parse(&self.buf[at..]) {
+        let mut damage = None;
+        while let Some(header) = RecordHeader::parse(&window[at..]) {
             let size = usize::from(header.size);
             if size < HEADER_SIZE || size % 8 != 0 {
-                self.damage(at, end, "not a record header");
+                damage = Some((at, "not a record header".to_string()));
                 break;
             }
-            let Some(record) = self.buf.get(at..at + size) else {
+            let Some(record) = window.get(at..at + size) else {
                 break;
             };
-            let offset = (self.pos as usize) + at;
+            let offset = start + at;
             match self
                 .summary
                 .walk(fields, offset, (header.type_, record), &Resume::default())
             {
                 Ok(time) => take(offset as u64, time, record),
-                Err(damage) => {
+                Err(found) => {
                     self.summary.damage = Some(Damage {
                         dropped: (end as usize) - offset,
-                        ..damage
+                        ..found
                     });
                     break;
                 }
             }
             at += size;
+        }
+        if let Some((at, reason)) = damage {
+            self.damage(at, end, &reason);
         }
         let cut = at < want && self.summary.damage.is_none();
         // Reading stopped inside the last bytes written: when the writer

@@ -34,14 +34,15 @@ pub trait RoundSink {
     fn end_round(&mut self) -> io::Result<()>;
 }
 
-/// A record read and not yet written.
+/// A record read and not yet written: where it is in its shard (which
+/// its follower maps), not a copy.
 #[derive(PartialEq, Eq, PartialOrd, Ord)]
 struct Pending {
     time: u64,
     shard: usize,
     seq: u64,
     offset: u64,
-    bytes: Box<[u8]>,
+    len: usize,
 }
 
 /// What a round did.
@@ -124,18 +125,24 @@ impl Rounds {
         sink: &mut impl RoundSink,
     ) -> io::Result<Round> {
         // Records wait here until the watermark passes them: while the
-        // budget is full, reading on would only hold more.
-        let most = match self.pending_bytes < READ_BUDGET {
-            true => (READ_BUDGET / self.followers.len().max(1)).clamp(1 << 20, 32 << 20),
-            false => 0,
+        // budget is full, only the shard that holds the watermark back is
+        // read on, or the watermark would wait for reading that waits for
+        // it (what it adds is written as soon as it is read past).
+        let before: Vec<u64> = self.followers.iter().map(Follower::taken).collect();
+        let most = (READ_BUDGET / self.followers.len().max(1)).clamp(1 << 20, 32 << 20);
+        let only = (self.pending_bytes >= READ_BUDGET).then(|| self.holding_back(written));
+        let limit = |i: usize| match only {
+            Some(only) if only != Some(i) => before.get(i).copied(),
+            _ => written.get(i).copied(),
         };
-        let read = self.read(layouts, |i| written.get(i).copied(), most, false)?;
+        let read = self.read(layouts, limit, most, false)?;
         let taken: Vec<u64> = self.followers.iter().map(Follower::taken).collect();
         let mut round = Round {
             read,
             ..Round::default()
         };
-        if let Some(mark) = self.watermark.advance(&rings_read(&taken)) {
+        let read_times = self.read_times();
+        if let Some(mark) = self.watermark.advance(&rings_read(&taken), &read_times) {
             round.written = self.write_until(mark.saturating_sub(MARGIN_NS), sink)?;
         }
         // How far behind the recording the output is: the bytes written
@@ -154,6 +161,27 @@ impl Rounds {
         self.watermark.note(self.read_up_to, heads());
         round.cut = self.cut;
         Ok(round)
+    }
+
+    /// For each shard read from one CPU's ring (before `to_end`), the time
+    /// no record still to come from it can precede: its records come in
+    /// time order but for their lateness (0 while none was read).
+    fn read_times(&self) -> Vec<u64> {
+        let cpus = &self.followers[..self.to_end.min(self.followers.len())];
+        let bound = |f: &Follower| f.summary.last_time.saturating_sub(f.summary.lateness);
+        cpus.iter().map(bound).collect()
+    }
+
+    /// The CPU shard with records written and not read that was read to
+    /// the earliest time: the one that holds the watermark back.
+    fn holding_back(&self, written: &[u64]) -> Option<usize> {
+        let times = self.read_times();
+        let unread = |i: &usize| {
+            written
+                .get(*i)
+                .is_some_and(|&w| w > self.followers[*i].taken())
+        };
+        (0..times.len()).filter(unread).min_by_key(|&i| times[i])
     }
 
     /// One round of the end, every writer done: reads on in every shard
@@ -263,7 +291,7 @@ impl Rounds {
                         shard: i,
                         seq: *seq,
                         offset,
-                        bytes: bytes.into(),
+                        len: bytes.len(),
                     }));
                     *seq += 1;
                 },
@@ -283,12 +311,12 @@ impl Rounds {
             .is_some_and(|Reverse(next)| next.time < cut)
         {
             let Reverse(next) = self.pending.pop().expect("peeked");
-            self.pending_bytes -= next.bytes.len();
-            sink.put(&next.bytes)?;
+            self.pending_bytes -= next.len;
+            sink.put(self.followers[next.shard].record(next.offset, next.len))?;
             written += 1;
             // Readers hold a round or two in their reorder buffer: a long
             // cut is several rounds, as the merge after the fact cuts them.
-            self.unrounded += next.bytes.len() as u64;
+            self.unrounded += next.len as u64;
             if self.unrounded >= self.round_bytes {
                 sink.end_round()?;
                 self.unrounded = 0;

@@ -10,6 +10,14 @@
 //! to the heads of that snapshot, nothing earlier than `M` is left to come:
 //! that `M` is the watermark. A quiet ring's head never moves, so it is
 //! always read up to it and never holds the watermark back.
+//!
+//! Each ring bounds the watermark on its own: by the latest snapshot whose
+//! head it has been read past, and, for a CPU's ring, whose records come
+//! in time order but for their lateness, also by the time it has been
+//! read to. So a busy ring the merger is still reading (the kernel
+//! publishing faster than the merger reads, as when every CPU is busy)
+//! does not hold the watermark at a snapshot it may never catch up with:
+//! the watermark follows the ring read least far.
 
 use std::collections::VecDeque;
 use std::time::Instant;
@@ -30,6 +38,8 @@ pub struct Watermark {
     reached: Option<u64>,
     /// When the snapshot of `reached` was taken.
     reached_at: Option<Instant>,
+    /// The watermark given last: it never goes back.
+    mark: Option<u64>,
 }
 
 impl Watermark {
@@ -45,15 +55,26 @@ impl Watermark {
     }
 
     /// The watermark, now that each ring has been read up to `read` (ring
-    /// positions, in the order of the heads noted): the time of the latest
-    /// snapshot whose every head has been read past. `None` until one has.
-    pub fn advance(&mut self, read: &[u64]) -> Option<u64> {
+    /// positions, in the order of the heads noted) and the first rings,
+    /// whose records come in time order, up to `read_times` (0: no bound
+    /// yet): the earliest of the rings' bounds, each the later of the
+    /// latest snapshot whose head it has been read past and the time it
+    /// has been read to. `None` until every ring has a bound.
+    pub fn advance(&mut self, read: &[u64], read_times: &[u64]) -> Option<u64> {
         let covered = |s: &Snapshot| s.heads.iter().zip(read).all(|(head, read)| head <= read);
         while let Some(snapshot) = self.snapshots.front().filter(|s| covered(s)) {
             (self.reached, self.reached_at) = (Some(snapshot.read_up_to), Some(snapshot.at));
             self.snapshots.pop_front();
         }
-        self.reached
+        let ring_bound = |(i, &read): (usize, &u64)| {
+            let passed = self.snapshots.iter().rev().find(|s| s.heads[i] <= read);
+            let passed = passed.map(|s| s.read_up_to).max(self.reached);
+            let time = read_times.get(i).copied().filter(|&t| t > 0);
+            passed.max(time)
+        };
+        let bound = read.iter().enumerate().map(ring_bound).min().flatten();
+        self.mark = self.mark.max(bound);
+        self.mark
     }
 
     /// How long ago the rings were as the watermark says: how far behind
@@ -75,10 +96,14 @@ mod tests {
     #[test]
     fn none_until_a_snapshot_is_read_past() {
         let mut watermark = Watermark::default();
-        assert_eq!(watermark.advance(&[0, 0]), None);
+        assert_eq!(watermark.advance(&[0, 0], &[]), None);
         watermark.note(100, vec![64, 0]);
-        assert_eq!(watermark.advance(&[32, 0]), None, "ring 0 not read to 64");
-        assert_eq!(watermark.advance(&[64, 0]), Some(100));
+        assert_eq!(
+            watermark.advance(&[32, 0], &[]),
+            None,
+            "ring 0 not read to 64"
+        );
+        assert_eq!(watermark.advance(&[64, 0], &[]), Some(100));
     }
 
     #[test]
@@ -88,8 +113,8 @@ mod tests {
         for (time, head) in [(100, 64), (200, 128), (300, 4096)] {
             watermark.note(time, vec![head, 8]);
         }
-        assert_eq!(watermark.advance(&[128, 8]), Some(200));
-        assert_eq!(watermark.advance(&[4096, 8]), Some(300));
+        assert_eq!(watermark.advance(&[128, 8], &[]), Some(200));
+        assert_eq!(watermark.advance(&[4096, 8], &[]), Some(300));
         assert_eq!(watermark.behind(), 0);
     }
 
@@ -100,19 +125,46 @@ mod tests {
         watermark.note(200, vec![128, 128]);
         watermark.note(300, vec![192, 192]);
         assert_eq!(
-            watermark.advance(&[192, 100]),
+            watermark.advance(&[192, 100], &[]),
             Some(100),
             "ring 1 is read to 100 only"
         );
         assert_eq!(watermark.behind(), 2);
-        assert_eq!(watermark.advance(&[192, 192]), Some(300));
+        assert_eq!(watermark.advance(&[192, 192], &[]), Some(300));
+    }
+
+    #[test]
+    fn a_busy_ring_read_behind_its_snapshots_bounds_it_by_its_read_time() {
+        let mut watermark = Watermark::default();
+        // Ring 0 publishes faster than it is read: its snapshot heads stay
+        // ahead of what was read; ring 1 (quiet) is always read.
+        watermark.note(100, vec![1000, 8]);
+        watermark.note(200, vec![2000, 8]);
+        assert_eq!(watermark.advance(&[500, 8], &[0]), None, "ring 0 unbounded");
+        assert_eq!(watermark.advance(&[900, 8], &[150]), Some(150));
+        assert_eq!(watermark.advance(&[1500, 8], &[180]), Some(180));
+        // Read past the first snapshot's head: its time if later.
+        assert_eq!(
+            watermark.advance(&[1600, 8], &[90]),
+            Some(180),
+            "never back"
+        );
+        assert_eq!(watermark.advance(&[2000, 8], &[190]), Some(200));
+    }
+
+    #[test]
+    fn a_ring_read_to_a_later_time_waits_for_the_ring_read_least_far() {
+        let mut watermark = Watermark::default();
+        watermark.note(100, vec![1000, 1000]);
+        assert_eq!(watermark.advance(&[600, 300], &[90, 40]), Some(40));
+        assert_eq!(watermark.advance(&[600, 1000], &[90, 60]), Some(90));
     }
 
     #[test]
     fn it_never_goes_back() {
         let mut watermark = Watermark::default();
         watermark.note(100, vec![64]);
-        assert_eq!(watermark.advance(&[64]), Some(100));
-        assert_eq!(watermark.advance(&[0]), Some(100));
+        assert_eq!(watermark.advance(&[64], &[]), Some(100));
+        assert_eq!(watermark.advance(&[0], &[]), Some(100));
     }
 }
