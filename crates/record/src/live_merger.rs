@@ -229,6 +229,11 @@ fn serve(
         ),
     };
     let mut merge = LiveMerge::start(dir.path(), &meta, &layouts, output, options)?;
+    let cpu_rings = watched.iter().filter(|w| w.base.is_some());
+    let smallest = cpu_rings
+        .map(|w| w.pages * shardrec_sys::ring::page_size())
+        .min();
+    merge.rings_are(smallest.unwrap_or(0) as u64);
     let mut heads = Vec::new();
     loop {
         // While the kernel writes, a round every ROUND; a recording whose

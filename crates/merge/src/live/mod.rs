@@ -165,6 +165,15 @@ impl<'a> LiveMerge<'a> {
         Ok(round)
     }
 
+    /// The recording's smallest CPU ring is `bytes` long: whether a file
+    /// output's shards can be freed while the writers append to them
+    /// (see [`freeing`]).
+    pub fn rings_are(&mut self, bytes: u64) {
+        if let Some(freeing) = self.freeing.as_mut() {
+            freeing.rings_are(bytes);
+        }
+    }
+
     /// After a round: frees the shards behind the output, where it does.
     fn free_behind(&mut self) -> io::Result<()> {
         let Some(freeing) = self.freeing.as_mut() else {
@@ -214,6 +223,9 @@ impl<'a> LiveMerge<'a> {
             path: output.clone(),
             source,
         };
+        if let Some(freeing) = self.freeing.as_mut() {
+            freeing.stop_punching().map_err(fail)?;
+        }
         let layouts = self.layouts;
         while self
             .rounds
