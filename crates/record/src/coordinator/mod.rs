@@ -118,13 +118,14 @@ impl<'a> Recording<'a> {
             workload_pid,
         );
         meta.events.extend(side_band.event_meta());
+        let output = RecordingOutput::new(config, plan, stream, dir, meta)?;
         Ok(Recording {
             plan,
             workload,
             workload_code: None,
-            pool: WriterPool::new(cpus, stream.is_some()),
+            pool: WriterPool::new(cpus, output.merged_live()),
             side_band,
-            output: RecordingOutput::new(config, plan, stream, dir, meta)?,
+            output,
             counting,
             stopping: false,
         })

@@ -27,10 +27,11 @@ const LOOK_EVERY: Duration = Duration::from_millis(250);
 /// second keeps a killed recording nearly whole.
 const FLUSH_AFTER: Duration = Duration::from_secs(1);
 
-/// The same for a recording streamed to a reader (`-o -`): the live merge
-/// writes a record once every ring has been written past it, so this is
-/// most of how long a reader waits for a quiet CPU's records.
-const STREAM_FLUSH_AFTER: Duration = Duration::from_millis(250);
+/// The same for a recording merged while it goes: the live merge writes
+/// a record once every ring has been written past it, so this is most of
+/// how long a stream's reader waits for a quiet CPU's records, and how
+/// much of a short recording is left to merge at its stop.
+const LIVE_FLUSH_AFTER: Duration = Duration::from_millis(250);
 
 /// Every recorded CPU's writer, in CPU order.
 pub(super) struct WriterPool {
@@ -42,14 +43,14 @@ pub(super) struct WriterPool {
 }
 
 impl WriterPool {
-    /// The writers of these CPUs' events, not started; `streamed` when a
-    /// reader follows the output as it is written.
-    pub(super) fn new(cpus: Vec<CpuEvents>, streamed: bool) -> WriterPool {
+    /// The writers of these CPUs' events, not started; `live` when the
+    /// output is merged as the recording goes.
+    pub(super) fn new(cpus: Vec<CpuEvents>, live: bool) -> WriterPool {
         WriterPool {
             writers: cpus.into_iter().map(Writer::new).collect(),
             rings_seen: Instant::now(),
-            flush_after: match streamed {
-                true => STREAM_FLUSH_AFTER,
+            flush_after: match live {
+                true => LIVE_FLUSH_AFTER,
                 false => FLUSH_AFTER,
             },
         }
