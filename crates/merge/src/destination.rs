@@ -45,6 +45,7 @@ impl Destination {
         });
         let _ = std::fs::remove_file(&tmp);
         let file = create_new(&tmp)?;
+        target.drop_old();
         let tmp = Some(tmp);
         Ok((Destination { target, tmp }, file))
     }
