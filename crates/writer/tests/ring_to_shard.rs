@@ -16,6 +16,11 @@ use shardrec_writer::{RingWriter, ShardWriter, ShardWrites, WriterConfig};
 /// streams it with a writer thread while busy for `busy`, and returns the
 /// shard's bytes with the writer's byte count.
 fn record_self(pages: usize, busy: Duration, config: WriterConfig) -> (Vec<u8>, u64) {
+    // One at a time: two of these side by side are two busy threads and
+    // two writers on this VM's two CPUs, each busy thread sampled every
+    // 10 us, and a writer then ran once in 300 ms (4 KiB written).
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let mut attr = Attr::software(abi::PERF_COUNT_SW_TASK_CLOCK as u64);
     attr.set_period(10_000);
     attr.set_sample_type(
@@ -123,9 +128,9 @@ fn a_one_page_ring_wraps_and_stays_whole() {
         assert_eq!(bytes.len() as u64, written);
         // 300 ms at 100 kHz of 40-byte samples is ~1.2 MB through a 4 KiB
         // ring when the writer runs as often as it is woken; how often it
-        // runs is the scheduler's (the other test of this file runs
-        // beside it on two CPUs: 19 KB once), so what is checked is that
-        // the ring went round more than once, whole.
+        // runs is the scheduler's (19 KB once, with the other test of this
+        // file beside it), so what is checked is that the ring went round
+        // more than once, whole.
         assert!(
             written > 2 * 4096,
             "ring wrapped only {written} bytes ({config:?})"
