@@ -147,6 +147,21 @@ impl GrowingBytes {
         Ok(self.get(0, end as usize))
     }
 
+    /// Tells the kernel the bytes before `end` will not be read again:
+    /// their pages leave this mapping (not the page cache), so following a
+    /// long shard keeps a bounded resident set.
+    pub fn release_before(&self, end: u64) {
+        let Some(map) = &self.map else { return };
+        let end = (end.min(self.known) as usize) / 4096 * 4096;
+        if end > 0 {
+            // SAFETY: a read-only, file-backed mapping: dropping its pages
+            // only makes later reads fault them in from the file again,
+            // and nothing is lost or changed.
+            let _ =
+                unsafe { map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, 0, end) };
+        }
+    }
+
     /// `len` bytes at `offset`, which must lie below what [`up_to`]
     /// was given.
     ///

@@ -48,6 +48,14 @@ impl Follower {
         }
     }
 
+    /// The bytes before `offset` (the first record not yet written out)
+    /// are done with: their pages leave the merger's mapping.
+    pub fn release_before(&self, offset: u64) {
+        if let Some(bytes) = &self.bytes {
+            bytes.release_before(offset);
+        }
+    }
+
     /// The record of `len` bytes taken at `offset`.
     pub fn record(&self, offset: u64, len: usize) -> &[u8] {
         self.bytes.as_ref().map_or(&[], |b| b.get(offset, len))

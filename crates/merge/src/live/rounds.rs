@@ -23,6 +23,10 @@ pub const MARGIN_NS: u64 = 10_000_000;
 /// Resident record bytes a round reads ahead, split between the shards.
 const READ_BUDGET: usize = 64 << 20;
 
+/// Record bytes written between two releases of the shards' pages behind
+/// the output from the merger's mappings.
+const RELEASE_EVERY: u64 = 32 << 20;
+
 /// Record bytes a step of the end reads, split between the shards.
 const DRAIN_STEP: usize = 16 << 20;
 
@@ -77,6 +81,8 @@ pub struct Rounds {
     pending_bytes: usize,
     /// Bytes written since the last FINISHED_ROUND.
     unrounded: u64,
+    /// Bytes written since the shards' pages behind were last released.
+    unreleased: u64,
     /// Bytes between two FINISHED_ROUNDs.
     round_bytes: u64,
     /// The most the output was behind the recording.
@@ -107,6 +113,7 @@ impl Rounds {
             rounds: 0,
             pending_bytes: 0,
             unrounded: 0,
+            unreleased: 0,
             round_bytes: ROUND_BYTES,
             lag: Lag::default(),
         }
@@ -317,12 +324,20 @@ impl Rounds {
             // Readers hold a round or two in their reorder buffer: a long
             // cut is several rounds, as the merge after the fact cuts them.
             self.unrounded += next.len as u64;
+            self.unreleased += next.len as u64;
             if self.unrounded >= self.round_bytes {
                 sink.end_round()?;
                 self.unrounded = 0;
             }
         }
         self.cut = cut;
+        if self.unreleased >= RELEASE_EVERY {
+            self.unreleased = 0;
+            let points = self.resume_points();
+            for (follower, point) in self.followers.iter().zip(points) {
+                follower.release_before(point.start as u64);
+            }
+        }
         if written > 0 {
             if self.unrounded > 0 {
                 sink.end_round()?;
