@@ -135,10 +135,16 @@ impl GrowingBytes {
             // bytes below `known`, which never exceeds the file's length
             // as the caller read it after those bytes were written, are
             // ever handed out, and the pages past the end of the file are
-            // never touched. A file truncated by another process would
-            // make reads past its new end raise SIGBUS, as for
-            // `ShardBytes`: nothing short of copying every shard guards
-            // against that.
+            // never touched. The recorder itself cuts a shard back in
+            // two places: a replaced writer's, to its ring's tail, past
+            // which a follower of a CPU shard never reads (its limit is
+            // that tail); and a restarted VIP's, to its last whole record,
+            // which a follower reading that shard to its end at that
+            // moment could have been given: a page wholly past the new end
+            // would then raise SIGBUS and end the live merger, whose
+            // output the merge at the stop completes. A file truncated by
+            // another process likewise, as for `ShardBytes`: nothing
+            // short of copying every shard guards against that.
             let map = unsafe { memmap2::MmapOptions::new().len(len).map(&self.file) }?;
             let _ = map.advise(memmap2::Advice::Sequential);
             self.map = Some(map);
