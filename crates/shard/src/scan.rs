@@ -139,12 +139,11 @@ impl GrowingBytes {
             // two places: a replaced writer's, to its ring's tail, past
             // which a follower of a CPU shard never reads (its limit is
             // that tail); and a restarted VIP's, to its last whole record,
-            // which a follower reading that shard to its end at that
-            // moment could have been given: a page wholly past the new end
-            // would then raise SIGBUS and end the live merger, whose
-            // output the merge at the stop completes. A file truncated by
-            // another process likewise, as for `ShardBytes`: nothing
-            // short of copying every shard guards against that.
+            // which is therefore not followed through a mapping (the live
+            // merge reads it into memory). A file truncated by another
+            // process would make reads past its new end raise SIGBUS, as
+            // for `ShardBytes`: nothing short of copying every shard
+            // guards against that.
             let map = unsafe { memmap2::MmapOptions::new().len(len).map(&self.file) }?;
             let _ = map.advise(memmap2::Advice::Sequential);
             self.map = Some(map);

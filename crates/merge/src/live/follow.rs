@@ -6,6 +6,7 @@
 
 use std::fs::File;
 use std::io;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use shardrec_format::header::{RecordHeader, HEADER_SIZE};
@@ -17,7 +18,7 @@ use shardrec_shard::scan::{Damage, GrowingBytes, ShardSummary};
 pub struct Follower {
     /// Where it is.
     pub path: PathBuf,
-    bytes: Option<GrowingBytes>,
+    bytes: Option<Source>,
     /// Offset of the first byte not yet taken (a record's start).
     pos: u64,
     /// What the records taken hold.
@@ -27,12 +28,26 @@ pub struct Follower {
 }
 
 impl Follower {
-    /// Follows the shard at `path`; one that cannot be opened is damaged
-    /// from its first byte (a missing one is empty: its writer never made
-    /// it).
+    /// Follows the CPU shard at `path`, mapped as it grows; one that
+    /// cannot be opened is damaged from its first byte (a missing one is
+    /// empty: its writer never made it).
     pub fn open(path: &Path) -> Follower {
+        Follower::opened(path, |file| Source::Mapped(GrowingBytes::new(file)))
+    }
+
+    /// Follows the VIP's shard at `path`, read into memory: it is small,
+    /// and a restarted VIP cuts it back to its last whole record, where a
+    /// mapping could be read past the file's new end.
+    pub fn open_copied(path: &Path) -> Follower {
+        Follower::opened(path, |file| Source::Copied {
+            file,
+            bytes: Vec::new(),
+        })
+    }
+
+    fn opened(path: &Path, source: impl FnOnce(File) -> Source) -> Follower {
         let (file, summary) = match File::open(path) {
-            Ok(file) => (Some(GrowingBytes::new(file)), ShardSummary::default()),
+            Ok(file) => (Some(source(file)), ShardSummary::default()),
             Err(e) if e.kind() == io::ErrorKind::NotFound => (None, ShardSummary::default()),
             Err(e) => (
                 None,
@@ -101,7 +116,8 @@ impl Follower {
             return Ok(0);
         }
         let start = self.pos as usize;
-        let window = &bytes.up_to(self.pos + want as u64)?[start..];
+        let window = bytes.up_to(self.pos, self.pos + want as u64)?;
+        let want = window.len();
         let mut at = 0;
         let mut damage = None;
         while let Some(header) = RecordHeader::parse(&window[at..]) {
@@ -139,6 +155,9 @@ impl Follower {
             self.damage(at, end, "record cut short");
         }
         self.pos += at as u64;
+        if let Some(bytes) = self.bytes.as_mut() {
+            bytes.taken(self.pos);
+        }
         Ok(at as u64)
     }
 
@@ -149,5 +168,65 @@ impl Follower {
             dropped: end as usize - offset,
             reason: reason.into(),
         });
+    }
+}
+
+/// Where a follower reads its shard.
+enum Source {
+    /// Mapped as it grows.
+    Mapped(GrowingBytes),
+    /// Read into memory as it grows: `bytes` holds the whole records taken
+    /// so far, from the shard's first byte (what follows them is read
+    /// again each time, as it may be cut back and written anew).
+    Copied { file: File, bytes: Vec<u8> },
+}
+
+impl Source {
+    fn file_len(&self) -> io::Result<u64> {
+        match self {
+            Source::Mapped(bytes) => bytes.file_len(),
+            Source::Copied { file, .. } => Ok(file.metadata()?.len()),
+        }
+    }
+
+    /// The bytes from `start` (what was taken) up to `end`, or as many as
+    /// the file holds of them.
+    fn up_to(&mut self, start: u64, end: u64) -> io::Result<&[u8]> {
+        match self {
+            Source::Mapped(bytes) => Ok(&bytes.up_to(end)?[start as usize..]),
+            Source::Copied { file, bytes } => {
+                let mut got = start as usize;
+                bytes.resize(end as usize, 0);
+                while got < bytes.len() {
+                    match file.read_at(&mut bytes[got..], got as u64)? {
+                        0 => break,
+                        n => got += n,
+                    }
+                }
+                bytes.truncate(got);
+                Ok(&bytes[start as usize..])
+            }
+        }
+    }
+
+    /// Whole records up to `pos` are taken: what a copy holds past them
+    /// is read again next time.
+    fn taken(&mut self, pos: u64) {
+        if let Source::Copied { bytes, .. } = self {
+            bytes.truncate(pos as usize);
+        }
+    }
+
+    fn get(&self, offset: u64, len: usize) -> &[u8] {
+        match self {
+            Source::Mapped(bytes) => bytes.get(offset, len),
+            Source::Copied { bytes, .. } => &bytes[offset as usize..offset as usize + len],
+        }
+    }
+
+    fn release_before(&self, end: u64) {
+        if let Source::Mapped(bytes) = self {
+            bytes.release_before(end);
+        }
     }
 }

@@ -118,7 +118,10 @@ impl<'a> LiveMerge<'a> {
             layouts,
         );
         records.hits = head_hits;
-        let followers = paths.iter().map(|path| Follower::open(path)).collect();
+        // The CPUs' shards mapped, the VIP's (last) read into memory.
+        let (vip, cpus) = paths.split_last().expect("the VIP's shard's path");
+        let followers = cpus.iter().map(|path| Follower::open(path));
+        let followers = followers.chain([Follower::open_copied(vip)]).collect();
         Ok(LiveMerge {
             recording,
             layouts,
