@@ -66,19 +66,8 @@ impl ShardBytes {
     /// Tells the kernel the bytes in `range` will not be read again, so a
     /// long sequential read keeps a bounded resident set.
     pub fn release(&self, range: std::ops::Range<usize>) {
-        let Some(map) = &self.map else { return };
-        // The range is widened to whole pages; a dropped page still needed
-        // (by another reader of the same mapping) is only read again from
-        // the page cache.
-        let end = range.end.min(map.len());
-        if end > range.start {
-            let len = end - range.start;
-            // SAFETY: the mapping is a read-only, file-backed one: dropping
-            // its pages only makes later reads fault them in from the file
-            // again, and nothing is lost or changed.
-            let _ = unsafe {
-                map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, range.start, len)
-            };
+        if let Some(map) = &self.map {
+            drop_pages(map, range);
         }
     }
 
@@ -156,14 +145,8 @@ impl GrowingBytes {
     /// their pages leave this mapping (not the page cache), so following a
     /// long shard keeps a bounded resident set.
     pub fn release_before(&self, end: u64) {
-        let Some(map) = &self.map else { return };
-        let end = (end.min(self.known) as usize) / 4096 * 4096;
-        if end > 0 {
-            // SAFETY: a read-only, file-backed mapping: dropping its pages
-            // only makes later reads fault them in from the file again,
-            // and nothing is lost or changed.
-            let _ =
-                unsafe { map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, 0, end) };
+        if let Some(map) = &self.map {
+            drop_pages(map, 0..end.min(self.known) as usize);
         }
     }
 
@@ -178,6 +161,25 @@ impl GrowingBytes {
             Some(map) => &map[offset as usize..end as usize],
             None => &[],
         }
+    }
+}
+
+/// Drops the pages of `range` of a read-only, file-backed `map` (widened
+/// to whole pages; past its end, clipped): a page still needed is only
+/// read again from the page cache.
+fn drop_pages(map: &memmap2::Mmap, range: std::ops::Range<usize>) {
+    let end = range.end.min(map.len());
+    if end > range.start {
+        // SAFETY: the mapping is a read-only, file-backed one: dropping
+        // its pages only makes later reads fault them in from the file
+        // again, and nothing is lost or changed.
+        let _ = unsafe {
+            map.unchecked_advise_range(
+                memmap2::UncheckedAdvice::DontNeed,
+                range.start,
+                end - range.start,
+            )
+        };
     }
 }
 

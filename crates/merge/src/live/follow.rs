@@ -76,6 +76,13 @@ impl Follower {
         self.bytes.as_ref().map_or(&[], |b| b.get(offset, len))
     }
 
+    /// The time no record still to come from this shard can precede, its
+    /// records coming in time order but for their lateness (0 while none
+    /// was read).
+    pub fn time_bound(&self) -> u64 {
+        self.summary.last_time.saturating_sub(self.summary.lateness)
+    }
+
     /// Bytes taken so far: whole records from the shard's start.
     pub fn taken(&self) -> u64 {
         self.pos

@@ -171,12 +171,10 @@ impl Rounds {
     }
 
     /// For each shard read from one CPU's ring (before `to_end`), the time
-    /// no record still to come from it can precede: its records come in
-    /// time order but for their lateness (0 while none was read).
+    /// no record still to come from it can precede.
     fn read_times(&self) -> Vec<u64> {
         let cpus = &self.followers[..self.to_end.min(self.followers.len())];
-        let bound = |f: &Follower| f.summary.last_time.saturating_sub(f.summary.lateness);
-        cpus.iter().map(bound).collect()
+        cpus.iter().map(Follower::time_bound).collect()
     }
 
     /// The CPU shard with records written and not read that was read to
@@ -205,12 +203,7 @@ impl Rounds {
             .followers
             .iter()
             .filter(|f| !f.exhausted())
-            .map(|f| {
-                let summary = &f.summary;
-                summary
-                    .last_time
-                    .saturating_sub(summary.lateness + MARGIN_NS)
-            })
+            .map(|f| f.time_bound().saturating_sub(MARGIN_NS))
             .min();
         self.write_until(held_back.unwrap_or(u64::MAX), sink)?;
         Ok(held_back.is_some() || !self.pending.is_empty())
