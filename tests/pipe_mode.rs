@@ -647,6 +647,25 @@ fn options_that_need_a_file_refuse_standard_output_in_one_line() {
     }
 }
 
+/// The samples and lost records the recorder's summary gives: "[ shardrec
+/// record: ... (N samples, L lost) ...".
+fn recorded_counts(stderr: &str) -> (u64, u64) {
+    stderr
+        .split_once(" samples, ")
+        .and_then(|(before, after)| {
+            let samples = before.rsplit('(').next()?.parse::<u64>().ok()?;
+            let lost = after.split(' ').next()?.parse::<u64>().ok()?;
+            Some((samples, lost))
+        })
+        .unwrap_or_else(|| panic!("no counts in {stderr}"))
+}
+
+/// The cpu-clock samples `perf script` finds in the pipe-format file `out`.
+fn samples_read(out: &Path) -> u64 {
+    let script = script_lines(Path::new("-"), Some(File::open(out).unwrap()));
+    script.iter().filter(|l| l.contains("cpu-clock")).count() as u64
+}
+
 /// A reader that sleeps while the recording goes on costs it nothing: the
 /// writers never wait for the stream (perf's pipe mode blocks its only
 /// thread on the pipe and loses samples instead), the shards hold what the
@@ -683,23 +702,14 @@ fn a_reader_that_sleeps_loses_nothing() {
         status.success() && read.status.success(),
         "{status}: {stderr}"
     );
-    // "[ shardrec record: ... (N samples, L lost) ..."
-    let counts = stderr
-        .split_once(" samples, ")
-        .and_then(|(before, after)| {
-            let samples = before.rsplit('(').next()?.parse::<u64>().ok()?;
-            let lost = after.split(' ').next()?.parse::<u64>().ok()?;
-            Some((samples, lost))
-        })
-        .unwrap_or_else(|| panic!("no counts in {stderr}"));
+    let counts = recorded_counts(&stderr);
     assert_eq!(counts.1, 0, "{stderr}");
     assert!(stderr.contains("behind the recording"), "{stderr}");
     let bytes = std::fs::read(&out).unwrap();
     assert_pipe_header(&bytes, "the sleeping reader's copy");
-    let script = script_lines(Path::new("-"), Some(File::open(&out).unwrap()));
-    let samples = script.iter().filter(|l| l.contains("cpu-clock")).count() as u64;
     assert_eq!(
-        samples, counts.0,
+        samples_read(&out),
+        counts.0,
         "samples the reader got of those recorded"
     );
 }
@@ -740,13 +750,8 @@ fn a_streamed_recording_frees_its_shards_and_sends_every_sample_once() {
     let (_status, stderr, read) = pipeline(&scratch, recorder, reader);
     assert!(read.status.success(), "{stderr}");
     assert!(stderr.contains("size limit reached"), "{stderr}");
-    let recorded: u64 = stderr
-        .split_once(" samples, ")
-        .and_then(|(before, _)| before.rsplit('(').next()?.parse().ok())
-        .unwrap_or_else(|| panic!("no count in {stderr}"));
-    let script = script_lines(Path::new("-"), Some(File::open(&out).unwrap()));
-    let samples = script.iter().filter(|l| l.contains("cpu-clock")).count() as u64;
-    assert_eq!(samples, recorded, "{stderr}");
+    let (recorded, _) = recorded_counts(&stderr);
+    assert_eq!(samples_read(&out), recorded, "{stderr}");
     assert!(
         private_dirs(&scratch).is_empty(),
         "{:?} left",
