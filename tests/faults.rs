@@ -409,11 +409,11 @@ fn every_injected_fault_ends_readable_or_clear_and_loses_nothing_written() {
             &[],
             Ends::Failed("perf.data: No space left on device"),
         ),
-        // The live merger dies: the merge at the stop writes perf.data.
+        // The live merger dies: a new one writes perf.data.
         (
             "merge.round=crash@2",
             &[],
-            Ends::Warned("the live merge stopped"),
+            Ends::Warned("the live merger died at"),
         ),
     ];
     for (fault, args, ends) in scenarios {
@@ -513,6 +513,68 @@ fn every_injected_fault_ends_readable_or_clear_and_loses_nothing_written() {
             "fault {fault}: {ends:?}, {in_file} samples, {lost} counted as lost, \
              {least} bytes on the least-written CPU"
         );
+    }
+}
+
+/// The live merger killed while recording (an injected crash) is
+/// restarted and goes on from where its output stopped: perf.data holds
+/// every `getppid` of the workload once. Freeing the shards, the new one
+/// resumes at the dead one's last checkpoint (crashed before its second,
+/// 64 MiB of output in: 32 KiB stacks make the bytes); keeping them, it
+/// starts over.
+#[test]
+fn a_live_merger_killed_while_recording_is_restarted_and_nothing_is_lost_or_repeated() {
+    const CALLS: usize = 6000;
+    let scenarios: [(&str, &[&str], &str); 2] = [
+        ("merge.checkpoint=crash@2", &[], "resumed: the first"),
+        ("merge.round=crash@3", &["--keep-shards"], ""),
+    ];
+    for (fault, args, resumed) in scenarios {
+        let Some((_serial, scratch)) = recording_test("faults-live-merger") else {
+            return;
+        };
+        let mut record = shardrec();
+        record
+            .env("SHARDREC_FAULTS", fault)
+            .args(["record", "-a", "-e", "syscalls:sys_enter_getppid"])
+            .args(["--call-graph", "dwarf,32768", "-o"])
+            .arg(scratch.output())
+            .args(args)
+            .args(["--", load(), "syscalls-paced", &CALLS.to_string(), "2"]);
+        let recorded = run(record);
+        let stderr = String::from_utf8_lossy(&recorded.stderr).into_owned();
+        assert!(recorded.status.success(), "{fault}: {stderr}");
+        let warnings: Vec<&str> = stderr.lines().filter(|l| l.contains("warning")).collect();
+        assert!(
+            warnings.len() == 1
+                && warnings[0].contains("the live merger died at")
+                && stderr.contains(resumed),
+            "{fault}: {stderr}"
+        );
+        let script = perf(&["script", "-F", "comm,event"], &scratch.output());
+        assert_no_complaint(&script, "perf script");
+        let script = String::from_utf8_lossy(&script.stdout).into_owned();
+        // The summary counts what the dead merger wrote too.
+        let counted = stderr
+            .lines()
+            .filter_map(|line| line.trim().strip_prefix("records: "))
+            .flat_map(|counts| counts.split(", "))
+            .find_map(|count| count.strip_prefix("SAMPLE "));
+        assert_eq!(
+            counted,
+            Some(script.lines().count().to_string().as_str()),
+            "{fault}: {stderr}"
+        );
+        assert_eq!(
+            processes_naming(&scratch.0),
+            0,
+            "{fault}: a process still runs"
+        );
+        let calls = script
+            .lines()
+            .filter(|line| line.contains("shardrec-load"))
+            .count();
+        assert_eq!(calls, CALLS, "{fault}: the workload's getppid samples");
     }
 }
 

@@ -611,6 +611,50 @@ fn a_recorder_killed_in_pipe_mode_leaves_mergeable_shards_where_it_said() {
     }
 }
 
+/// The live merger killed while streaming is not replaced (what the
+/// reader got is nowhere else): the recording stops at once, as perf's
+/// does when its output fails, in one error line naming the shards; the
+/// reader has every round sent before, and the shards merge.
+#[test]
+fn a_stream_whose_merger_is_killed_stops_and_says_where_the_shards_are() {
+    let Some((_serial, scratch)) = recording_test("pipe-merger-killed") else {
+        return;
+    };
+    let args = ["record", "-a", "-e", "cpu-clock", "-F", "1000", "-o", "-"];
+    let mut recorder = shardrec_in(&scratch, &args);
+    recorder
+        .env("SHARDREC_FAULTS", "merge.round=crash@3")
+        .args(["--", load(), "spin", "30"]);
+    let started = Instant::now();
+    let (status, stderr, read) = pipeline(
+        &scratch,
+        recorder,
+        perf_reading_stdin(&["script", "-F", "event"]),
+    );
+    assert_eq!(status.code(), Some(255), "{stderr}");
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "the recording went on without its stream: {stderr}"
+    );
+    let error = stderr.lines().last().unwrap_or_default();
+    assert!(
+        error.contains("the stream stopped") && error.contains("shardrec merge"),
+        "{stderr}"
+    );
+    let sent = String::from_utf8_lossy(&read.stdout).lines().count();
+    assert!(sent > 0, "no sample reached the reader: {stderr}");
+    let file = scratch.0.join("rest.data");
+    let mut merge = shardrec_in(&scratch, &["merge", "-q"]);
+    merge.arg(shards_named_in(&stderr)).arg("-o").arg(&file);
+    let merged = run(merge);
+    assert!(
+        merged.status.success(),
+        "{}",
+        String::from_utf8_lossy(&merged.stderr)
+    );
+    assert_eq!(processes_naming(&scratch.0), 0, "a process still runs");
+}
+
 #[test]
 fn options_that_need_a_file_refuse_standard_output_in_one_line() {
     let Some((_serial, scratch)) = recording_test("pipe-refusals") else {

@@ -3,6 +3,8 @@
 //! - `syscalls N`: exactly N `getppid` system calls, then exit;
 //! - `syscalls-for SECONDS`: `getppid` calls for SECONDS by the clock;
 //!   `--report` adds how many were made (`work=`);
+//! - `syscalls-paced N SECONDS`: exactly N `getppid` calls spread evenly
+//!   over SECONDS, sleeping between them (a known count at a known rate);
 //! - `syscalls-busy N`: the same N calls from a thread pinned to one CPU
 //!   while a pinned spinner keeps every other CPU busy; only the calls are
 //!   timed;
@@ -92,6 +94,13 @@ fn run(words: &[&str], timed: &mut report::Start) -> Result<(), String> {
             }
             None => Err(format!("bad seconds '{secs}'")),
         },
+        ["syscalls-paced", n, secs] => match (n.parse(), seconds(secs)) {
+            (Ok(n), Some(time)) => {
+                syscalls_paced(n, time);
+                Ok(())
+            }
+            _ => Err(format!("bad count '{n}' or seconds '{secs}'")),
+        },
         ["syscalls-busy", n] => match n.parse() {
             Ok(n) => syscalls_busy(n, timed),
             Err(_) => Err(format!("bad count '{n}'")),
@@ -160,7 +169,7 @@ fn run(words: &[&str], timed: &mut report::Start) -> Result<(), String> {
             _ => Err(format!("bad count '{n}' or seconds '{secs}'")),
         },
         _ => Err(concat!(
-            "usage: shardrec-load [--report FILE] syscalls N | syscalls-for SECONDS | syscalls-busy N | spin SECONDS",
+            "usage: shardrec-load [--report FILE] syscalls N | syscalls-for SECONDS | syscalls-paced N SECONDS | syscalls-busy N | spin SECONDS",
             " | burn MILLIONS | burn-for SECONDS | hot SECONDS | bpf-churn N | bpf-hold SECONDS | bpf-hot SECONDS [LOAD_CPU RUN_CPU]",
             " | forks N | crowd N MILLIONS | idle N SECONDS | threads SECONDS",
             " | rusage FILE CMD ARGS..."
@@ -179,6 +188,17 @@ fn seconds(word: &str) -> Option<Duration> {
 fn syscalls(n: u64) {
     for _ in 0..n {
         std::hint::black_box(nix::unistd::getppid());
+    }
+}
+
+/// Makes exactly `n` getppid calls, the `i`th at `i / n` of `time` from
+/// the start (sleeping until then, late calls made at once).
+fn syscalls_paced(n: u64, time: Duration) {
+    let start = Instant::now();
+    for i in 0..n {
+        let due = start + time.mul_f64(i as f64 / n as f64);
+        std::thread::sleep(due.saturating_duration_since(Instant::now()));
+        syscalls(1);
     }
 }
 

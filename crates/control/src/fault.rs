@@ -16,7 +16,7 @@
 //! verifier must refuse (a register read before it is set), so the
 //! verifier's real refusal is what the test sees.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 /// What a site is to do instead of its call.
@@ -79,12 +79,24 @@ fn parse(entry: &str) -> Option<Planned> {
     })
 }
 
+static CRASHES_DISARMED: AtomicBool = AtomicBool::new(false);
+
+/// In a helper restarted after one that crashed: the crashes planned are
+/// not injected again (an injected crash stands for one kill, not for one
+/// in every process that replaces the killed one).
+pub fn disarm_crashes() {
+    CRASHES_DISARMED.store(true, Ordering::Relaxed);
+}
+
 /// Counts a call at `site`; the fault to inject instead, if this is the
 /// call the environment names.
 pub fn inject(site: &str) -> Option<Fault> {
     let planned = planned().iter().find(|p| p.site == site)?;
     let call = planned.calls.fetch_add(1, Ordering::Relaxed) + 1;
     let fault = (call == planned.at).then_some(planned.fault);
+    if fault == Some(Fault::Crash) && CRASHES_DISARMED.load(Ordering::Relaxed) {
+        return None;
+    }
     if fault == Some(Fault::Crash) {
         // As a process killed: no clean-up, no report (and no core file).
         std::process::exit(137);

@@ -50,6 +50,18 @@ impl Destination {
         Ok((Destination { target, tmp }, file))
     }
 
+    /// Opens the file an earlier merge of `target` was writing at `tmp`
+    /// (interrupted after it freed shards), to go on with it.
+    pub fn reopen(target: Output, tmp: PathBuf) -> io::Result<(Destination, File)> {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+            .open(&tmp)?;
+        let tmp = Some(tmp);
+        Ok((Destination { target, tmp }, file))
+    }
+
     /// The named file being written, if there is one.
     pub fn tmp(&self) -> Option<&Path> {
         self.tmp.as_deref()

@@ -250,7 +250,9 @@ pub fn merge_scanned(
             source,
         })?;
         bar.finish();
-        report.resumed_bytes = partial.map_or(0, |p| p.data().len() as u64);
+        if let Some(partial) = &partial {
+            report.add_resumed(partial.data().len() as u64, &partial.tally(&layouts));
+        }
         return Ok(report);
     }
     let fail = |source| MergeError::Output {
@@ -296,7 +298,9 @@ pub fn merge_scanned(
         recording.mark_spent(output);
     }
     bar.finish();
-    report.resumed_bytes = partial.map_or(0, |p| p.data().len() as u64);
+    if let Some(partial) = &partial {
+        report.add_resumed(partial.data().len() as u64, &partial.tally(&layouts));
+    }
     Ok(report)
 }
 
@@ -416,7 +420,7 @@ fn open_resumed(
 }
 
 /// What an interrupted merge wrote, mapped: the data `prefix` describes.
-fn resumed_data(
+pub(crate) fn resumed_data(
     recording: &RecordingDir,
     prefix: &MergedPrefix,
 ) -> Result<ResumedData, MergeError> {
@@ -442,7 +446,7 @@ fn resumed_data(
 }
 
 /// The data section an interrupted merge wrote.
-struct ResumedData {
+pub(crate) struct ResumedData {
     bytes: ShardBytes,
     range: std::ops::Range<usize>,
     /// The earliest time of the records it does not hold.
@@ -450,8 +454,19 @@ struct ResumedData {
 }
 
 impl ResumedData {
-    fn data(&self) -> &[u8] {
+    pub(crate) fn data(&self) -> &[u8] {
         &self.bytes.bytes()[self.range.clone()]
+    }
+
+    /// Its records, counted as the merge counts those it writes.
+    pub(crate) fn tally<'a>(
+        &self,
+        layouts: &'a shardrec_format::layouts::Layouts,
+    ) -> report::ResumedTally<'a> {
+        let mut tally = report::ResumedTally::new(layouts);
+        // Counting only: it cannot fail.
+        let _ = data_out::RecordSink::put(&mut tally, self.data());
+        tally
     }
 }
 

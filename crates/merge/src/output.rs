@@ -193,7 +193,7 @@ pub fn write_head<S: RecordSink>(
 
 /// The records an interrupted merge wrote, as they are; the kernel's are
 /// watched for the binaries they hit, as every other record merged.
-fn write_resumed<'a, S: RecordSink>(
+pub(crate) fn write_resumed<'a, S: RecordSink>(
     prefix: &'a [u8],
     out: &mut RecordWriter<'a, S>,
 ) -> io::Result<()> {

@@ -5,9 +5,12 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use shardrec_format::header::RecordType;
+use shardrec_format::header::{RecordHeader, RecordType};
+use shardrec_format::layouts::{FieldReader, Layouts};
 
 use shardrec_shard::scan::Damage;
+
+use crate::data_out::RecordSink;
 
 /// One CPU's part of the merge.
 #[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
@@ -83,6 +86,18 @@ impl MergeReport {
         self.by_type.get(&RecordType::SAMPLE).copied().unwrap_or(0)
     }
 
+    /// Adds what an interrupted merge wrote (`resumed`, the first
+    /// `bytes` of the data) to the counts of the rest.
+    pub fn add_resumed(&mut self, bytes: u64, resumed: &ResumedTally) {
+        self.resumed_bytes = bytes;
+        for (&type_, &n) in &resumed.by_type {
+            *self.by_type.entry(type_).or_default() += n;
+        }
+        for cpu in &mut self.cpus {
+            cpu.samples += resumed.samples_by_cpu.get(&cpu.cpu).copied().unwrap_or(0);
+        }
+    }
+
     /// Shards in which not one record could be read: not shards at all.
     pub fn unreadable(&self) -> impl Iterator<Item = &(String, Damage)> {
         self.damage.iter().filter(|(_, d)| d.offset == 0)
@@ -135,7 +150,7 @@ impl fmt::Display for MergeReport {
         if self.resumed_bytes > 0 {
             writeln!(
                 f,
-                "  resumed: the first {} bytes of data are those an interrupted merge wrote into merged.partial (the counts above are the rest's)",
+                "  resumed: the first {} bytes of data are those an interrupted merge wrote into merged.partial",
                 self.resumed_bytes
             )?;
         }
@@ -177,6 +192,46 @@ impl fmt::Display for MergeReport {
                     "  Lost {percent:.1}% of CPU {}'s records: check I/O and CPU load, or use a larger -m",
                     cpu.cpu
                 )?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The records an interrupted merge wrote, counted as a merge counts the
+/// records it writes: by type, and samples by CPU.
+pub struct ResumedTally<'a> {
+    fields: FieldReader<'a>,
+    by_type: BTreeMap<RecordType, u64>,
+    samples_by_cpu: BTreeMap<u32, u64>,
+}
+
+impl<'a> ResumedTally<'a> {
+    /// Nothing counted yet, of a recording with these `layouts`.
+    pub fn new(layouts: &'a Layouts) -> Self {
+        ResumedTally {
+            fields: FieldReader::new(layouts),
+            by_type: BTreeMap::new(),
+            samples_by_cpu: BTreeMap::new(),
+        }
+    }
+}
+
+impl RecordSink for ResumedTally<'_> {
+    fn put(&mut self, mut bytes: &[u8]) -> std::io::Result<()> {
+        while let Some(header) = RecordHeader::parse(bytes) {
+            let len = usize::from(header.size).clamp(8, bytes.len());
+            let record = &bytes[..len];
+            bytes = &bytes[len..];
+            // The records a merge counts are the kernel's (and their
+            // synthesized likes), not its own markers and tables.
+            if !header.type_.is_kernels() {
+                continue;
+            }
+            *self.by_type.entry(header.type_).or_default() += 1;
+            if header.type_ == RecordType::SAMPLE {
+                let cpu = self.fields.sample_id(record, header.type_).map(|id| id.cpu);
+                *self.samples_by_cpu.entry(cpu.unwrap_or(0)).or_default() += 1;
             }
         }
         Ok(())

@@ -29,48 +29,26 @@ impl<W: Write + Seek> PerfDataWriter<W> {
     /// Writes everything up to the data section. All attrs must be the same
     /// size (perf.data has one `attr_size`).
     pub fn create(mut out: W, attrs: &[AttrEntry]) -> io::Result<Self> {
-        let attr_len = attrs.first().map_or(128, |a| a.attr.len());
-        if attrs.iter().any(|a| a.attr.len() != attr_len) {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "attrs of different sizes",
-            ));
-        }
+        let (header, front) = front_matter(attrs)?;
         out.seek(SeekFrom::Start(0))?;
-        out.write_all(&[0; HEADER_SIZE as usize])?;
-        let mut offset = HEADER_SIZE;
-        let mut id_sections = Vec::with_capacity(attrs.len());
-        for entry in attrs {
-            let ids: Vec<u8> = entry.ids.iter().flat_map(|id| id.to_ne_bytes()).collect();
-            out.write_all(&ids)?;
-            id_sections.push(FileSection {
-                offset,
-                size: ids.len() as u64,
-            });
-            offset += ids.len() as u64;
-        }
-        let mut section = Vec::new();
-        for (entry, ids) in attrs.iter().zip(&id_sections) {
-            section.extend_from_slice(&entry.attr);
-            ids.write_to(&mut section);
-        }
-        out.write_all(&section)?;
-        let header = FileHeader {
-            attr_size: attr_len as u64 + 16,
-            attrs: FileSection {
-                offset,
-                size: section.len() as u64,
-            },
-            data: FileSection {
-                offset: offset + section.len() as u64,
-                size: 0,
-            },
-            ..FileHeader::default()
-        };
+        out.write_all(&front)?;
         Ok(PerfDataWriter {
             out,
             header,
             data_size: 0,
+        })
+    }
+
+    /// Goes on with a file [`create`](Self::create)d with the same `attrs`
+    /// whose data section's first `data_size` bytes are written (by a
+    /// writer that was interrupted): the next record follows them.
+    pub fn resume(mut out: W, attrs: &[AttrEntry], data_size: u64) -> io::Result<Self> {
+        let (header, _) = front_matter(attrs)?;
+        out.seek(SeekFrom::Start(header.data.offset + data_size))?;
+        Ok(PerfDataWriter {
+            out,
+            header,
+            data_size,
         })
     }
 
@@ -132,5 +110,80 @@ impl<W: Write + Seek> PerfDataWriter<W> {
         self.out.write_all(&self.header.to_bytes())?;
         self.out.flush()?;
         Ok(self.out)
+    }
+}
+
+/// The header (its data section empty) and the bytes before the data
+/// section: room for the header, each event's id array, the attrs.
+fn front_matter(attrs: &[AttrEntry]) -> io::Result<(FileHeader, Vec<u8>)> {
+    let attr_len = attrs.first().map_or(128, |a| a.attr.len());
+    if attrs.iter().any(|a| a.attr.len() != attr_len) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "attrs of different sizes",
+        ));
+    }
+    let mut front = vec![0; HEADER_SIZE as usize];
+    let mut id_sections = Vec::with_capacity(attrs.len());
+    for entry in attrs {
+        let offset = front.len() as u64;
+        front.extend(entry.ids.iter().flat_map(|id| id.to_ne_bytes()));
+        id_sections.push(FileSection {
+            offset,
+            size: front.len() as u64 - offset,
+        });
+    }
+    let offset = front.len() as u64;
+    for (entry, ids) in attrs.iter().zip(&id_sections) {
+        front.extend_from_slice(&entry.attr);
+        ids.write_to(&mut front);
+    }
+    let header = FileHeader {
+        attr_size: attr_len as u64 + 16,
+        attrs: FileSection {
+            offset,
+            size: front.len() as u64 - offset,
+        },
+        data: FileSection {
+            offset: front.len() as u64,
+            size: 0,
+        },
+        ..FileHeader::default()
+    };
+    Ok((header, front))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attrs() -> Vec<AttrEntry> {
+        let entry = |id: u64| AttrEntry {
+            attr: vec![id as u8; 136],
+            ids: vec![id, id + 100],
+        };
+        vec![entry(1), entry(2)]
+    }
+
+    #[test]
+    fn a_resumed_file_is_the_file_written_at_once() {
+        let records: Vec<Vec<u8>> = (0..4u8).map(|i| vec![i; 24]).collect();
+        let mut whole = PerfDataWriter::create(io::Cursor::new(Vec::new()), &attrs()).unwrap();
+        for record in &records {
+            whole.write_record(record).unwrap();
+        }
+        let whole = whole.finish(&[]).unwrap().into_inner();
+
+        let mut first = PerfDataWriter::create(io::Cursor::new(Vec::new()), &attrs()).unwrap();
+        first.write_record(&records[0]).unwrap();
+        first.write_record(&records[1]).unwrap();
+        // Interrupted after a third record it was not known to hold.
+        first.write_record(&records[2]).unwrap();
+        let mut file = first.out;
+        let mut second = PerfDataWriter::resume(&mut file, &attrs(), 48).unwrap();
+        second.write_record(&records[2]).unwrap();
+        second.write_record(&records[3]).unwrap();
+        second.finish(&[]).unwrap();
+        assert_eq!(file.into_inner(), whole);
     }
 }

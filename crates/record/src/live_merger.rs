@@ -67,12 +67,14 @@ pub struct LiveMerger {
 
 impl LiveMerger {
     /// Forks the merger of the recording in `dir` into `output`, watching
-    /// `rings` (the CPUs' in `meta.cpus` order, then the side band's).
+    /// `rings` (the CPUs' in `meta.cpus` order, then the side band's);
+    /// `restarted` after one that died, whose output it goes on with.
     pub fn spawn(
         dir: &RecordingDir,
         output: Destination,
         options: MergeOptions,
         rings: Vec<WatchedRing>,
+        restarted: bool,
     ) -> Result<LiveMerger, RecordError> {
         let failed = |e: nix::Error| RecordError::system("starting the live merger")(e.into());
         let cloexec = nix::fcntl::OFlag::O_CLOEXEC;
@@ -91,6 +93,9 @@ impl LiveMerger {
             // what it inherited.
             if unsafe { process::close_fds_except(&keep) }.is_err() {
                 return 1;
+            }
+            if restarted {
+                shardrec_control::fault::disarm_crashes();
             }
             let mut commands = File::from(commands_in);
             let mut results = File::from(results_out);

@@ -25,6 +25,9 @@ pub struct Follower {
     pub summary: ShardSummary,
     /// A read told its writer is done found nothing more.
     exhausted: bool,
+    /// Where an earlier merger of this output left the shard: the
+    /// records it wrote are passed over.
+    resume: Resume,
 }
 
 impl Follower {
@@ -60,7 +63,16 @@ impl Follower {
             pos: 0,
             summary,
             exhausted: false,
+            resume: Resume::default(),
         }
+    }
+
+    /// Goes on from where an earlier merger of the same output left the
+    /// shard: from `resume.start`, passing over the records it wrote.
+    pub fn resumed(mut self, resume: Resume) -> Follower {
+        self.pos = resume.start as u64;
+        self.resume = resume;
+        self
     }
 
     /// The bytes before `offset` (the first record not yet written out)
@@ -139,8 +151,9 @@ impl Follower {
             let offset = start + at;
             match self
                 .summary
-                .walk(fields, offset, (header.type_, record), &Resume::default())
+                .walk(fields, offset, (header.type_, record), &self.resume)
             {
+                Ok(time) if self.resume.merged(offset, time) => {}
                 Ok(time) => take(offset as u64, time, record),
                 Err(found) => {
                     self.summary.damage = Some(Damage {

@@ -61,6 +61,9 @@ pub struct Freeing {
     pub freed: bool,
     /// The output is a stream: what it holds is gone to its reader.
     streamed: bool,
+    /// The first sample's time in what an earlier merger of this output
+    /// wrote (0 if none): the shards no longer hold it.
+    first_sample_before: u64,
     /// Whether the shards are punched while the writers append to them.
     punch_while_recording: bool,
 }
@@ -71,12 +74,30 @@ impl Freeing {
     pub fn open(paths: &[PathBuf], streamed: bool) -> io::Result<Freeing> {
         let files = open_to_punch(paths)?;
         Ok(Freeing {
-            puncher: Puncher::start(files),
+            puncher: Puncher::start(files, vec![0; paths.len()]),
             names: paths.iter().map(|p| file_name(p)).collect(),
             checkpointed: 0,
             freed: false,
             punch_while_recording: streamed,
             streamed,
+            first_sample_before: 0,
+        })
+    }
+
+    /// Frees the shards at `paths` behind a file output an earlier merger
+    /// wrote up to `prefix`, its last checkpoint: they are freed up to it.
+    pub fn resume(paths: &[PathBuf], prefix: &MergedPrefix) -> io::Result<Freeing> {
+        let files = open_to_punch(paths)?;
+        let names: Vec<String> = paths.iter().map(|p| file_name(p)).collect();
+        let punched = names.iter().map(|name| prefix.resume(name).start as u64);
+        Ok(Freeing {
+            puncher: Puncher::start(files, punched.collect()),
+            names,
+            checkpointed: prefix.data_len,
+            freed: true,
+            punch_while_recording: false,
+            streamed: false,
+            first_sample_before: prefix.first_sample,
         })
     }
 
@@ -101,6 +122,7 @@ impl Freeing {
             .followers
             .iter()
             .map(|f| f.summary.first_sample)
+            .chain([self.first_sample_before])
             .filter(|&t| t > 0)
             .min();
         let named = |offset: fn(&shardrec_shard::merged_prefix::Resume) -> usize| {
@@ -151,12 +173,11 @@ struct Puncher {
 }
 
 impl Puncher {
-    /// Punches `files` (none where a shard has no file yet), each from its
-    /// start.
-    fn start(files: Vec<Option<File>>) -> Puncher {
+    /// Punches `files` (none where a shard has no file yet), each from
+    /// where it is `punched` already.
+    fn start(files: Vec<Option<File>>, mut punched: Vec<u64>) -> Puncher {
         let (points, received) = mpsc::channel::<Vec<u64>>();
         let thread = std::thread::spawn(move || {
-            let mut punched = vec![0; files.len()];
             while let Ok(mut points) = received.recv() {
                 // Only the latest points matter.
                 while let Ok(later) = received.try_recv() {

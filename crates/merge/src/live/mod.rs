@@ -23,11 +23,17 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use shardrec_format::layouts::Layouts;
+use shardrec_shard::merged_prefix::MergedPrefix;
 use shardrec_shard::output::Output;
 use shardrec_shard::scan::{ScannedShard, ShardSummary};
 use shardrec_shard::{Meta, RecordingDir};
 
 use crate::data_out::{DataOut, RecordWriter};
+use crate::dso::SliceHits;
+use crate::report::ResumedTally;
+
+/// Records an earlier merger wrote, the binaries they hit, their counts.
+type Walked<'a> = (u64, SliceHits, ResumedTally<'a>);
 use crate::output::{self, Written};
 use crate::{MergeError, MergeOptions, MergeReport};
 use follow::Follower;
@@ -49,6 +55,8 @@ pub struct LiveMerge<'a> {
     synth: ScannedShard,
     records: RecordWriter<'a, Sink>,
     head_records: u64,
+    /// Going on from an earlier merger's checkpoint: what it wrote.
+    resumed: Option<Resumed<'a>>,
     started: Instant,
 }
 
@@ -78,6 +86,7 @@ impl<'a> LiveMerge<'a> {
             .map(|&cpu| recording.shard_path(cpu))
             .chain([recording.vip_path()])
             .collect();
+        let mut resumed = None;
         let (mut sink, freeing) = match output {
             LiveOutput::File(path) => {
                 let target = Output::resolve(path)?;
@@ -85,15 +94,30 @@ impl<'a> LiveMerge<'a> {
                 // fact does where it is safe and pays (see
                 // `MergeOptions::consume`): its output is then
                 // `merged.partial`, which a merge completes.
-                let freeing = (options.consume
+                let frees = options.consume
                     && options.compression_level.is_none()
                     && matches!(target, Output::File { .. })
-                    && crate::same_file_system(dir, target.path()))
-                .then(|| Freeing::open(&paths, false))
-                .transpose()
-                .map_err(fail)?;
-                let tmp = freeing.as_ref().map(|_| recording.partial_output_path());
-                (Sink::file(target, tmp, meta).map_err(fail)?, freeing)
+                    && crate::same_file_system(dir, target.path());
+                let tmp = recording.partial_output_path();
+                // A merger restarted after one that freed shards goes on
+                // from its last checkpoint.
+                match frees.then(|| recording.read_merged_prefix()).transpose()? {
+                    Some(Some(prefix)) => {
+                        let walked = walk_resumed(&recording, &prefix, layouts)?;
+                        let freeing = Freeing::resume(&paths, &prefix).map_err(fail)?;
+                        let sink = Sink::file_resumed(target, tmp, meta, prefix.data_len);
+                        resumed = Some((prefix, walked));
+                        (sink.map_err(fail)?, Some(freeing))
+                    }
+                    frees_from_start => {
+                        let freeing = frees_from_start
+                            .map(|_| Freeing::open(&paths, false))
+                            .transpose()
+                            .map_err(fail)?;
+                        let tmp = freeing.as_ref().map(|_| tmp);
+                        (Sink::file(target, tmp, meta).map_err(fail)?, freeing)
+                    }
+                }
             }
             LiveOutput::Stream(stream) => {
                 let freeing = options
@@ -109,34 +133,61 @@ impl<'a> LiveMerge<'a> {
                 (Sink::pipe(stream, meta, &features).map_err(fail)?, freeing)
             }
         };
-        let synth = ScannedShard::open(&recording.synth_path(), layouts);
-        let mut head = RecordWriter::new(DataOut::new(&mut sink, None).map_err(fail)?, layouts);
-        output::write_head(meta, layouts, &synth, &mut head).map_err(fail)?;
-        let (head_records, head_hits) = (head.records, head.hits);
+        // The synthesized state is in what an earlier merger wrote.
+        let synth = match resumed {
+            Some(_) => ScannedShard::empty(&recording.synth_path()),
+            None => ScannedShard::open(&recording.synth_path(), layouts),
+        };
+        let (head_records, head_hits) = match resumed.as_mut() {
+            Some((_, (records, hits, _))) => (*records, std::mem::take(hits)),
+            None => {
+                let out = DataOut::new(&mut sink, None).map_err(fail)?;
+                let mut head = RecordWriter::new(out, layouts);
+                output::write_head(meta, layouts, &synth, &mut head).map_err(fail)?;
+                (head.records, head.hits)
+            }
+        };
         let mut records = RecordWriter::new(
             DataOut::new(sink, options.compression_level).map_err(fail)?,
             layouts,
         );
         records.hits = head_hits;
-        // The CPUs' shards mapped, the VIP's (last) read into memory.
+        // The CPUs' shards mapped, the VIP's (last) read into memory, each
+        // from where an earlier merger left it.
+        let (prefix, tally) = resumed
+            .map(|(prefix, (_, _, tally))| (prefix, tally))
+            .unzip();
+        let resume = |path: &PathBuf| match &prefix {
+            Some(prefix) => prefix.resume(&shardrec_shard::scan::file_name(path)),
+            None => Default::default(),
+        };
         let (vip, cpus) = paths.split_last().expect("the VIP's shard's path");
-        let followers = cpus.iter().map(|path| Follower::open(path));
-        let followers = followers.chain([Follower::open_copied(vip)]).collect();
+        let followers = cpus
+            .iter()
+            .map(|path| Follower::open(path).resumed(resume(path)));
+        let vip = Follower::open_copied(vip).resumed(resume(vip));
+        let rounds = Rounds::new(followers.chain([vip]).collect(), meta.cpus.len());
+        let round_bytes = match options.compression_level {
+            Some(_) => shardrec_perfdata::compressed::MAX_INPUT as u64,
+            None => crate::slices::ROUND_BYTES,
+        };
         Ok(LiveMerge {
             recording,
             layouts,
             output: path.clone(),
             options: options.clone(),
-            rounds: Rounds::new(followers, meta.cpus.len()).with_round_bytes(
-                match options.compression_level {
-                    Some(_) => shardrec_perfdata::compressed::MAX_INPUT as u64,
-                    None => crate::slices::ROUND_BYTES,
-                },
-            ),
+            rounds: rounds
+                .with_round_bytes(round_bytes)
+                .written_up_to(prefix.as_ref().map_or(0, |p| p.until)),
             freeing,
             synth,
             records,
             head_records,
+            resumed: prefix.zip(tally).map(|(p, tally)| Resumed {
+                bytes: p.data_len,
+                first_sample: p.first_sample,
+                tally,
+            }),
             started: Instant::now(),
         })
     }
@@ -269,7 +320,11 @@ impl<'a> LiveMerge<'a> {
             output: &output,
             synth: &self.synth,
             shards: &shards,
-            first_sample: None,
+            first_sample: self
+                .resumed
+                .as_ref()
+                .map(|r| r.first_sample)
+                .filter(|&t| t > 0),
             started: self.started,
         };
         let freed = self.freeing.as_ref().is_some_and(|f| f.freed);
@@ -301,9 +356,45 @@ impl<'a> LiveMerge<'a> {
         if self.freeing.is_some() {
             self.recording.mark_spent(&output);
         }
+        if let Some(resumed) = &self.resumed {
+            report.add_resumed(resumed.bytes, &resumed.tally);
+        }
         report.late_records = self.rounds.late;
         report.rounds = self.rounds.rounds;
         report.lag = Some(self.rounds.lag);
         Ok((report, shards.into_iter().map(|s| s.summary).collect()))
     }
+}
+
+/// What an earlier merger of this output wrote, which a restarted one
+/// goes on from.
+struct Resumed<'a> {
+    /// Bytes of data.
+    bytes: u64,
+    /// The first sample's time (0 if none).
+    first_sample: u64,
+    /// Its records, counted.
+    tally: ResumedTally<'a>,
+}
+
+/// What an earlier merger of this output wrote up to `prefix`, its last
+/// checkpoint: how many records, the binaries they hit, and their counts.
+fn walk_resumed<'a>(
+    recording: &RecordingDir,
+    prefix: &MergedPrefix,
+    layouts: &'a Layouts,
+) -> Result<Walked<'a>, MergeError> {
+    let data = crate::resumed_data(recording, prefix)?;
+    let walked = DataOut::new(ResumedTally::new(layouts), None).and_then(|out| {
+        let mut walker = RecordWriter::new(out, layouts);
+        output::write_resumed(data.data(), &mut walker)?;
+        let RecordWriter {
+            out, hits, records, ..
+        } = walker;
+        Ok((records, hits, out.finish()?.0))
+    });
+    walked.map_err(|source| MergeError::Output {
+        path: recording.partial_output_path(),
+        source,
+    })
 }

@@ -232,6 +232,13 @@ impl Rounds {
         self
     }
 
+    /// Goes on from an output already written up to `cut` (by an earlier
+    /// merger): a record earlier than it, not written yet, is late.
+    pub fn written_up_to(mut self, cut: u64) -> Rounds {
+        self.cut = cut;
+        self
+    }
+
     /// Every record earlier than this is written.
     pub fn cut(&self) -> u64 {
         self.cut

@@ -52,6 +52,27 @@ impl Sink {
         })
     }
 
+    /// The perf.data file for `target` an earlier merger was writing at
+    /// `tmp`, cut back to the first `data_len` bytes of its data section
+    /// (what its last checkpoint says is whole), to go on from there.
+    pub fn file_resumed(
+        target: Output,
+        tmp: std::path::PathBuf,
+        meta: &Meta,
+        data_len: u64,
+    ) -> io::Result<Sink> {
+        let (destination, file) = Destination::reopen(target, tmp)?;
+        let buffered = BufWriter::with_capacity(1 << 20, file.try_clone()?);
+        let writer = PerfDataWriter::resume(buffered, &crate::output::attrs(meta), data_len)?;
+        // What the earlier merger wrote after its checkpoint goes.
+        file.set_len(writer.data_offset() + data_len)?;
+        Ok(Sink::File {
+            writer,
+            destination,
+            file,
+        })
+    }
+
     /// perf's pipe format into `stream`, starting with `features`.
     pub fn pipe(stream: File, meta: &Meta, features: &[(Feature, Vec<u8>)]) -> io::Result<Sink> {
         Ok(Sink::Pipe(pipe::open(stream, meta, features)?))

@@ -187,12 +187,7 @@ impl<'a> Recording<'a> {
     /// Forks the live merger, watching every CPU's ring and the side
     /// band's, when the output is merged while recording.
     fn spawn_live_merger(&mut self) -> Result<(), RecordError> {
-        let cpus = self.pool.writers().iter().map(|w| WatchedRing {
-            event: w.events.ring_owner(),
-            pages: self.plan.ring_pages,
-            base: Some(w.base()),
-        });
-        let rings = cpus.chain(self.side_band.watched_rings()).collect();
+        let rings = watched_rings(&self.pool, &self.side_band, self.plan.ring_pages);
         self.output.spawn_live_merger(rings)
     }
 
@@ -288,4 +283,19 @@ impl<'a> Recording<'a> {
         let _ = std::fs::remove_dir_all(self.output.dir.path());
         let _ = std::io::stderr().flush();
     }
+}
+
+/// What the live merger watches: every CPU's ring (of `pages` data
+/// pages) and the side band's.
+fn watched_rings<'r>(
+    pool: &'r WriterPool,
+    side_band: &'r SideBand,
+    pages: usize,
+) -> Vec<WatchedRing<'r>> {
+    let cpus = pool.writers().iter().map(|w| WatchedRing {
+        event: w.events.ring_owner(),
+        pages,
+        base: Some(w.base()),
+    });
+    cpus.chain(side_band.watched_rings()).collect()
 }

@@ -33,19 +33,31 @@ pub(super) struct RecordingOutput {
     pub(super) windows: Option<Windows>,
     /// A switch of output was asked for (SIGUSR2, or `snapshot`).
     pub(super) switch_asked: bool,
-    /// Where the live merger writes, and how, until it is forked.
+    /// Where the live merger writes, and how.
     live_output: Option<(live_merger::Destination, shardrec_merge::MergeOptions)>,
     /// The live merger, once forked.
     live: Option<LiveMerger>,
+    /// Whether the live merge began (`synth.shard` and `meta.start` are
+    /// whole).
+    live_began: bool,
+    /// How many times the live merger was restarted.
+    live_restarts: usize,
     /// `--max-size`: stop once the rings have produced this many bytes.
     max_size: Option<u64>,
 }
 
+/// How many times a live merger that dies is restarted while recording;
+/// past that, the merge at the stop completes its output.
+pub(super) const MAX_LIVE_RESTARTS: usize = 3;
+
 /// A helper of the output's that ended.
 pub(super) enum OutputEnded {
-    /// The switch-output merger, or the live merger, which says why at
-    /// the stop (whose merge completes its output).
+    /// The switch-output merger, or the live merger that failed, which
+    /// say why at the stop (whose merge completes the live merger's
+    /// output).
     Merger,
+    /// The live merger was killed.
+    LiveMergerDied,
     /// The live merger, as the stream's reader left.
     ReaderLeft,
 }
@@ -86,13 +98,15 @@ impl RecordingOutput {
             switch_asked: false,
             live_output,
             live: None,
+            live_began: false,
+            live_restarts: 0,
             max_size: config.max_size,
         })
     }
 
     /// Whether a live merger writes the output as the recording goes.
     pub(super) fn merged_live(&self) -> bool {
-        self.live_output.is_some() || self.live.is_some()
+        self.live_output.is_some()
     }
 
     /// With `--switch-output`: the recording's directory and the window
@@ -108,17 +122,54 @@ impl RecordingOutput {
         &mut self,
         rings: Vec<WatchedRing<'_>>,
     ) -> Result<(), RecordError> {
-        if let Some((output, options)) = self.live_output.take() {
-            self.live = Some(LiveMerger::spawn(&self.dir, output, options, rings)?);
+        if let Some((output, options)) = self.live_output.clone() {
+            let restarted = false;
+            self.live = Some(LiveMerger::spawn(
+                &self.dir, output, options, rings, restarted,
+            )?);
         }
         Ok(())
     }
 
     /// `synth.shard` and `meta.start` are whole: the live merge begins.
     pub(super) fn begin(&mut self) {
+        self.live_began = true;
         if let Some(live) = self.live.as_mut() {
             live.begin();
         }
+    }
+
+    /// Whether the live merger writes perf's pipe format into a stream.
+    pub(super) fn streamed(&self) -> bool {
+        matches!(
+            self.live_output,
+            Some((live_merger::Destination::Stream(_), _))
+        )
+    }
+
+    /// The live merger died while recording: a new one goes on from
+    /// where its file output stopped (over the same `rings`), up to
+    /// [`MAX_LIVE_RESTARTS`] times, and its process id is returned.
+    pub(super) fn restart_live_merger(
+        &mut self,
+        rings: Vec<WatchedRing<'_>>,
+    ) -> Result<Option<nix::unistd::Pid>, RecordError> {
+        let Some((output @ live_merger::Destination::File(_), options)) = self.live_output.clone()
+        else {
+            return Ok(None);
+        };
+        if self.live_restarts >= MAX_LIVE_RESTARTS || !self.live.as_ref().is_some_and(|l| l.ended) {
+            return Ok(None);
+        }
+        let mut live = LiveMerger::spawn(&self.dir, output, options, rings, true)?;
+        if self.live_began {
+            live.begin();
+        }
+        // The one that died is reaped: nothing is left to ask it.
+        let pid = live.pid;
+        self.live = Some(live);
+        self.live_restarts += 1;
+        Ok(Some(pid))
     }
 
     /// The merger's process (the live merger's or the windows'), which
@@ -169,9 +220,12 @@ impl RecordingOutput {
         }
         let live = self.live.as_mut().filter(|l| l.pid == pid)?;
         live.ended = true;
-        match code == live_merger::READER_LEFT {
-            true => Some(OutputEnded::ReaderLeft),
-            false => Some(OutputEnded::Merger),
+        // A merger that failed said why, and a new one would fail alike;
+        // one killed (a signal, or an injected crash) is restarted.
+        match code {
+            live_merger::READER_LEFT => Some(OutputEnded::ReaderLeft),
+            killed if killed > 128 => Some(OutputEnded::LiveMergerDied),
+            _ => Some(OutputEnded::Merger),
         }
     }
 

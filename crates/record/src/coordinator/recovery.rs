@@ -40,6 +40,22 @@ impl Recording<'_> {
                     continue;
                 }
                 Some(OutputEnded::Merger) => continue,
+                Some(OutputEnded::LiveMergerDied) if self.stopping => continue,
+                // What a stream's reader got is nowhere else, nor where
+                // inside a record the merger stopped: the recording stops,
+                // as perf record's does when its output fails, and the
+                // shards keep it.
+                Some(OutputEnded::LiveMergerDied) if self.output.streamed() => {
+                    outcome.get_or_insert((StopReason::HelperFailed("live merger".into()), None));
+                    continue;
+                }
+                Some(OutputEnded::LiveMergerDied) => {
+                    if let Err(error) = self.restart_live_merger() {
+                        // The merge at the stop completes the output.
+                        eprintln!("shardrec: warning: {}", shardrec_shard::with_causes(&error));
+                    }
+                    continue;
+                }
                 None => {}
             }
             if let Some((name, ended_as)) = self.helper_ended(ended.pid) {
@@ -91,6 +107,23 @@ impl Recording<'_> {
                     .map(|error| (StopReason::HelperFailed(name), Some(error)))
             }
         }
+    }
+
+    /// The live merger died while recording: a new one goes on from where
+    /// its output stopped. A tracepoint takes one filter for good (a
+    /// second is refused, EEXIST), so the new merger's own events are
+    /// recorded, as a replaced writer's are.
+    fn restart_live_merger(&mut self) -> Result<(), RecordError> {
+        let rings = super::watched_rings(&self.pool, &self.side_band, self.plan.ring_pages);
+        let Some(pid) = self.output.restart_live_merger(rings)? else {
+            return Ok(());
+        };
+        eprintln!(
+            "shardrec: warning: the live merger died at {:.2} s; a new one goes on from where its output stopped",
+            self.since_start().as_secs_f64()
+        );
+        self.output.meta.recorder_pids.push(pid.as_raw());
+        Ok(())
     }
 
     /// Why the recording stops when a writer could not write its shard.
