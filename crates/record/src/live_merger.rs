@@ -5,10 +5,15 @@
 //! the workload keeps busy would starve it (rounds a second apart on two
 //! busy CPUs) and leave the whole merge for the stop.
 //!
-//! It maps every ring (the CPUs' and the side band's) only to read their
+//! It maps every ring (the CPUs' and the side band's) to read their
 //! control pages: how far the kernel has published (`data_head`) and how
-//! far the writer has written (`data_tail`). It never reads a ring's
-//! records, never writes its tail, and never wakes a writer. Its only
+//! far the writer has written (`data_tail`). Where a CPU's writer has a
+//! few bytes left unwritten (a quiet CPU's records, below its wakeup
+//! point), it copies them from the ring, leaving the ring as it is
+//! ([`RingBuffer::peek_unread`]), and writes them out from the copy; the
+//! writer writes them into the shard in its own time, where the merger
+//! passes over them. It never writes a ring's tail and never wakes a
+//! writer. Its only
 //! commands come on a pipe: `b` once `synth.shard` and `meta.start` are
 //! whole, `f` once every writer and the VIP are done and `meta` is final;
 //! the pipe's end without `f` abandons the output. It answers `f` with the
@@ -34,6 +39,11 @@ use crate::RecordError;
 /// looked at less often.
 const ROUND: Duration = Duration::from_millis(100);
 const QUIET_ROUND: Duration = Duration::from_millis(1000);
+
+/// The most bytes of a ring its writer has not written yet that a round
+/// copies from the ring: a quiet ring's few records (a busy ring's writer
+/// is woken at a quarter of its ring or more, and writes them soon).
+const COPY_UNWRITTEN_MOST: u64 = 64 << 10;
 
 /// A ring the merger watches.
 pub struct WatchedRing<'a> {
@@ -298,8 +308,15 @@ fn round(
         .zip(&tails)
         .filter_map(|((_, base), tail)| Some(tail - (*base)?))
         .collect();
+    // A ring's few bytes its writer has not written are copied instead of
+    // waited for: a quiet CPU neither holds the output back nor is woken.
+    let unwritten = |i: usize, at: u64| {
+        let (ring, base) = &rings[i];
+        ring.peek_unread(base.as_ref()? + at, COPY_UNWRITTEN_MOST)
+    };
     merge.round(
         &written,
+        unwritten,
         |taken| {
             rings
                 .iter()

@@ -216,6 +216,42 @@ impl RingBuffer {
         Ok(head)
     }
 
+    /// For another process than the ring's reader: a copy of the unread
+    /// bytes from `from` (at or past the reader's tail) to the head, if
+    /// there are some and at most `most`; `None` if not, or if the reader
+    /// moved its tail past `from` while they were copied (the kernel may
+    /// then have written over them). Nothing in the ring changes, and the
+    /// reader is not woken.
+    pub fn peek_unread(&self, from: u64, most: u64) -> Option<Vec<u8>> {
+        // The reader stores its tail with Release once it is done with the
+        // bytes before it.
+        let tail = self.meta_atomic(DATA_TAIL).load(Ordering::Acquire);
+        let head = self.head();
+        if from < tail || head <= from || head - from > most {
+            return None;
+        }
+        let len = (head - from) as usize;
+        let start = (from as usize) & (self.data_size - 1);
+        let first = len.min(self.data_size - start);
+        let mut copy = Vec::with_capacity(len);
+        for (offset, len) in [(start, first), (0, len - first)] {
+            let at = self.data_offset + offset;
+            // SAFETY: the range lies inside the data area of a mapping that
+            // lives as long as `self`. The kernel writes only from the head
+            // on, into bytes the tail has passed: not into these unless the
+            // reader moves the tail past `from` meanwhile, and then the
+            // copy is dropped below.
+            unsafe {
+                let from = self.map.as_ptr().add(at);
+                copy.extend_from_slice(std::slice::from_raw_parts(from, len));
+            }
+        }
+        // The copy's loads come before the tail is read again.
+        std::sync::atomic::fence(Ordering::Acquire);
+        let kept = self.meta_atomic(DATA_TAIL).load(Ordering::Relaxed) <= from;
+        kept.then_some(copy)
+    }
+
     /// Gives back to the kernel the bytes a [`copy_unread`](Self::copy_unread)
     /// copied.
     pub fn release_copied(&mut self, copied: Copied) {

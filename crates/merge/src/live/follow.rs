@@ -4,6 +4,7 @@
 //! shard's summary (the same walk a merge after the fact makes,
 //! [`ShardSummary::walk`]) and found again by its offset when written out.
 
+use std::collections::VecDeque;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
@@ -28,6 +29,9 @@ pub struct Follower {
     /// Where an earlier merger of this output left the shard: the
     /// records it wrote are passed over.
     resume: Resume,
+    /// Copies of records taken from the ring before its writer wrote
+    /// them ([`Follower::take_unwritten`]), each with its shard offset.
+    unwritten: VecDeque<(u64, Vec<u8>)>,
 }
 
 impl Follower {
@@ -64,6 +68,7 @@ impl Follower {
             summary,
             exhausted: false,
             resume: Resume::default(),
+            unwritten: VecDeque::new(),
         }
     }
 
@@ -85,6 +90,14 @@ impl Follower {
 
     /// The record of `len` bytes taken at `offset`.
     pub fn record(&self, offset: u64, len: usize) -> &[u8] {
+        if let Some((start, copy)) = self
+            .unwritten
+            .iter()
+            .find(|(start, copy)| (*start..*start + copy.len() as u64).contains(&offset))
+        {
+            let at = (offset - start) as usize;
+            return &copy[at..at + len];
+        }
         self.bytes.as_ref().map_or(&[], |b| b.get(offset, len))
     }
 
@@ -119,6 +132,7 @@ impl Follower {
         fields: &mut FieldReader,
         take: &mut impl FnMut(u64, u64, &[u8]),
     ) -> io::Result<u64> {
+        self.drop_written_copies(limit)?;
         let Some(bytes) = self
             .bytes
             .as_mut()
@@ -137,36 +151,17 @@ impl Follower {
         let start = self.pos as usize;
         let window = bytes.up_to(self.pos, self.pos + want as u64)?;
         let want = window.len();
-        let mut at = 0;
-        let mut damage = None;
-        while let Some(header) = RecordHeader::parse(&window[at..]) {
-            let size = usize::from(header.size);
-            if size < HEADER_SIZE || size % 8 != 0 {
-                damage = Some((at, "not a record header".to_string()));
-                break;
+        let shard = (&mut self.summary, &self.resume);
+        let (at, damage) = walk_records(shard, window, start, fields, take);
+        match damage {
+            Some(Walked::NotAHeader) => self.damage(at, end, "not a record header"),
+            Some(Walked::Damage(found)) => {
+                self.summary.damage = Some(Damage {
+                    dropped: (end as usize) - (start + at),
+                    ..found
+                })
             }
-            let Some(record) = window.get(at..at + size) else {
-                break;
-            };
-            let offset = start + at;
-            match self
-                .summary
-                .walk(fields, offset, (header.type_, record), &self.resume)
-            {
-                Ok(time) if self.resume.merged(offset, time) => {}
-                Ok(time) => take(offset as u64, time, record),
-                Err(found) => {
-                    self.summary.damage = Some(Damage {
-                        dropped: (end as usize) - offset,
-                        ..found
-                    });
-                    break;
-                }
-            }
-            at += size;
-        }
-        if let Some((at, reason)) = damage {
-            self.damage(at, end, &reason);
+            None => {}
         }
         let cut = at < want && self.summary.damage.is_none();
         // Reading stopped inside the last bytes written: when the writer
@@ -179,6 +174,51 @@ impl Follower {
             bytes.taken(self.pos);
         }
         Ok(at as u64)
+    }
+
+    /// Takes the whole records of `unwritten`: a copy of the bytes of the
+    /// shard's ring that its writer has not written yet, from where this
+    /// follower has read the shard to ([`taken`](Self::taken)). So a quiet
+    /// ring's few records need not wait for its writer, nor wake it: they
+    /// are written out from the copy, and passed over when the writer
+    /// writes them into the shard. A record in it that is not one is left
+    /// for the read of the shard to find. Returns the bytes taken.
+    pub fn take_unwritten(
+        &mut self,
+        mut unwritten: Vec<u8>,
+        fields: &mut FieldReader,
+        take: &mut impl FnMut(u64, u64, &[u8]),
+    ) -> u64 {
+        if self.bytes.is_none() || self.summary.damage.is_some() {
+            return 0;
+        }
+        let start = self.pos;
+        let shard = (&mut self.summary, &self.resume);
+        let (at, _) = walk_records(shard, &unwritten, start as usize, fields, take);
+        if at > 0 {
+            unwritten.truncate(at);
+            self.pos += at as u64;
+            self.unwritten.push_back((start, unwritten));
+        }
+        at as u64
+    }
+
+    /// Drops the copies of records the shard now holds (`written` of it
+    /// known written, the file mapped that far): they are read from it.
+    fn drop_written_copies(&mut self, written: Option<u64>) -> io::Result<()> {
+        while let Some((start, copy)) = self.unwritten.front() {
+            let end = start + copy.len() as u64;
+            let (Some(bytes), true) = (self.bytes.as_mut(), written.is_none_or(|w| w >= end))
+            else {
+                break;
+            };
+            if bytes.file_len()? < end {
+                break;
+            }
+            bytes.up_to(*start, end)?;
+            self.unwritten.pop_front();
+        }
+        Ok(())
     }
 
     fn damage(&mut self, at: usize, end: u64, reason: &str) {
@@ -249,4 +289,43 @@ impl Source {
             bytes.release_before(end);
         }
     }
+}
+
+/// Why a walk of a shard's bytes stopped before their end.
+enum Walked {
+    /// A header no record has.
+    NotAHeader,
+    /// A record of no event of the recording.
+    Damage(Damage),
+}
+
+/// Walks the whole records of `window` (the shard's bytes from offset
+/// `start`) into `summary`, handing `take` each one `resume` does not say
+/// is merged: the bytes walked, and why the walk stopped short of a cut
+/// record, if it did.
+fn walk_records(
+    (summary, resume): (&mut ShardSummary, &Resume),
+    window: &[u8],
+    start: usize,
+    fields: &mut FieldReader,
+    take: &mut impl FnMut(u64, u64, &[u8]),
+) -> (usize, Option<Walked>) {
+    let mut at = 0;
+    while let Some(header) = RecordHeader::parse(&window[at..]) {
+        let size = usize::from(header.size);
+        if size < HEADER_SIZE || size % 8 != 0 {
+            return (at, Some(Walked::NotAHeader));
+        }
+        let Some(record) = window.get(at..at + size) else {
+            break;
+        };
+        let offset = start + at;
+        match summary.walk(fields, offset, (header.type_, record), resume) {
+            Ok(time) if resume.merged(offset, time) => {}
+            Ok(time) => take(offset as u64, time, record),
+            Err(found) => return (at, Some(Walked::Damage(found))),
+        }
+        at += size;
+    }
+    (at, None)
 }

@@ -194,19 +194,22 @@ impl<'a> LiveMerge<'a> {
 
     /// One round ([`Rounds::round`]): `written[i]` is how far CPU shard
     /// `i` is known written (its writer's ring tail less the shard's start
-    /// in the ring); the VIP's shard is read to its end. `rings_read`
-    /// turns what each shard has been read to into every ring's read
-    /// position, and `heads` reads every ring's head.
+    /// in the ring), and `unwritten(i, offset)` copies its ring's bytes its
+    /// writer has not written, if they would start at that offset of the
+    /// shard; the VIP's shard is read to its end. `rings_read` turns what
+    /// each shard has been read to into every ring's read position, and
+    /// `heads` reads every ring's head.
     pub fn round(
         &mut self,
         written: &[u64],
+        unwritten: impl FnMut(usize, u64) -> Option<Vec<u8>>,
         rings_read: impl FnOnce(&[u64]) -> Vec<u64>,
         heads: impl FnOnce() -> Vec<u64>,
     ) -> io::Result<Round> {
         let (layouts, sink) = (self.layouts, &mut self.records);
         let round = self
             .rounds
-            .round(layouts, written, rings_read, heads, sink)?;
+            .round(layouts, written, unwritten, rings_read, heads, sink)?;
         self.free_behind()?;
         if round.written == 0 {
             return Ok(round);

@@ -120,13 +120,17 @@ impl Rounds {
     }
 
     /// One round. `written[i]` is how far shard `i` (before `to_end`) is
-    /// known written; `rings_read` turns what each shard has been read to
-    /// into every ring's read position, and `heads` reads every ring's
-    /// head, in the same order (see [`Watermark`]).
+    /// known written, and `unwritten(i, offset)` copies its ring's bytes
+    /// not written yet if they would start at that offset of the shard
+    /// (see [`Follower::take_unwritten`]); `rings_read` turns what each
+    /// shard has been read to into every ring's read position, and
+    /// `heads` reads every ring's head, in the same order (see
+    /// [`Watermark`]).
     pub fn round(
         &mut self,
         layouts: &Layouts,
         written: &[u64],
+        unwritten: impl FnMut(usize, u64) -> Option<Vec<u8>>,
         rings_read: impl FnOnce(&[u64]) -> Vec<u64>,
         heads: impl FnOnce() -> Vec<u64>,
         sink: &mut impl RoundSink,
@@ -142,7 +146,7 @@ impl Rounds {
             Some(only) if only != Some(i) => before.get(i).copied(),
             _ => written.get(i).copied(),
         };
-        let read = self.read(layouts, limit, most, false)?;
+        let read = self.read(layouts, limit, most, false, unwritten)?;
         let taken: Vec<u64> = self.followers.iter().map(Follower::taken).collect();
         let mut round = Round {
             read,
@@ -198,7 +202,7 @@ impl Rounds {
         // Small steps: between two, the shards behind the output can be
         // freed (see `freeing`).
         let most = (DRAIN_STEP / self.followers.len().max(1)).clamp(64 << 10, 4 << 20);
-        self.read(layouts, |_| None, most, true)?;
+        self.read(layouts, |_| None, most, true, |_, _| None)?;
         let held_back = self
             .followers
             .iter()
@@ -264,13 +268,17 @@ impl Rounds {
         points
     }
 
-    /// Takes every shard's new records into `pending`.
+    /// Takes every shard's new records into `pending`; then, for a shard
+    /// read from one CPU's ring, those `unwritten` copies of its ring's
+    /// bytes its writer has not written yet, given the shard's offset the
+    /// copy would start at.
     fn read(
         &mut self,
         layouts: &Layouts,
         limit: impl Fn(usize) -> Option<u64>,
         most: usize,
         last: bool,
+        mut unwritten: impl FnMut(usize, u64) -> Option<Vec<u8>>,
     ) -> io::Result<u64> {
         let mut fields = FieldReader::new(layouts);
         let mut total = 0;
@@ -278,31 +286,31 @@ impl Rounds {
             let (pending, seq, cut) = (&mut self.pending, &mut self.seq, self.cut);
             let (read_up_to, late) = (&mut self.read_up_to, &mut self.late);
             let pending_bytes = &mut self.pending_bytes;
+            let mut take = |offset, time, bytes: &[u8]| {
+                *late += u64::from(time < cut);
+                *read_up_to = (*read_up_to).max(time);
+                *pending_bytes += bytes.len();
+                pending.push(Reverse(Pending {
+                    time,
+                    shard: i,
+                    seq: *seq,
+                    offset,
+                    len: bytes.len(),
+                }));
+                *seq += 1;
+            };
             // A shard read to its end each round is read whole: its rings
             // count as read up to their tails.
             let (limit, most) = match i >= self.to_end {
                 true => (None, usize::MAX >> 1),
                 false => (limit(i), most),
             };
-            total += follower.read(
-                limit,
-                most,
-                last,
-                &mut fields,
-                &mut |offset, time, bytes| {
-                    *late += u64::from(time < cut);
-                    *read_up_to = (*read_up_to).max(time);
-                    *pending_bytes += bytes.len();
-                    pending.push(Reverse(Pending {
-                        time,
-                        shard: i,
-                        seq: *seq,
-                        offset,
-                        len: bytes.len(),
-                    }));
-                    *seq += 1;
-                },
-            )?;
+            total += follower.read(limit, most, last, &mut fields, &mut take)?;
+            if i < self.to_end {
+                if let Some(copy) = unwritten(i, follower.taken()) {
+                    total += follower.take_unwritten(copy, &mut fields, &mut take);
+                }
+            }
         }
         Ok(total)
     }

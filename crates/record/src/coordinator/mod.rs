@@ -123,7 +123,7 @@ impl<'a> Recording<'a> {
             plan,
             workload,
             workload_code: None,
-            pool: WriterPool::new(cpus, output.merged_live()),
+            pool: WriterPool::new(cpus),
             side_band,
             output,
             counting,

@@ -104,11 +104,6 @@ impl RecordingOutput {
         })
     }
 
-    /// Whether a live merger writes the output as the recording goes.
-    pub(super) fn merged_live(&self) -> bool {
-        self.live_output.is_some()
-    }
-
     /// With `--switch-output`: the recording's directory and the window
     /// being recorded, for a helper that goes on from window to window.
     pub(super) fn window_at(&self) -> Option<WindowCursor> {

@@ -27,32 +27,19 @@ const LOOK_EVERY: Duration = Duration::from_millis(250);
 /// second keeps a killed recording nearly whole.
 const FLUSH_AFTER: Duration = Duration::from_secs(1);
 
-/// The same for a recording merged while it goes: the live merge writes
-/// a record once every ring has been written past it, so this is most of
-/// how long a stream's reader waits for a quiet CPU's records, and how
-/// much of a short recording is left to merge at its stop.
-const LIVE_FLUSH_AFTER: Duration = Duration::from_millis(250);
-
 /// Every recorded CPU's writer, in CPU order.
 pub(super) struct WriterPool {
     writers: Vec<Writer>,
     /// When the rings were last looked at for data waiting.
     rings_seen: Instant,
-    /// How long a quiet ring's data may wait ([`FLUSH_AFTER`]).
-    flush_after: Duration,
 }
 
 impl WriterPool {
-    /// The writers of these CPUs' events, not started; `live` when the
-    /// output is merged as the recording goes.
-    pub(super) fn new(cpus: Vec<CpuEvents>, live: bool) -> WriterPool {
+    /// The writers of these CPUs' events, not started.
+    pub(super) fn new(cpus: Vec<CpuEvents>) -> WriterPool {
         WriterPool {
             writers: cpus.into_iter().map(Writer::new).collect(),
             rings_seen: Instant::now(),
-            flush_after: match live {
-                true => LIVE_FLUSH_AFTER,
-                false => FLUSH_AFTER,
-            },
         }
     }
 
@@ -120,10 +107,9 @@ impl WriterPool {
             return;
         }
         self.rings_seen = Instant::now();
-        let after = self.flush_after;
         self.writers
             .iter_mut()
-            .for_each(|w| w.flush_if_waiting(after));
+            .for_each(|w| w.flush_if_waiting(FLUSH_AFTER));
     }
 
     /// Bytes every ring has produced since the recording began.

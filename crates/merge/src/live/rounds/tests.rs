@@ -110,14 +110,33 @@ impl Out {
 /// A round in which every shard is written to its end and is its own
 /// ring, whose head is `heads` (its length where `None`).
 fn round(rounds: &mut Rounds, shards: &Shards, heads: &[Option<u64>], out: &mut Out) {
+    round_copying(rounds, shards, (heads, &[]), out);
+}
+
+/// [`round`], the rings also holding `unwritten[i]` (if any) past what
+/// their writers wrote, copied to the merge (its head then the shard's
+/// length and that copy's).
+fn round_copying(
+    rounds: &mut Rounds,
+    shards: &Shards,
+    (heads, unwritten): (&[Option<u64>], &[Option<&[u8]>]),
+    out: &mut Out,
+) {
     let lens: Vec<u64> = (0..heads.len()).map(|i| shards.len(i)).collect();
-    let heads: Vec<u64> = heads
-        .iter()
-        .zip(&lens)
-        .map(|(h, len)| h.unwrap_or(*len))
+    let copy = |i: usize| unwritten.get(i).copied().flatten();
+    let heads: Vec<u64> = (0..heads.len())
+        .map(|i| heads[i].unwrap_or(lens[i] + copy(i).map_or(0, |c| c.len() as u64)))
         .collect();
+    let copied = |i: usize, at: u64| copy(i).filter(|_| at == lens[i]).map(<[u8]>::to_vec);
     rounds
-        .round(&layouts(), &lens, |taken| taken.to_vec(), || heads, out)
+        .round(
+            &layouts(),
+            &lens,
+            copied,
+            |taken| taken.to_vec(),
+            || heads,
+            out,
+        )
         .unwrap();
 }
 
@@ -175,6 +194,42 @@ fn a_shard_behind_its_ring_holds_the_rounds_back() {
     );
     rounds.drain(&layouts(), &mut out).unwrap();
     assert_eq!(out.records().last(), Some(&(300 * MS, 1)));
+    assert!(rounds.followers.iter().all(|f| f.summary.damage.is_none()));
+}
+
+#[test]
+fn a_rings_unwritten_records_go_out_from_a_copy_and_once() {
+    let shards = Shards::new("copied", 2);
+    let mut rounds = shards.rounds(2);
+    let mut out = Out::default();
+    shards.append(0, &shard_bytes(&[100 * MS, 200 * MS, 300 * MS], 1));
+    // Ring 1 holds a record its writer has not written: the merge copies
+    // it, and the round goes on past it instead of waiting for the writer.
+    let unwritten = shard_bytes(&[150 * MS], 2);
+    let rings = [None, Some(&unwritten[..])];
+    for _ in 0..3 {
+        round_copying(&mut rounds, &shards, (&[None, None], &rings), &mut out);
+    }
+    assert_eq!(
+        out.records(),
+        [(100 * MS, 1), (150 * MS, 2), (200 * MS, 1)],
+        "not held back by ring 1"
+    );
+    // The writer writes it: read past, not taken again.
+    shards.append(1, &unwritten);
+    shards.append(1, &shard_bytes(&[310 * MS], 2));
+    round(&mut rounds, &shards, &[None, None], &mut out);
+    rounds.drain(&layouts(), &mut out).unwrap();
+    assert_eq!(
+        out.records(),
+        [
+            (100 * MS, 1),
+            (150 * MS, 2),
+            (200 * MS, 1),
+            (300 * MS, 1),
+            (310 * MS, 2)
+        ]
+    );
     assert!(rounds.followers.iter().all(|f| f.summary.damage.is_none()));
 }
 

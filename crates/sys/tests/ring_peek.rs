@@ -1,0 +1,63 @@
+//! `RingBuffer::peek_unread` against the kernel: a second mapping of a
+//! ring copies what its reader has not taken, exactly, from any point
+//! past the reader's tail, without moving it, and gives up before the
+//! tail or past the head.
+//!
+//! Needs root. Skips when not root, unless `CI` is set, where that fails.
+
+use shardrec_sys::{abi, Attr, PerfEvent, RingBuffer, Target};
+
+/// A COMM record on `event` for each of `n` renames of this thread.
+fn renames(n: usize) {
+    for i in 0..n {
+        let name = std::ffi::CString::new(format!("peek-{i}")).unwrap();
+        // SAFETY: PR_SET_NAME reads a NUL-terminated string that lives
+        // through the call.
+        unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr()) };
+    }
+}
+
+/// What `ring`'s reader takes, as bytes, moving its tail.
+fn consumed(ring: &RingBuffer) -> Vec<u8> {
+    ring.consume(|[first, second]| [first, second].concat())
+}
+
+#[test]
+fn a_second_mapping_peeks_exactly_the_unread_bytes_even_where_they_wrap() {
+    if !shardrec_testkit::require_root() {
+        return;
+    }
+    let mut attr = Attr::software(abi::PERF_COUNT_SW_DUMMY as u64);
+    attr.set_tracking();
+    let event = PerfEvent::open(&attr, Target { pid: 0, cpu: -1 }).unwrap();
+    let reader = RingBuffer::map(&event, 1).unwrap();
+    let peeker = RingBuffer::map(&event, 1).unwrap();
+    let size = reader.data_size() as u64;
+    event.enable().unwrap();
+    // Six times over, so that the unread bytes wrap around the ring's
+    // end at least once (a COMM record of this thread is 32 bytes).
+    for _ in 0..6 {
+        renames(40);
+        let (tail, head) = (reader.tail(), reader.head());
+        let unread = head - tail;
+        assert!(unread > 8, "no record");
+        let too_many = peeker.peek_unread(tail, unread - 1);
+        assert_eq!(too_many, None, "more than asked for");
+        assert_eq!(
+            peeker.peek_unread(head, size),
+            None,
+            "nothing past the head"
+        );
+        let later = peeker
+            .peek_unread(tail + 8, size)
+            .expect("a copy of the rest");
+        let peeked = peeker.peek_unread(tail, size).expect("a copy");
+        assert_eq!(reader.tail(), tail, "the peek moved the tail");
+        assert_eq!(later, peeked[8..]);
+        assert_eq!(peeked, consumed(&reader));
+        let behind = peeker.peek_unread(tail, size);
+        assert_eq!(behind, None, "the tail moved past it");
+    }
+    assert!(reader.head() > size, "the ring never wrapped");
+    event.disable().unwrap();
+}
