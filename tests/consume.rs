@@ -219,9 +219,12 @@ fn the_recorders_merge_interrupted_after_freeing_shards_is_completed_by_a_merge(
     );
     assert!(!scratch.output().exists());
     assert!(dir.join("merged.prefix").exists() && dir.join("merged.partial").exists());
+    // Freed: what the first checkpoint's 32 MiB of output held (less the
+    // start records and the synthesized state, and the records read but
+    // not yet written then), at least 24 MiB.
     let (len, held) = shard_sizes(&dir);
     assert!(
-        held < len * 3 / 4 && held > 0,
+        len - held >= 24 << 20 && held > 0,
         "{held} of the shards' {len} bytes held"
     );
     let meta = shardrec_shard::RecordingDir::open(&dir)
