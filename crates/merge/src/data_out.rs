@@ -19,12 +19,24 @@ use crate::dso::SliceHits;
 pub trait RecordSink {
     /// Appends `bytes` (whole records).
     fn put(&mut self, bytes: &[u8]) -> io::Result<()>;
+
+    /// Appends each of `records`, in order.
+    fn put_all(&mut self, records: &[&[u8]]) -> io::Result<()> {
+        records.iter().try_for_each(|record| self.put(record))
+    }
 }
 
 impl<W: Write + Seek> RecordSink for PerfDataWriter<W> {
     fn put(&mut self, bytes: &[u8]) -> io::Result<()> {
         injected_fault(&["merge.write"])?;
         self.write_record(bytes)
+    }
+
+    fn put_all(&mut self, records: &[&[u8]]) -> io::Result<()> {
+        for _ in records {
+            injected_fault(&["merge.write"])?;
+        }
+        self.write_records(records)
     }
 }
 
@@ -66,6 +78,10 @@ impl RecordSink for io::Sink {
 impl<S: RecordSink> RecordSink for &mut S {
     fn put(&mut self, bytes: &[u8]) -> io::Result<()> {
         (**self).put(bytes)
+    }
+
+    fn put_all(&mut self, records: &[&[u8]]) -> io::Result<()> {
+        (**self).put_all(records)
     }
 }
 
@@ -180,6 +196,14 @@ impl<S: RecordSink> DataOut<S> {
         Ok(())
     }
 
+    /// Whole records, in order.
+    pub fn records(&mut self, records: &[&[u8]]) -> io::Result<()> {
+        match self.compressor {
+            None => self.sink.put_all(records),
+            Some(_) => records.iter().try_for_each(|record| self.record(record)),
+        }
+    }
+
     /// A `PERF_RECORD_FINISHED_ROUND`; `last` when no record follows in
     /// this sink, which ends the compressed frame.
     pub fn end_round(&mut self, last: bool) -> io::Result<()> {
@@ -249,6 +273,30 @@ impl<'a, S: RecordSink> RecordWriter<'a, S> {
 
     /// One record read from a shard (validated when the shard was opened).
     pub fn put(&mut self, record: &[u8]) -> io::Result<()> {
+        match self.observe(record) {
+            None => self.out.record(record),
+            Some(trimmed) => self.out.record(&trimmed),
+        }
+    }
+
+    /// Records read from shards, in order: those that need no trimming
+    /// go out together, as they are.
+    pub fn put_all(&mut self, records: &[&[u8]]) -> io::Result<()> {
+        let mut whole = 0;
+        for (i, record) in records.iter().enumerate() {
+            if let Some(trimmed) = self.observe(record) {
+                self.out.records(&records[whole..i])?;
+                self.out.record(&trimmed)?;
+                whole = i + 1;
+            }
+        }
+        self.out.records(&records[whole..])
+    }
+
+    /// Counts `record` and watches it for the binaries it hits; a copy
+    /// without the padding the kernel left after its trailer, if it has
+    /// some.
+    fn observe(&mut self, record: &[u8]) -> Option<Vec<u8>> {
         let header = RecordHeader::parse(record).expect("validated");
         let fields = &mut self.fields;
         self.hits
@@ -256,17 +304,21 @@ impl<'a, S: RecordSink> RecordWriter<'a, S> {
         self.records += 1;
         let len = self.fields.true_len(record, header.type_);
         if len == record.len() {
-            return self.out.record(record);
+            return None;
         }
         let mut trimmed = record[..len].to_vec();
         trimmed[6..8].copy_from_slice(&(len as u16).to_ne_bytes());
-        self.out.record(&trimmed)
+        Some(trimmed)
     }
 }
 
 impl<S: RecordSink> crate::live::RoundSink for RecordWriter<'_, S> {
     fn put(&mut self, record: &[u8]) -> io::Result<()> {
         RecordWriter::put(self, record)
+    }
+
+    fn put_all(&mut self, records: &[&[u8]]) -> io::Result<()> {
+        RecordWriter::put_all(self, records)
     }
 
     fn end_round(&mut self) -> io::Result<()> {

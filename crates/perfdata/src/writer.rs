@@ -4,7 +4,7 @@
 //! attrs section, the data section, then the feature index (one section per
 //! feature, in bit order) and the feature contents.
 
-use std::io::{self, Seek, SeekFrom, Write};
+use std::io::{self, IoSlice, Seek, SeekFrom, Write};
 
 use crate::feature::Feature;
 use crate::header::{FileHeader, FileSection, HEADER_SIZE};
@@ -56,6 +56,26 @@ impl<W: Write + Seek> PerfDataWriter<W> {
     pub fn write_record(&mut self, bytes: &[u8]) -> io::Result<()> {
         self.out.write_all(bytes)?;
         self.data_size += bytes.len() as u64;
+        Ok(())
+    }
+
+    /// Appends records (each whole, header-framed) to the data section
+    /// from where they are: a writer that buffers takes more than its
+    /// buffer holds in one `writev`, without copying them.
+    pub fn write_records(&mut self, records: &[&[u8]]) -> io::Result<()> {
+        let mut slices: Vec<IoSlice> = records.iter().map(|r| IoSlice::new(r)).collect();
+        let mut left = &mut slices[..];
+        while !left.is_empty() {
+            match self.out.write_vectored(left) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => {
+                    self.data_size += n as u64;
+                    IoSlice::advance_slices(&mut left, n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
         Ok(())
     }
 
@@ -185,5 +205,26 @@ mod tests {
         second.write_record(&records[3]).unwrap();
         second.finish(&[]).unwrap();
         assert_eq!(file.into_inner(), whole);
+    }
+
+    #[test]
+    fn records_written_together_are_those_written_one_by_one() {
+        let records: Vec<Vec<u8>> = (0..6u8).map(|i| vec![i; 8 * (i as usize + 1)]).collect();
+        let slices: Vec<&[u8]> = records.iter().map(Vec::as_slice).collect();
+        let mut one_by_one = PerfDataWriter::create(io::Cursor::new(Vec::new()), &attrs()).unwrap();
+        for record in &records {
+            one_by_one.write_record(record).unwrap();
+        }
+        // A buffer smaller than the records: they go past it, in pieces.
+        let small = io::BufWriter::with_capacity(16, io::Cursor::new(Vec::new()));
+        let mut together = PerfDataWriter::create(small, &attrs()).unwrap();
+        together.write_records(&slices[..4]).unwrap();
+        together.write_records(&slices[4..]).unwrap();
+        assert_eq!(together.data_size(), one_by_one.data_size());
+        let together = together.finish(&[]).unwrap().into_inner().unwrap();
+        assert_eq!(
+            together.into_inner(),
+            one_by_one.finish(&[]).unwrap().into_inner()
+        );
     }
 }

@@ -34,9 +34,19 @@ const DRAIN_STEP: usize = 16 << 20;
 pub trait RoundSink {
     /// One whole record.
     fn put(&mut self, record: &[u8]) -> io::Result<()>;
+    /// Whole records, in order: those a round writes between two
+    /// FINISHED_ROUNDs, a batch at a time, so a sink can write them from
+    /// where they are instead of copying each.
+    fn put_all(&mut self, records: &[&[u8]]) -> io::Result<()> {
+        records.iter().try_for_each(|record| self.put(record))
+    }
     /// A FINISHED_ROUND.
     fn end_round(&mut self) -> io::Result<()>;
 }
+
+/// The most records a round hands its sink at once (a `writev` takes at
+/// most 1024 pieces).
+const BATCH: usize = 1024;
 
 /// A record read and not yet written: where it is in its shard (which
 /// its follower maps), not a copy.
@@ -320,6 +330,7 @@ impl Rounds {
     fn write_until(&mut self, cut: u64, sink: &mut impl RoundSink) -> io::Result<u64> {
         let cut = cut.max(self.cut);
         let mut written = 0;
+        let mut batch = Vec::new();
         while self
             .pending
             .peek()
@@ -327,17 +338,22 @@ impl Rounds {
         {
             let Reverse(next) = self.pending.pop().expect("peeked");
             self.pending_bytes -= next.len;
-            sink.put(self.followers[next.shard].record(next.offset, next.len))?;
+            batch.push((next.shard, next.offset, next.len));
             written += 1;
             // Readers hold a round or two in their reorder buffer: a long
             // cut is several rounds, as the merge after the fact cuts them.
             self.unrounded += next.len as u64;
             self.unreleased += next.len as u64;
-            if self.unrounded >= self.round_bytes {
+            let round_ends = self.unrounded >= self.round_bytes;
+            if round_ends || batch.len() == BATCH {
+                self.put_batch(&mut batch, sink)?;
+            }
+            if round_ends {
                 sink.end_round()?;
                 self.unrounded = 0;
             }
         }
+        self.put_batch(&mut batch, sink)?;
         self.cut = cut;
         if self.unreleased >= RELEASE_EVERY {
             self.unreleased = 0;
@@ -354,6 +370,24 @@ impl Rounds {
             self.rounds += 1;
         }
         Ok(written)
+    }
+
+    /// Hands `batch` (each record's shard, offset and length) to `sink`
+    /// from where the followers hold the records, and empties it.
+    fn put_batch(
+        &self,
+        batch: &mut Vec<(usize, u64, usize)>,
+        sink: &mut impl RoundSink,
+    ) -> io::Result<()> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let records: Vec<&[u8]> = batch
+            .iter()
+            .map(|&(shard, offset, len)| self.followers[shard].record(offset, len))
+            .collect();
+        batch.clear();
+        sink.put_all(&records)
     }
 }
 

@@ -94,4 +94,11 @@ impl RecordSink for Sink {
             Sink::Pipe(stream) => stream.put(bytes),
         }
     }
+
+    fn put_all(&mut self, records: &[&[u8]]) -> io::Result<()> {
+        match self {
+            Sink::File { writer, .. } => writer.put_all(records),
+            Sink::Pipe(stream) => stream.put_all(records),
+        }
+    }
 }
