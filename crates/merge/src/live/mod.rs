@@ -30,11 +30,8 @@ use shardrec_shard::{Meta, RecordingDir};
 
 use crate::data_out::{DataOut, RecordWriter};
 use crate::dso::SliceHits;
-use crate::report::ResumedTally;
-
-/// Records an earlier merger wrote, the binaries they hit, their counts.
-type Walked<'a> = (u64, SliceHits, ResumedTally<'a>);
 use crate::output::{self, Written};
+use crate::report::ResumedTally;
 use crate::{MergeError, MergeOptions, MergeReport};
 use follow::Follower;
 use freeing::Freeing;
@@ -89,49 +86,12 @@ impl<'a> LiveMerge<'a> {
         let mut resumed = None;
         let (mut sink, freeing) = match output {
             LiveOutput::File(path) => {
-                let target = Output::resolve(path)?;
-                // Freeing the shards as it goes, as the merge after the
-                // fact does where it is safe and pays (see
-                // `MergeOptions::consume`): its output is then
-                // `merged.partial`, which a merge completes.
-                let frees = options.consume
-                    && options.compression_level.is_none()
-                    && matches!(target, Output::File { .. })
-                    && crate::same_file_system(dir, target.path());
-                let tmp = recording.partial_output_path();
-                // A merger restarted after one that freed shards goes on
-                // from its last checkpoint.
-                match frees.then(|| recording.read_merged_prefix()).transpose()? {
-                    Some(Some(prefix)) => {
-                        let walked = walk_resumed(&recording, &prefix, layouts)?;
-                        let freeing = Freeing::resume(&paths, &prefix).map_err(fail)?;
-                        let sink = Sink::file_resumed(target, tmp, meta, prefix.data_len);
-                        resumed = Some((prefix, walked));
-                        (sink.map_err(fail)?, Some(freeing))
-                    }
-                    frees_from_start => {
-                        let freeing = frees_from_start
-                            .map(|_| Freeing::open(&paths, false))
-                            .transpose()
-                            .map_err(fail)?;
-                        let tmp = freeing.as_ref().map(|_| tmp);
-                        (Sink::file(target, tmp, meta).map_err(fail)?, freeing)
-                    }
-                }
+                let opened = open_file(&recording, path, &paths, (meta, layouts), options)?;
+                let (sink, freeing, earlier) = opened;
+                resumed = earlier;
+                (sink, freeing)
             }
-            LiveOutput::Stream(stream) => {
-                let freeing = options
-                    .consume
-                    .then(|| Freeing::open(&paths, true))
-                    .transpose()
-                    .map_err(fail)?;
-                // What is known before the data: the programs loaded
-                // before recording, no sample times yet.
-                let bpf = crate::bpf::read(&recording.bpf_path())?;
-                let compression = options.compression_level;
-                let features = crate::pipe::features(meta, (0, 0), &bpf, compression);
-                (Sink::pipe(stream, meta, &features).map_err(fail)?, freeing)
-            }
+            LiveOutput::Stream(stream) => open_stream(&recording, stream, &paths, meta, options)?,
         };
         // The synthesized state is in what an earlier merger wrote.
         let synth = match resumed {
@@ -152,21 +112,10 @@ impl<'a> LiveMerge<'a> {
             layouts,
         );
         records.hits = head_hits;
-        // The CPUs' shards mapped, the VIP's (last) read into memory, each
-        // from where an earlier merger left it.
         let (prefix, tally) = resumed
             .map(|(prefix, (_, _, tally))| (prefix, tally))
             .unzip();
-        let resume = |path: &PathBuf| match &prefix {
-            Some(prefix) => prefix.resume(&shardrec_shard::scan::file_name(path)),
-            None => Default::default(),
-        };
-        let (vip, cpus) = paths.split_last().expect("the VIP's shard's path");
-        let followers = cpus
-            .iter()
-            .map(|path| Follower::open(path).resumed(resume(path)));
-        let vip = Follower::open_copied(vip).resumed(resume(vip));
-        let rounds = Rounds::new(followers.chain([vip]).collect(), meta.cpus.len());
+        let rounds = Rounds::new(followers(&paths, prefix.as_ref()), meta.cpus.len());
         let round_bytes = match options.compression_level {
             Some(_) => shardrec_perfdata::compressed::MAX_INPUT as u64,
             None => crate::slices::ROUND_BYTES,
@@ -367,6 +316,94 @@ impl<'a> LiveMerge<'a> {
         report.lag = Some(self.rounds.lag);
         Ok((report, shards.into_iter().map(|s| s.summary).collect()))
     }
+}
+
+/// Records an earlier merger wrote, the binaries they hit, their counts.
+type Walked<'a> = (u64, SliceHits, ResumedTally<'a>);
+
+/// An earlier merger's last checkpoint, and what it wrote up to there.
+type Earlier<'a> = Option<(MergedPrefix, Walked<'a>)>;
+
+/// The perf.data file a live merge writes at `path`, with the freeing of
+/// the shards at `paths` where that applies (see
+/// `MergeOptions::consume`: its output is then `merged.partial`, which a
+/// merge completes), and what an earlier merger of it wrote, if one that
+/// freed shards was killed: the new one goes on from its last checkpoint.
+fn open_file<'a>(
+    recording: &RecordingDir,
+    path: &Path,
+    paths: &[PathBuf],
+    (meta, layouts): (&Meta, &'a Layouts),
+    options: &MergeOptions,
+) -> Result<(Sink, Option<Freeing>, Earlier<'a>), MergeError> {
+    let fail = |source| MergeError::Output {
+        path: path.to_path_buf(),
+        source,
+    };
+    let target = Output::resolve(path)?;
+    let frees = options.consume
+        && options.compression_level.is_none()
+        && matches!(target, Output::File { .. })
+        && crate::same_file_system(recording.path(), target.path());
+    let tmp = recording.partial_output_path();
+    match frees.then(|| recording.read_merged_prefix()).transpose()? {
+        Some(Some(prefix)) => {
+            let walked = walk_resumed(recording, &prefix, layouts)?;
+            let freeing = Freeing::resume(paths, &prefix).map_err(fail)?;
+            let sink = Sink::file_resumed(target, tmp, meta, prefix.data_len).map_err(fail)?;
+            Ok((sink, Some(freeing), Some((prefix, walked))))
+        }
+        frees_from_start => {
+            let freeing = frees_from_start
+                .map(|_| Freeing::open(paths, false))
+                .transpose()
+                .map_err(fail)?;
+            let tmp = freeing.as_ref().map(|_| tmp);
+            Ok((Sink::file(target, tmp, meta).map_err(fail)?, freeing, None))
+        }
+    }
+}
+
+/// perf's pipe format into `stream`, its features first, and the freeing
+/// of the shards at `paths` behind it (unless they are kept).
+fn open_stream(
+    recording: &RecordingDir,
+    stream: std::fs::File,
+    paths: &[PathBuf],
+    meta: &Meta,
+    options: &MergeOptions,
+) -> Result<(Sink, Option<Freeing>), MergeError> {
+    let fail = |source| MergeError::Output {
+        path: PathBuf::from(shardrec_shard::output::STDOUT),
+        source,
+    };
+    let freeing = options
+        .consume
+        .then(|| Freeing::open(paths, true))
+        .transpose()
+        .map_err(fail)?;
+    // What is known before the data: the programs loaded before
+    // recording, no sample times yet.
+    let bpf = crate::bpf::read(&recording.bpf_path())?;
+    let compression = options.compression_level;
+    let features = crate::pipe::features(meta, (0, 0), &bpf, compression);
+    Ok((Sink::pipe(stream, meta, &features).map_err(fail)?, freeing))
+}
+
+/// Followers of the shards at `paths` (the CPUs' mapped, the VIP's, last,
+/// read into memory), each from where an earlier merger left it, if one
+/// did (`prefix`).
+fn followers(paths: &[PathBuf], prefix: Option<&MergedPrefix>) -> Vec<Follower> {
+    let resume = |path: &PathBuf| match prefix {
+        Some(prefix) => prefix.resume(&shardrec_shard::scan::file_name(path)),
+        None => Default::default(),
+    };
+    let (vip, cpus) = paths.split_last().expect("the VIP's shard's path");
+    let cpus = cpus
+        .iter()
+        .map(|path| Follower::open(path).resumed(resume(path)));
+    let vip = Follower::open_copied(vip).resumed(resume(vip));
+    cpus.chain([vip]).collect()
 }
 
 /// What an earlier merger of this output wrote, which a restarted one
