@@ -458,32 +458,15 @@ impl ResumedData {
         &self.bytes.bytes()[self.range.clone()]
     }
 
-    /// Its records walked as the merge walks those it writes: how many,
-    /// the binaries they hit, and their counts.
-    pub(crate) fn walk<'a>(
-        &self,
-        layouts: &'a shardrec_format::layouts::Layouts,
-    ) -> std::io::Result<(u64, dso::SliceHits, report::ResumedTally<'a>)> {
-        let out = data_out::DataOut::new(report::ResumedTally::new(layouts), None)?;
-        let mut walker = data_out::RecordWriter::new(out, layouts);
-        output::write_resumed(self.data(), &mut walker)?;
-        let data_out::RecordWriter {
-            out, hits, records, ..
-        } = walker;
-        Ok((records, hits, out.finish()?.0))
-    }
-
-    /// Its records, counted as the merge counts those it writes (the merge
-    /// that wrote them out has walked them whole already).
-    fn tally<'a>(
+    /// Its records, counted as the merge counts those it writes.
+    pub(crate) fn tally<'a>(
         &self,
         layouts: &'a shardrec_format::layouts::Layouts,
     ) -> report::ResumedTally<'a> {
-        let walked = self.walk(layouts);
-        walked.map_or_else(
-            |_| report::ResumedTally::new(layouts),
-            |(_, _, tally)| tally,
-        )
+        let mut tally = report::ResumedTally::new(layouts);
+        // Counting only: it cannot fail.
+        let _ = data_out::RecordSink::put(&mut tally, self.data());
+        tally
     }
 }
 

@@ -217,21 +217,22 @@ impl<'a> ResumedTally<'a> {
     }
 }
 
-/// Whole records, one at a time, as a [`crate::data_out::RecordWriter`]
-/// hands them on.
 impl RecordSink for ResumedTally<'_> {
-    fn put(&mut self, record: &[u8]) -> std::io::Result<()> {
-        let Some(header) = RecordHeader::parse(record) else {
-            return Ok(());
-        };
-        // The records a merge counts are the kernel's (and their
-        // synthesized likes), not its own markers and tables.
-        if header.type_.is_kernels() {
+    fn put(&mut self, mut bytes: &[u8]) -> std::io::Result<()> {
+        while let Some(header) = RecordHeader::parse(bytes) {
+            let len = usize::from(header.size).clamp(8, bytes.len());
+            let record = &bytes[..len];
+            bytes = &bytes[len..];
+            // The records a merge counts are the kernel's (and their
+            // synthesized likes), not its own markers and tables.
+            if !header.type_.is_kernels() {
+                continue;
+            }
             *self.by_type.entry(header.type_).or_default() += 1;
-        }
-        if header.type_ == RecordType::SAMPLE {
-            let cpu = self.fields.sample_id(record, header.type_).map(|id| id.cpu);
-            *self.samples_by_cpu.entry(cpu.unwrap_or(0)).or_default() += 1;
+            if header.type_ == RecordType::SAMPLE {
+                let cpu = self.fields.sample_id(record, header.type_).map(|id| id.cpu);
+                *self.samples_by_cpu.entry(cpu.unwrap_or(0)).or_default() += 1;
+            }
         }
         Ok(())
     }

@@ -230,10 +230,22 @@ impl RingBuffer {
         if from < tail || head <= from || head - from > most {
             return None;
         }
-        // The kernel writes only from the head on, into bytes the tail has
-        // passed: not into these unless the reader moves the tail past
-        // `from` meanwhile, and then the copy is dropped below.
-        let copy = self.pieces(from, head).concat();
+        let len = (head - from) as usize;
+        let start = (from as usize) & (self.data_size - 1);
+        let first = len.min(self.data_size - start);
+        let mut copy = Vec::with_capacity(len);
+        for (offset, len) in [(start, first), (0, len - first)] {
+            let at = self.data_offset + offset;
+            // SAFETY: the range lies inside the data area of a mapping that
+            // lives as long as `self`. The kernel writes only from the head
+            // on, into bytes the tail has passed: not into these unless the
+            // reader moves the tail past `from` meanwhile, and then the
+            // copy is dropped below.
+            unsafe {
+                let from = self.map.as_ptr().add(at);
+                copy.extend_from_slice(std::slice::from_raw_parts(from, len));
+            }
+        }
         // The copy's loads come before the tail is read again.
         std::sync::atomic::fence(Ordering::Acquire);
         let kept = self.meta_atomic(DATA_TAIL).load(Ordering::Relaxed) <= from;
@@ -257,12 +269,6 @@ impl RingBuffer {
             self.tail() <= from && from <= to && to <= self.head(),
             "ring range {from}..{to} outside the unread bytes"
         );
-        self.pieces(from, to)
-    }
-
-    /// The bytes in `[from, to)` (less than a ring apart) as at most two
-    /// slices, split where they wrap around the end of the data area.
-    fn pieces(&self, from: u64, to: u64) -> [&[u8]; 2] {
         let len = (to - from) as usize;
         let start = (from as usize) & (self.data_size - 1);
         let first = len.min(self.data_size - start);
@@ -292,9 +298,7 @@ impl RingBuffer {
         debug_assert!(offset + len <= self.data_size);
         // SAFETY: the range lies inside the data area of a mapping that lives
         // as long as `self`; the caller only asks for bytes between tail and
-        // head, which the kernel does not modify until the tail passes them
-        // (`peek_unread`, in another process than the reader, drops what it
-        // read if the reader's tail passed it meanwhile).
+        // head, which the kernel does not modify until the tail passes them.
         unsafe { std::slice::from_raw_parts(self.map.as_ptr().add(self.data_offset + offset), len) }
     }
 

@@ -72,33 +72,32 @@ impl Freeing {
     /// Frees the shards at `paths` (in the merge's order), behind a file
     /// or, `streamed`, a stream.
     pub fn open(paths: &[PathBuf], streamed: bool) -> io::Result<Freeing> {
-        Freeing::punched_to(paths, streamed, vec![0; paths.len()])
-    }
-
-    /// Frees the shards at `paths` behind a file output an earlier merger
-    /// wrote up to `prefix`, its last checkpoint: they are freed up to it.
-    pub fn resume(paths: &[PathBuf], prefix: &MergedPrefix) -> io::Result<Freeing> {
-        let punched = paths
-            .iter()
-            .map(|p| prefix.resume(&file_name(p)).start as u64);
-        let mut freeing = Freeing::punched_to(paths, false, punched.collect())?;
-        freeing.checkpointed = prefix.data_len;
-        freeing.freed = true;
-        freeing.first_sample_before = prefix.first_sample;
-        Ok(freeing)
-    }
-
-    /// Frees the shards at `paths`, each punched up to `punched` already.
-    fn punched_to(paths: &[PathBuf], streamed: bool, punched: Vec<u64>) -> io::Result<Freeing> {
         let files = open_to_punch(paths)?;
         Ok(Freeing {
-            puncher: Puncher::start(files, punched),
+            puncher: Puncher::start(files, vec![0; paths.len()]),
             names: paths.iter().map(|p| file_name(p)).collect(),
             checkpointed: 0,
             freed: false,
             punch_while_recording: streamed,
             streamed,
             first_sample_before: 0,
+        })
+    }
+
+    /// Frees the shards at `paths` behind a file output an earlier merger
+    /// wrote up to `prefix`, its last checkpoint: they are freed up to it.
+    pub fn resume(paths: &[PathBuf], prefix: &MergedPrefix) -> io::Result<Freeing> {
+        let files = open_to_punch(paths)?;
+        let names: Vec<String> = paths.iter().map(|p| file_name(p)).collect();
+        let punched = names.iter().map(|name| prefix.resume(name).start as u64);
+        Ok(Freeing {
+            puncher: Puncher::start(files, punched.collect()),
+            names,
+            checkpointed: prefix.data_len,
+            freed: true,
+            punch_while_recording: false,
+            streamed: false,
+            first_sample_before: prefix.first_sample,
         })
     }
 

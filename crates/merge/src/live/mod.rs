@@ -424,7 +424,15 @@ fn walk_resumed<'a>(
     prefix: &MergedPrefix,
     layouts: &'a Layouts,
 ) -> Result<Walked<'a>, MergeError> {
-    let walked = crate::resumed_data(recording, prefix)?.walk(layouts);
+    let data = crate::resumed_data(recording, prefix)?;
+    let walked = DataOut::new(ResumedTally::new(layouts), None).and_then(|out| {
+        let mut walker = RecordWriter::new(out, layouts);
+        output::write_resumed(data.data(), &mut walker)?;
+        let RecordWriter {
+            out, hits, records, ..
+        } = walker;
+        Ok((records, hits, out.finish()?.0))
+    });
     walked.map_err(|source| MergeError::Output {
         path: recording.partial_output_path(),
         source,
