@@ -578,6 +578,68 @@ fn a_live_merger_killed_while_recording_is_restarted_and_nothing_is_lost_or_repe
     }
 }
 
+#[test]
+fn a_live_merger_killed_between_switch_output_windows_is_restarted_and_each_call_is_in_one_output()
+{
+    const CALLS: usize = 6000;
+    // Killed as the second window closes, before its output is written:
+    // the new merger writes it, then follows the window being recorded.
+    // Killed inside a window (rounds come every 50 ms while data flows):
+    // the new merger goes on with it (from its start, as the shards are
+    // kept).
+    let scenarios: [(&str, &[&str]); 2] = [
+        ("merge.window=crash@2", &[]),
+        ("merge.round=crash@3", &["--keep-shards"]),
+    ];
+    for (fault, args) in scenarios {
+        let Some((_serial, scratch)) = recording_test("faults-live-windows") else {
+            return;
+        };
+        let mut record = shardrec();
+        record
+            .env("SHARDREC_FAULTS", fault)
+            .args(["record", "-a", "-e", "syscalls:sys_enter_getppid"])
+            .args(["--switch-output=400ms", "-o"])
+            .arg(scratch.output())
+            .args(args)
+            .args(["--", load(), "syscalls-paced", &CALLS.to_string(), "2"]);
+        let recorded = run(record);
+        let stderr = String::from_utf8_lossy(&recorded.stderr).into_owned();
+        assert!(recorded.status.success(), "{fault}: {stderr}");
+        let warnings: Vec<&str> = stderr.lines().filter(|l| l.contains("warning")).collect();
+        assert!(
+            warnings.len() == 1 && warnings[0].contains("the live merger died at"),
+            "{fault}: {stderr}"
+        );
+        let outputs: Vec<_> = std::fs::read_dir(&scratch.0)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| {
+                let name = p.file_name().unwrap().to_string_lossy();
+                name.starts_with("perf.data.") && !name.ends_with(".shards")
+            })
+            .collect();
+        assert!(outputs.len() >= 4, "{fault}: {outputs:?} {stderr}");
+        let mut calls = 0;
+        for output in &outputs {
+            let dump = format!("[ shardrec record: Dump {} ]", output.display());
+            assert_eq!(stderr.matches(&dump).count(), 1, "{fault}: {stderr}");
+            let script = perf(&["script", "-F", "comm,event"], output);
+            assert_no_complaint(&script, &output.display().to_string());
+            calls += String::from_utf8_lossy(&script.stdout)
+                .lines()
+                .filter(|line| line.contains("shardrec-load"))
+                .count();
+        }
+        assert_eq!(calls, CALLS, "{fault}: the workload's getppid samples");
+        assert_eq!(
+            processes_naming(&scratch.0),
+            0,
+            "{fault}: a process still runs"
+        );
+    }
+}
+
 /// A writer fault the recording survives (`writer.write=...@N`, ending
 /// clean) leaves no trace: check its Nth write came, twice over. A write
 /// takes at most the whole 64 KiB ring, so 2N rings' worth of bytes on

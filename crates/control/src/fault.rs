@@ -10,7 +10,8 @@
 //! Nth is as far into the data whatever came before), `merge.round` (a
 //! round of the live merger that writes records), `merge.checkpoint` (the
 //! live merger saying how far its output holds the recording, before it
-//! frees the shards behind), and `filter.load`,
+//! frees the shards behind), `merge.window` (the live merger about to
+//! finish a `--switch-output` window that closed), and `filter.load`,
 //! where
 //! any fault makes the VIP load a `--filter` program the kernel's
 //! verifier must refuse (a register read before it is set), so the

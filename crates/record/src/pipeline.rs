@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use shardrec_merge::MergeReport;
 use shardrec_shard::output::Output;
-use shardrec_shard::StopReason;
+use shardrec_shard::{RecordingDir, StopReason};
 
 use crate::live_merger::Outcome;
 use crate::pipe_mode::{self, PipeMode};
@@ -146,7 +146,19 @@ impl AfterStop<'_> {
     ) -> Result<Option<bool>, RecordError> {
         let scanned = std::mem::take(&mut report.scanned);
         match report.live.take() {
-            Some(Outcome::Merged { report, .. }) => Ok(Some(self.show(&report))),
+            Some(Outcome::Merged {
+                report: mut merged, ..
+            }) => {
+                if report.switched.is_some() {
+                    merged.output = output.to_path_buf();
+                    // The last window, as the live merger wrote it.
+                    let written = RecordingDir::open(&report.dir).window_output_path();
+                    windows::move_output(&written, output).map_err(RecordError::system(
+                        format!("cannot write {}", output.display()),
+                    ))?;
+                }
+                Ok(Some(self.show(&merged)))
+            }
             Some(Outcome::ReaderLeft) => Ok(None),
             Some(Outcome::Failed(why)) if self.streamed => {
                 // What went down the stream cannot be sent again.

@@ -175,6 +175,12 @@ impl RecordingDir {
         self.path.join("merged.partial")
     }
 
+    /// A `--switch-output` window's perf.data as the live merger writes
+    /// it, until the window closes and it takes its timestamped name.
+    pub fn window_output_path(&self) -> PathBuf {
+        self.path.join("merged.data")
+    }
+
     /// Written by a merge that freed the shards as it went, once done: the
     /// output it wrote, as the shards hold nothing more.
     pub fn spent_path(&self) -> PathBuf {

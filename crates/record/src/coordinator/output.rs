@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use shardrec_shard::{Meta, RecordingDir, Stats, StopReason, WindowCursor};
 
-use crate::live_merger::{self, LiveMerger, Outcome, WatchedRing};
+use crate::live_merger::{self, LiveMerger, Outcome, Switch, WatchedRing};
 use crate::meta::unix_ns;
 use crate::plan::Plan;
 use crate::windows::Windows;
@@ -33,7 +33,8 @@ pub(super) struct RecordingOutput {
     pub(super) windows: Option<Windows>,
     /// A switch of output was asked for (SIGUSR2, or `snapshot`).
     pub(super) switch_asked: bool,
-    /// Where the live merger writes, and how.
+    /// Where the live merger writes, and how (with `--switch-output`,
+    /// the windows say which).
     live_output: Option<(live_merger::Destination, shardrec_merge::MergeOptions)>,
     /// The live merger, once forked.
     live: Option<LiveMerger>,
@@ -73,15 +74,19 @@ impl RecordingOutput {
         mut dir: RecordingDir,
         meta: Meta,
     ) -> Result<RecordingOutput, RecordError> {
+        // Merged as the rings fill unless the records are known only at
+        // a snapshot, or there is no output.
+        let live = !plan.overwrite && !config.no_merge;
         let windows = match &config.switch_output {
             Some(switch) => {
-                let windows = Windows::start(dir.clone(), switch.clone(), config.merge_output())?;
+                let output = config.merge_output();
+                let windows = Windows::start(dir.clone(), switch.clone(), output, live)?;
                 dir = dir.create_window(windows.current)?;
                 Some(windows)
             }
             None => None,
         };
-        let live = windows.is_none() && !plan.overwrite && !config.no_merge;
+        let live = live && windows.as_ref().is_none_or(Windows::live);
         let live_output = live.then(|| {
             let output = match stream {
                 Some(stream) => live_merger::Destination::Stream(stream),
@@ -117,13 +122,48 @@ impl RecordingOutput {
         &mut self,
         rings: Vec<WatchedRing<'_>>,
     ) -> Result<(), RecordError> {
-        if let Some((output, options)) = self.live_output.clone() {
+        if let Some((output, options)) = self.live_destination() {
             let restarted = false;
             self.live = Some(LiveMerger::spawn(
                 &self.dir, output, options, rings, restarted,
             )?);
         }
         Ok(())
+    }
+
+    /// Where a live merger forked now writes: with `--switch-output`, the
+    /// windows from the oldest one not yet written on.
+    fn live_destination(&self) -> Option<(live_merger::Destination, shardrec_merge::MergeOptions)> {
+        let (output, options) = self.live_output.clone()?;
+        match self.windows.as_ref().and_then(Windows::live_output) {
+            Some(windows) => Some((live_merger::Destination::Windows(windows), options)),
+            None => Some((output, options)),
+        }
+    }
+
+    /// A `--switch-output` window is about to close: the live merger
+    /// copies nothing more from the rings until the next one begins.
+    pub(super) fn closing_live(&mut self) {
+        let (Some(live), Some(windows)) = (self.live.as_mut(), self.windows.as_mut()) else {
+            return;
+        };
+        windows.written(live.closing());
+    }
+
+    /// A `--switch-output` window closed: the live merger finishes it into
+    /// `switch.output` and goes on with the next.
+    pub(super) fn switch_live(&mut self, switch: &Switch) {
+        if let Some(live) = self.live.as_mut() {
+            live.switch(switch);
+        }
+    }
+
+    /// Takes note of the windows the live merger finished.
+    pub(super) fn windows_written(&mut self) {
+        let (Some(live), Some(windows)) = (self.live.as_mut(), self.windows.as_mut()) else {
+            return;
+        };
+        windows.written(live.windows_done());
     }
 
     /// `synth.shard` and `meta.start` are whole: the live merge begins.
@@ -143,24 +183,33 @@ impl RecordingOutput {
     }
 
     /// The live merger died while recording: a new one goes on from
-    /// where its file output stopped (over the same `rings`), up to
+    /// where its file output stopped (over the same `rings`; with
+    /// `--switch-output`, from the oldest window it did not finish), up to
     /// [`MAX_LIVE_RESTARTS`] times, and its process id is returned.
     pub(super) fn restart_live_merger(
         &mut self,
         rings: Vec<WatchedRing<'_>>,
     ) -> Result<Option<nix::unistd::Pid>, RecordError> {
-        let Some((output @ live_merger::Destination::File(_), options)) = self.live_output.clone()
-        else {
+        if self.streamed() {
             return Ok(None);
-        };
+        }
         if self.live_restarts >= MAX_LIVE_RESTARTS || !self.live.as_ref().is_some_and(|l| l.ended) {
             return Ok(None);
         }
+        // What the one that died said it finished is not to be done again.
+        if let Some(dead) = self.live.take() {
+            let (_, done) = dead.outcome();
+            if let Some(windows) = self.windows.as_mut() {
+                windows.written(done);
+            }
+        }
+        let Some((output, options)) = self.live_destination() else {
+            return Ok(None);
+        };
         let mut live = LiveMerger::spawn(&self.dir, output, options, rings, true)?;
         if self.live_began {
             live.begin();
         }
-        // The one that died is reaped: nothing is left to ask it.
         let pid = live.pid;
         self.live = Some(live);
         self.live_restarts += 1;
@@ -240,7 +289,11 @@ impl RecordingOutput {
         };
         let written = self.write_final_meta();
         live.conclude();
-        written.map(|()| Some(live.outcome()))
+        let (outcome, done) = live.outcome();
+        if let Some(windows) = self.windows.as_mut() {
+            windows.written(done);
+        }
+        written.map(|()| Some(outcome))
     }
 
     /// Ends the live merger without an output: a recording that never

@@ -5,6 +5,7 @@ use shardrec_shard::StopReason;
 
 use super::synthesis::Moment;
 use super::Recording;
+use crate::live_merger::Switch;
 use crate::RecordError;
 
 impl Recording<'_> {
@@ -14,12 +15,14 @@ impl Recording<'_> {
     /// the next window's (the events stay enabled, so nothing falls
     /// between), the VIP likewise; the new window gets the state of the
     /// tasks and BPF programs of now in its `synth.shard`, so its perf.data
-    /// reads alone; the closing window goes to a merge in the background.
+    /// reads alone; the live merger finishes the closing window's
+    /// perf.data (or the batch merger merges it in the background).
     pub(super) fn switch_output(&mut self, snapshot: bool) -> Result<(), RecordError> {
         let Some(windows) = self.output.windows.as_mut() else {
             return Ok(());
         };
         let next = windows.root.create_window(windows.current + 1)?;
+        self.output.closing_live();
         self.send_all(shardrec_control::Command::Switch);
         self.pool.switched(&self.output.dir)?;
         let bpf = self.side_band.switched()?;
@@ -42,7 +45,11 @@ impl Recording<'_> {
         closing.write_meta(&meta)?;
         let windows = output.windows.as_mut().expect("checked above");
         let snapshot = snapshot || windows.merges_every_window();
-        windows.close(windows.current - 1, snapshot)
+        if let Some(output) = windows.close(windows.current - 1, snapshot)? {
+            let bases = self.pool.writers().iter().map(|w| w.base()).collect();
+            self.output.switch_live(&Switch { output, bases });
+        }
+        Ok(())
     }
 
     /// `--overwrite`: a window's records are the rings' last moments

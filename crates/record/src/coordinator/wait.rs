@@ -43,6 +43,7 @@ impl Recording<'_> {
             }
             self.counting.count_when_due(self.plan, &self.pool);
             self.pool.flush_quiet_rings();
+            self.output.windows_written();
             if let Some(limit) = self.output.size_limit_reached(self.pool.produced()) {
                 self.counting.say(&format!(
                     "[ shardrec record: size limit reached ({} KB), stopping ]",

@@ -1,15 +1,21 @@
 //! `--switch-output`: the recording cut into windows, each a recording
-//! directory of its own (`OUTPUT.shards/windowNNNNNN/`), merged into its
-//! own `OUTPUT.TIMESTAMP` in the background while recording goes on.
+//! directory of its own (`OUTPUT.shards/windowNNNNNN/`), each made its
+//! own `OUTPUT.TIMESTAMP` while recording goes on.
 //!
 //! At a switch every writer writes what its ring held into the closing
 //! window's shard and goes on in the next window's; the events stay
-//! enabled throughout, so the windows are contiguous. The closing window
-//! is then handed to the merger: one process, forked at the start with
-//! the other helpers (so tracepoints leave it out with them), at the least
-//! CPU priority and with one thread, which merges the windows one after
-//! the other: it walks a window's shards, completes the window's `meta`
-//! with what they hold, merges, and removes the window ([`merger`]).
+//! enabled throughout, so the windows are contiguous. The live merger
+//! ([`crate::live_merger`]) writes each window's perf.data as it is
+//! recorded, and at its close finishes it and names it.
+//!
+//! Where a window's records are known only at its end (`--overwrite`'s
+//! snapshots) or a snapshot joins several (`--keep-last`), a closed
+//! window is handed to the batch merger instead: one process, forked at
+//! the start with the other helpers (so tracepoints leave it out with
+//! them), at the least CPU priority and with one thread, which merges the
+//! windows one after the other: it walks a window's shards, completes the
+//! window's `meta` with what they hold, merges, and removes the window
+//! ([`merger`]).
 //!
 //! `--keep-last=TIME` keeps the windows instead, a quarter of TIME each,
 //! removing those that ended more than TIME ago: the disk holds the last
@@ -27,8 +33,23 @@ use shardrec_shard::RecordingDir;
 use shardrec_sys::process;
 
 use crate::config::{SwitchOutput, SwitchTrigger};
+use crate::live_merger::{WindowDone, WindowsOutput};
 use crate::RecordError;
 use merger::{Job, Merger};
+
+/// Who makes the windows' outputs.
+enum Merging {
+    /// The live merger, as each window is recorded.
+    Live {
+        /// Windows closed and not yet written, oldest first, with the
+        /// names their outputs take.
+        closed: Vec<(u32, PathBuf)>,
+        /// The outputs written.
+        outputs: Outputs,
+    },
+    /// The batch merger, while it runs.
+    Batch(Option<Merger>),
+}
 
 /// The windows of a `--switch-output` recording, and their merger.
 pub struct Windows {
@@ -44,8 +65,10 @@ pub struct Windows {
     opened: (Instant, u64),
     /// Each event's count of dropped samples at the current window's start.
     lost_before: Vec<(u32, u64, u64)>,
-    /// The merge process, while it runs.
-    merger: Option<Merger>,
+    merging: Merging,
+    /// `--keep-shards`, `-q`: for the live merger.
+    keep_shards: bool,
+    quiet: bool,
     /// Windows closed after the merger died: kept unmerged.
     unmerged: Vec<PathBuf>,
     max_files: Option<usize>,
@@ -59,20 +82,34 @@ pub struct Windows {
 
 impl Windows {
     /// The windows of a recording in `root`, whose outputs are named after
-    /// `output`, with the merger forked (window 0 is the first).
+    /// `output` (window 0 is the first): written by the live merger when
+    /// `live`, else with the batch merger forked.
     pub fn start(
         root: RecordingDir,
         settings: SwitchOutput,
         output: PathBuf,
+        live: bool,
     ) -> Result<Windows, RecordError> {
+        let merging = match live && settings.keep_last.is_none() {
+            true => Merging::Live {
+                closed: Vec::new(),
+                outputs: Outputs {
+                    max_files: settings.max_files,
+                    ..Outputs::default()
+                },
+            },
+            false => Merging::Batch(Some(Merger::spawn(root.clone(), settings.clone())?)),
+        };
         Ok(Windows {
+            merging,
+            keep_shards: settings.keep_shards,
+            quiet: settings.quiet,
             current: 0,
             trigger: settings.trigger,
             max_files: settings.max_files,
             last_unstamped: settings.last_unstamped,
             keep_last: settings.keep_last,
             kept: VecDeque::new(),
-            merger: Some(Merger::spawn(root.clone(), settings)?),
             root,
             output,
             opened: (Instant::now(), 0),
@@ -81,9 +118,46 @@ impl Windows {
         })
     }
 
-    /// The merger's pid, while it runs.
+    /// The batch merger's pid, while it runs.
     pub fn merger_pid(&self) -> Option<Pid> {
-        self.merger.as_ref().map(|m| m.pid)
+        match &self.merging {
+            Merging::Batch(merger) => merger.as_ref().map(|m| m.pid),
+            Merging::Live { .. } => None,
+        }
+    }
+
+    /// Whether the live merger writes the windows.
+    pub fn live(&self) -> bool {
+        matches!(self.merging, Merging::Live { .. })
+    }
+
+    /// For a live merger (forked, or restarted after one died): the
+    /// windows it takes over.
+    pub fn live_output(&self) -> Option<WindowsOutput> {
+        let Merging::Live { closed, .. } = &self.merging else {
+            return None;
+        };
+        Some(WindowsOutput {
+            root: self.root.clone(),
+            closed: closed.clone(),
+            current: self.current,
+            keep_shards: self.keep_shards,
+            quiet: self.quiet,
+        })
+    }
+
+    /// The live merger finished these windows.
+    pub fn written(&mut self, done: Vec<WindowDone>) {
+        let Merging::Live { closed, outputs } = &mut self.merging else {
+            return;
+        };
+        for done in done {
+            closed.retain(|(window, _)| *window != done.window);
+            match done.written {
+                true => outputs.add(done.output),
+                false => outputs.failed.push(done.output),
+            }
+        }
     }
 
     /// Whether the current window has reached its time or size, the rings
@@ -159,12 +233,19 @@ impl Windows {
     }
 
     /// Window `window` ended (its `meta` is written, with every statistic
-    /// but its shards' own): the merger makes it a timestamped output; with
-    /// `--keep-last` it is kept, those older than kept are removed, and a
-    /// `snapshot` joins the windows kept into a timestamped output.
-    pub fn close(&mut self, window: u32, snapshot: bool) -> Result<(), RecordError> {
+    /// but its shards' own): it becomes a timestamped output, whose name
+    /// is returned where the live merger writes it; with `--keep-last` it
+    /// is kept, those older than kept are removed, and a `snapshot` joins
+    /// the windows kept into a timestamped output.
+    pub fn close(&mut self, window: u32, snapshot: bool) -> Result<Option<PathBuf>, RecordError> {
+        if let Merging::Live { closed, .. } = &mut self.merging {
+            let output = timestamped(&self.output)
+                .map_err(RecordError::system("naming a --switch-output file"))?;
+            closed.push((window, output.clone()));
+            return Ok(Some(output));
+        }
         let Some(keep_last) = self.keep_last else {
-            return self.queue_merge(vec![window]);
+            return self.queue_merge(vec![window]).map(|()| None);
         };
         self.kept.push_back((window, Instant::now()));
         while let Some(&(old, ended)) = self.kept.front() {
@@ -174,10 +255,10 @@ impl Windows {
             self.kept.pop_front();
             self.queue(Job::Remove(old))?;
         }
-        match snapshot {
-            true => self.queue_merge(self.kept.iter().map(|k| k.0).collect()),
-            false => Ok(()),
+        if snapshot {
+            self.queue_merge(self.kept.iter().map(|k| k.0).collect())?;
         }
+        Ok(None)
     }
 
     /// With `--keep-last`: the windows kept, and the current one after
@@ -198,7 +279,11 @@ impl Windows {
     }
 
     fn queue(&mut self, job: Job) -> Result<(), RecordError> {
-        match (self.merger.as_mut(), job) {
+        let merger = match &mut self.merging {
+            Merging::Batch(merger) => merger.as_mut(),
+            Merging::Live { .. } => None,
+        };
+        match (merger, job) {
             (Some(merger), job) => merger.queue(&job),
             (None, Job::Merge(_, output)) => {
                 self.unmerged.push(output);
@@ -214,7 +299,7 @@ impl Windows {
         if self.merger_pid() != Some(pid) {
             return false;
         }
-        self.merger = None;
+        self.merging = Merging::Batch(None);
         eprintln!(
             "shardrec: warning: the --switch-output merge process ended early: windows are kept unmerged in {}",
             self.root.path().display()
@@ -222,12 +307,18 @@ impl Windows {
         true
     }
 
-    /// Waits for the merger to merge every window closed so far and
-    /// returns the outputs.
+    /// Waits for the batch merger to merge every window closed so far and
+    /// returns the outputs (with the live merger, those it wrote; the
+    /// windows it did not are kept).
     pub fn finish(mut self) -> Result<Outputs, RecordError> {
-        let mut outputs = match self.merger.take() {
-            Some(merger) => merger.finish()?,
-            None => Outputs::default(),
+        let mut outputs = match self.merging {
+            Merging::Batch(Some(merger)) => merger.finish()?,
+            Merging::Batch(None) => Outputs::default(),
+            Merging::Live { closed, outputs } => {
+                let unwritten = closed.into_iter().map(|(_, output)| output);
+                self.unmerged.extend(unwritten);
+                outputs
+            }
         };
         outputs.root = self.root.path().to_path_buf();
         outputs.max_files = self.max_files;
@@ -263,6 +354,18 @@ impl Outputs {
                 let _ = std::fs::remove_file(&old);
             }
         }
+    }
+}
+
+/// Moves the perf.data at `from` to `to`: renamed, or copied where `to`
+/// is on another file system.
+pub fn move_output(from: &Path, to: &Path) -> std::io::Result<()> {
+    match std::fs::rename(from, to) {
+        Err(e) if e.raw_os_error() == Some(nix::libc::EXDEV) => {
+            std::fs::copy(from, to)?;
+            std::fs::remove_file(from)
+        }
+        renamed => renamed,
     }
 }
 

@@ -1,0 +1,419 @@
+//! The live merger's process: wait for `b`, write rounds until `f` (and,
+//! with `--switch-output`, finish each window at its `s`), finish.
+
+use std::fs::File;
+use std::io::Read;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::path::Path;
+use std::time::Duration;
+
+use nix::poll::{PollFd, PollFlags, PollTimeout};
+use shardrec_merge::live::{LiveMerge, LiveOutput};
+use shardrec_merge::{MergeOptions, MergeReport};
+use shardrec_shard::{CpuStats, RecordingDir};
+use shardrec_sys::RingBuffer;
+
+use super::{Destination, Message, Switch, WatchedRing, WindowDone, WindowsOutput};
+
+/// How often a round is written while data flows; a quiet recording is
+/// looked at less often. What a round leaves behind is what the stop
+/// still has to merge: in alternating runs on a 2-vCPU VM, 50 ms rounds
+/// against 100 ms took the syscall storm's last round from 0.07 s to
+/// 0.03-0.04 s and the DWARF storm's from 0.13-0.16 s to 0.06-0.09 s, for
+/// the same CPU.
+const ROUND: Duration = Duration::from_millis(50);
+const QUIET_ROUND: Duration = Duration::from_millis(1000);
+
+/// The most bytes of a ring its writer has not written yet that a round
+/// copies from the ring: a quiet ring's few records (a busy ring's writer
+/// is woken at a quarter of its ring or more, and writes them soon).
+const COPY_UNWRITTEN_MOST: u64 = 64 << 10;
+
+/// Why the merger stopped early.
+pub(super) enum Stopped {
+    ReaderLeft,
+    Failed(String),
+}
+
+impl<E: std::error::Error + 'static> From<E> for Stopped {
+    fn from(error: E) -> Stopped {
+        let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&error);
+        while let Some(error) = cause {
+            let io = error.downcast_ref::<std::io::Error>();
+            if io.is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe) {
+                return Stopped::ReaderLeft;
+            }
+            cause = error.source();
+        }
+        Stopped::Failed(shardrec_shard::with_causes(&error))
+    }
+}
+
+/// What a live merge that wrote its output sends back.
+pub(super) struct Merged {
+    pub(super) report: Box<MergeReport>,
+    pub(super) cpus: Vec<CpuStats>,
+}
+
+/// The rings, each with where its shard begins (CPUs' rings), as mapped
+/// in the merger.
+struct Rings {
+    rings: Vec<(RingBuffer, Option<u64>)>,
+    /// The smallest CPU ring's bytes.
+    smallest: u64,
+    /// Whether a ring's bytes its writer has not written are copied.
+    copies: bool,
+}
+
+/// The merger's life: wait for `b`, write rounds until `f`, finish;
+/// `say` answers the coordinator with each `--switch-output` window
+/// finished, and `c`. `None` when the coordinator went away first.
+pub(super) fn serve(
+    dir: &RecordingDir,
+    output: &Destination,
+    options: &MergeOptions,
+    watched: &[WatchedRing],
+    commands: &mut File,
+    mut say: impl FnMut(Message) -> std::io::Result<()>,
+) -> Result<Option<Merged>, Stopped> {
+    let mut rings = Rings {
+        rings: watched
+            .iter()
+            .map(|w| Ok((RingBuffer::map(w.event, w.pages)?, w.base)))
+            .collect::<std::io::Result<_>>()?,
+        smallest: watched
+            .iter()
+            .filter(|w| w.base.is_some())
+            .map(|w| (w.pages * shardrec_sys::ring::page_size()) as u64)
+            .min()
+            .unwrap_or(0),
+        copies: true,
+    };
+    if next_event(commands, None, None)? != Event::Command(b'b') {
+        return Ok(None);
+    }
+    match output {
+        Destination::File(path) => one_output(
+            dir,
+            LiveOutput::File(path),
+            None,
+            (options, &rings, commands),
+        ),
+        Destination::Stream(stream) => {
+            let output = LiveOutput::Stream(File::from(stream.try_clone()?));
+            one_output(
+                dir,
+                output,
+                Some(stream.as_fd()),
+                (options, &rings, commands),
+            )
+        }
+        Destination::Windows(windows) => {
+            serve_windows(windows, options, &mut rings, commands, &mut say)
+        }
+    }
+}
+
+/// What every output's merge works with.
+type Context<'c> = (&'c MergeOptions, &'c Rings, &'c mut File);
+
+/// The whole recording in `dir` into `output`.
+fn one_output(
+    dir: &RecordingDir,
+    output: LiveOutput,
+    stream: Option<BorrowedFd>,
+    (options, rings, commands): Context,
+) -> Result<Option<Merged>, Stopped> {
+    let (meta, _) = dir.read_surviving_meta()?;
+    let layouts = meta.layouts();
+    let mut merge = LiveMerge::start(dir.path(), &meta, &layouts, output, options)?;
+    merge.rings_are(rings.smallest);
+    match follow(&mut merge, rings, commands, stream)? {
+        Event::Command(b'f') => finish(merge, dir, options).map(Some),
+        _ => {
+            merge.abandon();
+            Ok(None)
+        }
+    }
+}
+
+/// `--switch-output`'s windows, each into a perf.data of its own: those
+/// closed and not yet written first (they are whole: each is only
+/// finished), then the window being recorded, followed until it closes,
+/// and so on until `f`.
+fn serve_windows(
+    windows: &WindowsOutput,
+    options: &MergeOptions,
+    rings: &mut Rings,
+    commands: &mut File,
+    say: &mut impl FnMut(Message) -> std::io::Result<()>,
+) -> Result<Option<Merged>, Stopped> {
+    for (window, output) in &windows.closed {
+        let done = finish_closed(windows, *window, output, options);
+        say(Message::WindowDone(done))?;
+    }
+    let mut window = windows.current;
+    loop {
+        let dir = windows.root.window(window);
+        let (meta, _) = dir.read_surviving_meta()?;
+        let layouts = meta.layouts();
+        let output = LiveOutput::File(&dir.window_output_path());
+        let mut merge = LiveMerge::start(dir.path(), &meta, &layouts, output, options)?;
+        merge.rings_are(rings.smallest);
+        rings.copies = true;
+        let switch = loop {
+            match follow(&mut merge, rings, commands, None)? {
+                Event::Command(b'f') => return finish(merge, &dir, options).map(Some),
+                // The writers switch next: what their rings hold past
+                // their tails may be the next window's.
+                Event::Command(b'c') => {
+                    rings.copies = false;
+                    say(Message::Closing)?;
+                }
+                Event::Switch(switch) => break switch,
+                _ => {
+                    merge.abandon();
+                    return Ok(None);
+                }
+            }
+        };
+        let injected = shardrec_control::fault::inject("merge.window").and_then(|f| f.error());
+        let written = match injected {
+            Some(error) => Err(Stopped::from(error)),
+            None => finish(merge, &dir, options),
+        };
+        let written = written.and_then(|merged| publish(windows, &dir, merged, &switch.output));
+        say(Message::WindowDone(window_done(
+            window,
+            &switch.output,
+            written,
+        )))?;
+        rings.based_at(&switch.bases);
+        window += 1;
+    }
+}
+
+/// Window `window`, closed and whole, into `output`.
+fn finish_closed(
+    windows: &WindowsOutput,
+    window: u32,
+    output: &Path,
+    options: &MergeOptions,
+) -> WindowDone {
+    let dir = windows.root.window(window);
+    // A merger killed after its rename, before it said so: done.
+    if !dir.path().exists() && output.exists() {
+        return window_done(window, output, Ok(()));
+    }
+    let written = (|| {
+        let (meta, _) = dir.read_surviving_meta()?;
+        let layouts = meta.layouts();
+        let path = dir.window_output_path();
+        let merge = LiveMerge::start(
+            dir.path(),
+            &meta,
+            &layouts,
+            LiveOutput::File(&path),
+            options,
+        )?;
+        let merged = finish(merge, &dir, options)?;
+        publish(windows, &dir, merged, output)
+    })();
+    window_done(window, output, written)
+}
+
+/// Says how writing window `window` into `output` went.
+fn window_done(window: u32, output: &Path, written: Result<(), Stopped>) -> WindowDone {
+    if let Err(Stopped::Failed(why)) = &written {
+        eprintln!(
+            "shardrec: cannot write {} (the window's shards are kept): {why}",
+            output.display()
+        );
+    }
+    WindowDone {
+        window,
+        output: output.to_path_buf(),
+        written: written.is_ok(),
+    }
+}
+
+/// A window written: its `meta` completed with what its shards held, its
+/// perf.data given its name, its directory removed (unless the shards are
+/// kept).
+fn publish(
+    windows: &WindowsOutput,
+    dir: &RecordingDir,
+    merged: Merged,
+    output: &Path,
+) -> Result<(), Stopped> {
+    let (mut meta, _) = dir.read_surviving_meta()?;
+    if let Some(stats) = meta.stats.as_mut() {
+        stats.cpus = merged.cpus;
+    }
+    dir.write_meta(&meta)?;
+    crate::windows::move_output(&dir.window_output_path(), output)?;
+    if !windows.quiet {
+        eprintln!("[ shardrec record: Dump {} ]", output.display());
+    }
+    if !windows.keep_shards {
+        let _ = std::fs::remove_dir_all(dir.path());
+    }
+    Ok(())
+}
+
+/// Rounds until a command comes (or the stream's reader leaves).
+fn follow(
+    merge: &mut LiveMerge,
+    rings: &Rings,
+    commands: &mut File,
+    stream: Option<BorrowedFd>,
+) -> Result<Event, Stopped> {
+    let mut heads = Vec::new();
+    loop {
+        // While the kernel writes, a round every ROUND; a recording whose
+        // rings are all quiet is looked at less often.
+        let now: Vec<u64> = rings.rings.iter().map(|(ring, _)| ring.head()).collect();
+        let wait = if now != heads { ROUND } else { QUIET_ROUND };
+        heads = now;
+        match next_event(commands, stream, Some(wait))? {
+            Event::Timeout => {}
+            Event::ReaderLeft => return Err(Stopped::ReaderLeft),
+            command => return Ok(command),
+        }
+        if let Err(error) = rings.round(merge) {
+            return Err(error.into());
+        }
+    }
+}
+
+/// The end of the output in `dir` (`meta` final): the rest of every
+/// shard, the header, and what each CPU's shard held.
+fn finish(merge: LiveMerge, dir: &RecordingDir, options: &MergeOptions) -> Result<Merged, Stopped> {
+    let (meta, damage) = dir.read_surviving_meta()?;
+    let damage = damage.map(|e| shardrec_shard::with_causes(&e));
+    let (report, summaries) = merge.finish(&meta, damage)?;
+    let report = Box::new(report);
+    // The stop wrote meta with its counts before asking for the end.
+    let Some(mut stats) = meta.stats.clone() else {
+        let cpus = Vec::new();
+        return Ok(Merged { report, cpus });
+    };
+    stats.cpus.clear();
+    for (&cpu, summary) in meta.cpus.iter().zip(&summaries) {
+        let bytes = std::fs::metadata(dir.shard_path(cpu)).map_or(0, |m| m.len());
+        stats.count_cpu(cpu, bytes, summary);
+        if !options.consume {
+            // The shards are kept: a merge of a time window reads their
+            // index (without one it walks them).
+            let index = shardrec_shard::shard_index::ShardIndex::of(summary);
+            let _ = dir.write_index(cpu, &index);
+        }
+    }
+    Ok(Merged {
+        report,
+        cpus: stats.cpus,
+    })
+}
+
+impl Rings {
+    /// The next window's shards begin at `bases` in the CPUs' rings.
+    fn based_at(&mut self, bases: &[u64]) {
+        let cpus = self.rings.iter_mut().filter_map(|(_, base)| base.as_mut());
+        for (base, &next) in cpus.zip(bases) {
+            *base = next;
+        }
+    }
+
+    /// One round, each ring read from its control page.
+    fn round(&self, merge: &mut LiveMerge) -> std::io::Result<shardrec_merge::live::Round> {
+        let rings = &self.rings;
+        // Tails first: everything before them is in the files read next.
+        let tails: Vec<u64> = rings.iter().map(|(ring, _)| ring.tail()).collect();
+        let written: Vec<u64> = rings
+            .iter()
+            .zip(&tails)
+            .filter_map(|((_, base), tail)| Some(tail - (*base)?))
+            .collect();
+        // A ring's few bytes its writer has not written are copied instead
+        // of waited for: a quiet CPU neither holds the output back nor is
+        // woken.
+        let unwritten = |i: usize, at: u64| {
+            let (ring, base) = &rings[i];
+            let base = base.filter(|_| self.copies)?;
+            ring.peek_unread(base + at, COPY_UNWRITTEN_MOST)
+        };
+        merge.round(
+            &written,
+            unwritten,
+            |taken| {
+                rings
+                    .iter()
+                    .zip(&tails)
+                    .enumerate()
+                    .map(|(i, ((_, base), tail))| match base {
+                        Some(base) => base + taken[i],
+                        None => *tail,
+                    })
+                    .collect()
+            },
+            || rings.iter().map(|(ring, _)| ring.head()).collect(),
+        )
+    }
+}
+
+/// What the merger waits for.
+#[derive(Debug, PartialEq, Eq)]
+enum Event {
+    /// A command; 0 when the pipe ended.
+    Command(u8),
+    /// `s`: a window closed.
+    Switch(Switch),
+    /// The reader of the stream went away.
+    ReaderLeft,
+    /// Nothing within the wait.
+    Timeout,
+}
+
+/// The next command, or the stream's reader leaving (a pipe's writing end
+/// reports POLLERR once no reader is left), waiting up to `wait`
+/// (forever if `None`).
+fn next_event(
+    commands: &mut File,
+    stream: Option<BorrowedFd>,
+    wait: Option<Duration>,
+) -> std::io::Result<Event> {
+    let timeout = match wait {
+        Some(wait) => PollTimeout::try_from(wait).unwrap_or(PollTimeout::MAX),
+        None => PollTimeout::NONE,
+    };
+    let mut fds = vec![PollFd::new(commands.as_fd(), PollFlags::POLLIN)];
+    fds.extend(stream.map(|fd| PollFd::new(fd, PollFlags::empty())));
+    match nix::poll::poll(&mut fds, timeout) {
+        Ok(0) | Err(nix::errno::Errno::EINTR) => return Ok(Event::Timeout),
+        Ok(_) => {}
+        Err(e) => return Err(e.into()),
+    }
+    let error = PollFlags::POLLERR | PollFlags::POLLHUP;
+    if fds
+        .get(1)
+        .and_then(PollFd::revents)
+        .is_some_and(|r| r.intersects(error))
+    {
+        return Ok(Event::ReaderLeft);
+    }
+    let mut byte = [0u8];
+    match commands.read(&mut byte)? {
+        0 => Ok(Event::Command(0)),
+        _ if byte[0] == b's' => read_switch(commands).map(Event::Switch),
+        _ => Ok(Event::Command(byte[0])),
+    }
+}
+
+/// A [`Switch`], after its `s`: its length, then itself.
+fn read_switch(commands: &mut File) -> std::io::Result<Switch> {
+    let mut len = [0u8; 4];
+    commands.read_exact(&mut len)?;
+    let mut payload = vec![0; u32::from_le_bytes(len) as usize];
+    commands.read_exact(&mut payload)?;
+    rmp_serde::from_slice(&payload).map_err(std::io::Error::other)
+}
