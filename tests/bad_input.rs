@@ -309,6 +309,37 @@ fn a_filter_the_verifier_refuses_records_nothing() {
 }
 
 #[test]
+fn a_fault_plan_with_a_mistake_is_refused_before_anything_runs() {
+    let Some((_serial, scratch)) = recording_test("bad-fault-plan") else {
+        return;
+    };
+    // A typo in a site or a fault would make a fault test pass without
+    // injecting anything: each is refused with what is known, exit 2.
+    let plans = [
+        (
+            "writer.wrte=EIO",
+            "unknown site 'writer.wrte' (the sites: writer.write,",
+        ),
+        (
+            "vip.write=ENOENT",
+            "unknown fault 'ENOENT' (the faults: ENOSPC, EIO,",
+        ),
+        (
+            "merge.round=crash@x",
+            "'x' in 'merge.round=crash@x' is not a call's number",
+        ),
+    ];
+    for (plan, message) in plans {
+        let mut command = shardrec();
+        command.env("SHARDREC_FAULTS", plan);
+        let output = run_as(command, &scratch, &["-e", "cpu-clock", "--", "true"]);
+        assert_refused(&output, &scratch, message);
+        assert_eq!(output.status.code(), Some(2), "{plan}");
+        assert!(!scratch.output().exists(), "{plan}");
+    }
+}
+
+#[test]
 fn kcore_where_the_kernel_has_none() {
     let Some((_serial, scratch)) = recording_test("bad-kcore") else {
         return;

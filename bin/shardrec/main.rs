@@ -44,6 +44,11 @@ fn main() -> ExitCode {
             return ExitCode::from(USAGE);
         }
     };
+    // A test's fault plan with a mistake in it would test nothing.
+    if let Err(why) = shardrec_control::fault::check_planned() {
+        eprintln!("shardrec: {why}");
+        return ExitCode::from(USAGE);
+    }
     let result = match cli.action {
         Action::Record(args) => record(*args, &command_line),
         Action::Merge(args) => merge(&args),

@@ -1,21 +1,18 @@
 //! Injected I/O faults, for the tests: `SHARDREC_FAULTS=SITE=FAULT[@N],...`
-//! makes the Nth call (the first by default) at each named site fail as
-//! told, in whichever process reaches it (a writer, the VIP, the
+//! makes the Nth call (the first by default) at each named [`Site`] fail
+//! as told, in whichever process reaches it (a writer, the VIP, the
 //! coordinator, the merge). FAULT is an errno name (`ENOSPC`, `EIO`,
 //! `EDQUOT`, `EINTR`), `short`: a write that takes half of what it was
-//! given, or `crash`: the process exits there at once, as one killed. Without the variable nothing is injected, at the cost of one
-//! lookup per process. The sites: `writer.write`, `writer.sync`,
-//! `vip.write`, `meta.write`, `merge.write` (every write of the merge),
-//! `merge.slice` (a write of a time slice's records: 512 KiB each, so the
-//! Nth is as far into the data whatever came before), `merge.round` (a
-//! round of the live merger that writes records), `merge.checkpoint` (the
-//! live merger saying how far its output holds the recording, before it
-//! frees the shards behind), `merge.window` (the live merger about to
-//! finish a `--switch-output` window that closed), and `filter.load`,
-//! where
-//! any fault makes the VIP load a `--filter` program the kernel's
-//! verifier must refuse (a register read before it is set), so the
-//! verifier's real refusal is what the test sees.
+//! given, or `crash`: the process exits there at once, as one killed. At
+//! `filter.load` any fault makes the VIP load a `--filter` program the
+//! kernel's verifier must refuse (a register read before it is set), so
+//! the verifier's real refusal is what the test sees.
+//!
+//! `shardrec` checks the variable before anything else
+//! ([`check_planned`]) and refuses one with a mistake in it: a typo must
+//! not make a test of a fault pass without injecting anything. Without
+//! the variable nothing is injected, at the cost of one lookup per
+//! process.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -41,39 +38,147 @@ impl Fault {
     }
 }
 
+/// A place where a test may inject a fault: each is named in
+/// `SHARDREC_FAULTS` as [`Site::name`] gives it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Site {
+    /// A writer's write of its ring into its shard.
+    WriterWrite,
+    /// A writer's sync of its shard (`--no-merge`).
+    WriterSync,
+    /// The VIP's write of a side-band record.
+    VipWrite,
+    /// A synced write of `meta`.
+    MetaWrite,
+    /// Every write of the merge.
+    MergeWrite,
+    /// A write of a time slice's records (512 KiB each).
+    MergeSlice,
+    /// A round of the live merger that writes records.
+    MergeRound,
+    /// The live merger saying how far its output holds the recording.
+    MergeCheckpoint,
+    /// The live merger about to finish a `--switch-output` window.
+    MergeWindow,
+    /// The VIP loading a `--filter` program.
+    FilterLoad,
+}
+
+impl Site {
+    /// Every site.
+    pub const ALL: [Site; 10] = [
+        Site::WriterWrite,
+        Site::WriterSync,
+        Site::VipWrite,
+        Site::MetaWrite,
+        Site::MergeWrite,
+        Site::MergeSlice,
+        Site::MergeRound,
+        Site::MergeCheckpoint,
+        Site::MergeWindow,
+        Site::FilterLoad,
+    ];
+
+    /// Its name in `SHARDREC_FAULTS`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Site::WriterWrite => "writer.write",
+            Site::WriterSync => "writer.sync",
+            Site::VipWrite => "vip.write",
+            Site::MetaWrite => "meta.write",
+            Site::MergeWrite => "merge.write",
+            Site::MergeSlice => "merge.slice",
+            Site::MergeRound => "merge.round",
+            Site::MergeCheckpoint => "merge.checkpoint",
+            Site::MergeWindow => "merge.window",
+            Site::FilterLoad => "filter.load",
+        }
+    }
+
+    fn named(name: &str) -> Option<Site> {
+        Site::ALL.into_iter().find(|site| site.name() == name)
+    }
+}
+
+/// The faults by name, as `SHARDREC_FAULTS` gives them.
+const FAULTS: [(&str, Fault); 6] = [
+    ("ENOSPC", Fault::Errno(libc::ENOSPC)),
+    ("EIO", Fault::Errno(libc::EIO)),
+    ("EDQUOT", Fault::Errno(libc::EDQUOT)),
+    ("EINTR", Fault::Errno(libc::EINTR)),
+    ("short", Fault::Short),
+    ("crash", Fault::Crash),
+];
+
 struct Planned {
-    site: String,
+    site: Site,
     fault: Fault,
     at: u64,
     calls: AtomicU64,
 }
 
+/// What `SHARDREC_FAULTS` plans. A process that checked it first
+/// ([`check_planned`]) knows it is whole; one that did not injects
+/// nothing from a variable with a mistake in it.
 fn planned() -> &'static [Planned] {
     static PLANNED: OnceLock<Vec<Planned>> = OnceLock::new();
     PLANNED.get_or_init(|| {
         std::env::var("SHARDREC_FAULTS")
-            .map(|spec| spec.split(',').filter_map(parse).collect())
+            .ok()
+            .and_then(|spec| parse_all(&spec).ok())
             .unwrap_or_default()
     })
 }
 
-fn parse(entry: &str) -> Option<Planned> {
-    let (site, rest) = entry.split_once('=')?;
+/// Checks `SHARDREC_FAULTS`: a mistake in it (an unknown site or fault, a
+/// count that is not a number) would otherwise make a test of a fault
+/// pass without injecting anything. The error is one line naming the
+/// mistake and what is known.
+pub fn check_planned() -> Result<(), String> {
+    match std::env::var("SHARDREC_FAULTS") {
+        Ok(spec) => parse_all(&spec)
+            .map(drop)
+            .map_err(|why| format!("SHARDREC_FAULTS: {why}")),
+        Err(_) => Ok(()),
+    }
+}
+
+fn parse_all(spec: &str) -> Result<Vec<Planned>, String> {
+    spec.split(',')
+        .filter(|entry| !entry.is_empty())
+        .map(parse)
+        .collect()
+}
+
+fn parse(entry: &str) -> Result<Planned, String> {
+    let (site, rest) = entry
+        .split_once('=')
+        .ok_or_else(|| format!("'{entry}' is not SITE=FAULT[@N]"))?;
+    let site = Site::named(site).ok_or_else(|| {
+        let known: Vec<&str> = Site::ALL.iter().map(|s| s.name()).collect();
+        format!("unknown site '{site}' (the sites: {})", known.join(", "))
+    })?;
     let (fault, at) = match rest.split_once('@') {
-        Some((fault, at)) => (fault, at.parse().ok()?),
+        Some((fault, at)) => match at.parse() {
+            Ok(at) if at > 0 => (fault, at),
+            _ => {
+                return Err(format!(
+                    "'{at}' in '{entry}' is not a call's number (1, 2, ...)"
+                ))
+            }
+        },
         None => (rest, 1),
     };
-    let fault = match fault {
-        "short" => Fault::Short,
-        "ENOSPC" => Fault::Errno(libc::ENOSPC),
-        "EIO" => Fault::Errno(libc::EIO),
-        "EDQUOT" => Fault::Errno(libc::EDQUOT),
-        "EINTR" => Fault::Errno(libc::EINTR),
-        "crash" => Fault::Crash,
-        _ => return None,
-    };
-    Some(Planned {
-        site: site.to_string(),
+    let fault = FAULTS
+        .iter()
+        .find(|(name, _)| *name == fault)
+        .map(|&(_, fault)| fault)
+        .ok_or_else(|| {
+            let known: Vec<&str> = FAULTS.iter().map(|f| f.0).collect();
+            format!("unknown fault '{fault}' (the faults: {})", known.join(", "))
+        })?;
+    Ok(Planned {
+        site,
         fault,
         at,
         calls: AtomicU64::new(0),
@@ -91,7 +196,7 @@ pub fn disarm_crashes() {
 
 /// Counts a call at `site`; the fault to inject instead, if this is the
 /// call the environment names.
-pub fn inject(site: &str) -> Option<Fault> {
+pub fn inject(site: Site) -> Option<Fault> {
     let planned = planned().iter().find(|p| p.site == site)?;
     let call = planned.calls.fetch_add(1, Ordering::Relaxed) + 1;
     let fault = (call == planned.at).then_some(planned.fault);
@@ -113,11 +218,28 @@ mod tests {
     fn entries_read_as_written() {
         let planned = parse("writer.write=ENOSPC@3").unwrap();
         assert_eq!(
-            (planned.site.as_str(), planned.fault, planned.at),
-            ("writer.write", Fault::Errno(libc::ENOSPC), 3)
+            (planned.site, planned.fault, planned.at),
+            (Site::WriterWrite, Fault::Errno(libc::ENOSPC), 3)
         );
         assert_eq!(parse("vip.write=short").unwrap().at, 1);
-        assert!(parse("vip.write=ENOENT").is_none());
-        assert!(parse("nonsense").is_none());
+        assert_eq!(parse_all("merge.round=crash@2,").unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_mistake_is_named_with_what_is_known() {
+        let error = |entry| parse(entry).err().unwrap();
+        assert_eq!(
+            error("writer.wrte=EIO"),
+            "unknown site 'writer.wrte' (the sites: writer.write, writer.sync, vip.write, \
+             meta.write, merge.write, merge.slice, merge.round, merge.checkpoint, \
+             merge.window, filter.load)"
+        );
+        assert_eq!(
+            error("vip.write=ENOENT"),
+            "unknown fault 'ENOENT' (the faults: ENOSPC, EIO, EDQUOT, EINTR, short, crash)"
+        );
+        assert!(error("writer.write=EIO@0").contains("not a call's number"));
+        assert!(error("nonsense").contains("not SITE=FAULT[@N]"));
+        assert!(parse_all("vip.write=EIO,bad").is_err());
     }
 }

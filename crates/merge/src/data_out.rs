@@ -6,7 +6,7 @@ use std::fs::File;
 use std::io::{self, Seek, Write};
 use std::os::unix::fs::FileExt;
 
-use shardrec_control::fault::Fault;
+use shardrec_control::fault::{Fault, Site};
 use shardrec_format::header::{RecordHeader, RecordType};
 use shardrec_format::layouts::{FieldReader, Layouts};
 use shardrec_perfdata::compressed::{self, RecordCompressor, Totals};
@@ -28,13 +28,13 @@ pub trait RecordSink {
 
 impl<W: Write + Seek> RecordSink for PerfDataWriter<W> {
     fn put(&mut self, bytes: &[u8]) -> io::Result<()> {
-        injected_fault(&["merge.write"])?;
+        injected_fault(&[Site::MergeWrite])?;
         self.write_record(bytes)
     }
 
     fn put_all(&mut self, records: &[&[u8]]) -> io::Result<()> {
         for _ in records {
-            injected_fault(&["merge.write"])?;
+            injected_fault(&[Site::MergeWrite])?;
         }
         self.write_records(records)
     }
@@ -42,17 +42,17 @@ impl<W: Write + Seek> RecordSink for PerfDataWriter<W> {
 
 impl<W: Write> RecordSink for PipeWriter<W> {
     fn put(&mut self, bytes: &[u8]) -> io::Result<()> {
-        injected_fault(&["merge.write"])?;
+        injected_fault(&[Site::MergeWrite])?;
         self.write_record(bytes)
     }
 }
 
 /// What `SHARDREC_FAULTS` makes of a write of the merge at these `sites`,
 /// for a test (see [`shardrec_control::fault`]).
-pub fn injected_fault(sites: &[&str]) -> io::Result<()> {
+pub fn injected_fault(sites: &[Site]) -> io::Result<()> {
     let fault = sites
         .iter()
-        .filter_map(|site| shardrec_control::fault::inject(site))
+        .filter_map(|&site| shardrec_control::fault::inject(site))
         .find_map(Fault::error);
     match fault {
         Some(error) => Err(error),
@@ -136,7 +136,7 @@ impl<'f> PositionedSink<'f> {
 
     /// Writes what is buffered.
     pub fn flush(&mut self) -> io::Result<()> {
-        injected_fault(&["merge.write", "merge.slice"])?;
+        injected_fault(&[Site::MergeWrite, Site::MergeSlice])?;
         let turn = self.turn.lock().unwrap_or_else(|p| p.into_inner());
         self.file.write_all_at(&self.buf, self.at)?;
         drop(turn);

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use crate::merged_prefix::MergedPrefix;
 use crate::{with_causes, Error, Meta};
+use shardrec_control::fault::Site;
 
 /// A recording directory: `meta`, `cpuNNN.shard`, `synth.shard`, ...
 #[derive(Clone, Debug)]
@@ -277,7 +278,7 @@ impl RecordingDir {
 
     fn write_meta_file(&self, meta: &Meta, path: &Path) -> Result<(), Error> {
         let bytes = crate::meta_file::encode(meta).map_err(Error::io(path))?;
-        self.replace_file(path, &bytes, Durability::Synced("meta.write"))
+        self.replace_file(path, &bytes, Durability::Synced(Site::MetaWrite))
     }
 
     /// Replaces `path` with `bytes` atomically: `PATH.tmp` written (and
@@ -329,7 +330,7 @@ impl RecordingDir {
 #[derive(Clone, Copy)]
 enum Durability {
     /// To the disk, the write named by this fault site for the tests.
-    Synced(&'static str),
+    Synced(Site),
     /// Into the page cache.
     PageCache,
 }

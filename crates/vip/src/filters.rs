@@ -37,7 +37,7 @@ pub fn load(program: &FilterProgram) -> io::Result<LoadedFilter> {
     for &at in &program.counter_refs {
         insns[at] = insn::with_imm(insns[at], counters.fd().as_raw_fd());
     }
-    if fault::inject("filter.load").is_some() {
+    if fault::inject(fault::Site::FilterLoad).is_some() {
         // A program the verifier must refuse: r0 read before it is set.
         insns.insert(0, insn::mov64_reg(6, 0));
     }

@@ -181,7 +181,7 @@ impl<'a> Vip<'a> {
             self.capturer.capture_held(program)?;
         }
         if !buf.is_empty() {
-            if let Some(error) = fault::inject("vip.write").and_then(Fault::error) {
+            if let Some(error) = fault::inject(fault::Site::VipWrite).and_then(Fault::error) {
                 return Err(error);
             }
             self.shard.write_all(&buf)?;

@@ -8,7 +8,7 @@ use io_uring::{cqueue, opcode, types, IoUring};
 use nix::sys::uio::pwritev;
 use shardrec_sys::{PerfEvent, RingBuffer};
 
-use shardrec_control::fault::{self, Fault};
+use shardrec_control::fault::{self, Fault, Site};
 use shardrec_control::{Command, Served, WriterStats};
 
 use crate::RingWriter;
@@ -240,7 +240,7 @@ impl RingWriter for ShardWriter<'_> {
     fn finish(mut self) -> io::Result<WriterStats> {
         self.cancel_poll()?;
         if self.sync_shard {
-            if let Some(error) = fault::inject("writer.sync").and_then(Fault::error) {
+            if let Some(error) = fault::inject(Site::WriterSync).and_then(Fault::error) {
                 return Err(error);
             }
             self.shard.sync_data()?;
@@ -275,7 +275,7 @@ impl ShardWriter<'_> {
     /// time in a 64-vCPU guest).
     fn write_directly(&mut self) -> io::Result<()> {
         let tail = self.ring.tail();
-        let written = match fault::inject("writer.write").and_then(Fault::error) {
+        let written = match fault::inject(Site::WriterWrite).and_then(Fault::error) {
             Some(error) => Err(error),
             None => self.ring.write_unread_at(&self.shard, tail - self.base),
         };
@@ -517,7 +517,7 @@ impl ShardWriter<'_> {
 /// A write's result, or what `SHARDREC_FAULTS` makes of it for a test
 /// (see [`shardrec_control::fault`]).
 fn injected(result: i32) -> i32 {
-    match fault::inject("writer.write") {
+    match fault::inject(Site::WriterWrite) {
         Some(Fault::Errno(errno)) => -errno,
         Some(Fault::Short) if result > 1 => result / 2,
         _ => result,

@@ -30,6 +30,7 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use shardrec_control::fault::Site;
 use shardrec_shard::merged_prefix::MergedPrefix;
 use shardrec_shard::scan::file_name;
 use shardrec_shard::RecordingDir;
@@ -116,7 +117,7 @@ impl Freeing {
             return Ok(());
         }
         flush()?;
-        crate::data_out::injected_fault(&["merge.checkpoint"])?;
+        crate::data_out::injected_fault(&[Site::MergeCheckpoint])?;
         let points = rounds.resume_points();
         let first_sample = rounds
             .followers

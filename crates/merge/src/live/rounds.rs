@@ -8,6 +8,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::io;
 
+use shardrec_control::fault::Site;
 use shardrec_format::layouts::{FieldReader, Layouts};
 use shardrec_shard::merged_prefix::Resume;
 
@@ -176,7 +177,7 @@ impl Rounds {
         let behind = unread + self.pending_bytes as u64;
         self.lag.bytes = self.lag.bytes.max(behind);
         if round.written > 0 {
-            crate::data_out::injected_fault(&["merge.round"])?;
+            crate::data_out::injected_fault(&[Site::MergeRound])?;
         }
         // Read after every record taken so far: what comes later is later.
         self.watermark.note(self.read_up_to, heads());

@@ -8,6 +8,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use nix::poll::{PollFd, PollFlags, PollTimeout};
+use shardrec_control::fault::Site;
 use shardrec_merge::live::{LiveMerge, LiveOutput};
 use shardrec_merge::{MergeOptions, MergeReport};
 use shardrec_shard::{CpuStats, RecordingDir};
@@ -177,7 +178,7 @@ fn serve_windows(
                 }
             }
         };
-        let injected = shardrec_control::fault::inject("merge.window").and_then(|f| f.error());
+        let injected = shardrec_control::fault::inject(Site::MergeWindow).and_then(|f| f.error());
         let written = match injected {
             Some(error) => Err(Stopped::from(error)),
             None => finish(merge, &dir, options),
