@@ -327,7 +327,7 @@ fn a_full_disk_cuts_the_recording_cleanly_and_the_shards_merge_elsewhere() {
         .unwrap();
     let stats = meta.stats.expect("the stop's statistics");
     assert!(
-        String::from(stats.stopped_by.clone()).starts_with("shard cut: cpu"),
+        stats.stopped_by.to_string().starts_with("shard cut: cpu"),
         "{:?}",
         stats.stopped_by
     );

@@ -34,13 +34,14 @@ pub mod output;
 pub mod parallel;
 pub mod scan;
 pub mod shard_index;
+mod stop_reason;
 pub mod time_index;
 
 pub use dir::{RecordingDir, WindowCursor};
 pub use meta::{
-    dropped, ClockRef, CpuStats, EventMeta, FilterStats, Host, Meta, Stats, StopReason, Topology,
-    META_VERSION,
+    dropped, ClockRef, CpuStats, EventMeta, FilterStats, Host, Meta, Stats, Topology, META_VERSION,
 };
+pub use stop_reason::StopReason;
 
 /// What can go wrong with a recording directory. Each variant's message
 /// leaves its cause to `source()`, which the binary prints after it.

@@ -9,6 +9,7 @@ use shardrec_format::SampleIdLayout;
 use shardrec_control::VipStats;
 
 use crate::scan::ShardSummary;
+use crate::StopReason;
 use shardrec_perfdata::host::{CacheLevel, MemoryTopology, NumaNode, Pmu};
 
 /// The `meta` format version this build writes and reads.
@@ -223,94 +224,6 @@ impl FilterStats {
     }
 }
 
-/// Why a recording stopped. In `meta` it is the text that [`Display`]
-/// prints ("workload exited", "SIGINT"), as it always was.
-///
-/// [`Display`]: std::fmt::Display
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(into = "String", try_from = "String")]
-pub enum StopReason {
-    /// The workload (`-- CMD`) exited.
-    WorkloadExited,
-    /// Every process followed with `-p` exited.
-    TargetsExited,
-    /// A signal asked for it: its name (`SIGINT`, `SIGTERM`, ...).
-    Signal(String),
-    /// A helper process failed: its name ("writer of CPU 3", "VIP").
-    HelperFailed(String),
-    /// `stop` on the `--control` channel.
-    ControlStop,
-    /// A shard could not be written (the disk full, a quota, an I/O
-    /// error): what, why, and when, as one sentence.
-    ShardCut(String),
-    /// `--max-size`: the recording reached this many bytes.
-    SizeLimit(u64),
-    /// `--switch-output`: this window ended and the recording went on in
-    /// the next.
-    Switched,
-    /// `--switch-output`: a helper failed to go on in the next window (the
-    /// window's shards hold everything written before).
-    SwitchFailed,
-}
-
-/// How a [`StopReason::ShardCut`] reads.
-const SHARD_CUT: &str = "shard cut: ";
-/// What a [`StopReason::Switched`] reads as.
-const SWITCHED: &str = "switched to the next output (--switch-output)";
-/// What a [`StopReason::SwitchFailed`] reads as.
-const SWITCH_FAILED: &str = "a switch of output failed";
-/// How a [`StopReason::SizeLimit`] begins.
-const SIZE_LIMIT: &str = "size limit (--max-size ";
-
-impl std::fmt::Display for StopReason {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            StopReason::WorkloadExited => f.write_str("workload exited"),
-            StopReason::TargetsExited => f.write_str("target processes exited"),
-            StopReason::Signal(name) => f.write_str(name),
-            StopReason::HelperFailed(name) => write!(f, "{name} failed"),
-            StopReason::ControlStop => f.write_str("stop on the control channel"),
-            StopReason::ShardCut(what) => write!(f, "{SHARD_CUT}{what}"),
-            StopReason::SizeLimit(bytes) => write!(f, "{SIZE_LIMIT}{bytes} bytes)"),
-            StopReason::Switched => f.write_str(SWITCHED),
-            StopReason::SwitchFailed => f.write_str(SWITCH_FAILED),
-        }
-    }
-}
-
-impl From<StopReason> for String {
-    fn from(reason: StopReason) -> String {
-        reason.to_string()
-    }
-}
-
-impl TryFrom<String> for StopReason {
-    type Error = String;
-
-    fn try_from(text: String) -> Result<StopReason, String> {
-        Ok(match text.as_str() {
-            "workload exited" => StopReason::WorkloadExited,
-            "target processes exited" => StopReason::TargetsExited,
-            "stop on the control channel" => StopReason::ControlStop,
-            SWITCHED => StopReason::Switched,
-            SWITCH_FAILED => StopReason::SwitchFailed,
-            signal if signal.starts_with("SIG") => StopReason::Signal(text),
-            cut if cut.starts_with(SHARD_CUT) => {
-                StopReason::ShardCut(cut[SHARD_CUT.len()..].to_string())
-            }
-            limit if limit.starts_with(SIZE_LIMIT) => limit[SIZE_LIMIT.len()..]
-                .trim_end_matches(" bytes)")
-                .parse()
-                .map(StopReason::SizeLimit)
-                .map_err(|_| format!("unknown stop reason {text:?}"))?,
-            _ => match text.strip_suffix(" failed") {
-                Some(name) => StopReason::HelperFailed(name.to_string()),
-                None => return Err(format!("unknown stop reason {text:?}")),
-            },
-        })
-    }
-}
-
 /// What one CPU's shard holds.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct CpuStats {
@@ -401,34 +314,5 @@ impl Meta {
             }
         }
         layouts
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn stop_reasons_keep_their_words_in_meta() {
-        for (reason, text) in [
-            (StopReason::WorkloadExited, "workload exited"),
-            (StopReason::TargetsExited, "target processes exited"),
-            (StopReason::Signal("SIGINT".into()), "SIGINT"),
-            (StopReason::ControlStop, "stop on the control channel"),
-            (
-                StopReason::ShardCut("cpu001.shard at 1.20 s: No space left on device".into()),
-                "shard cut: cpu001.shard at 1.20 s: No space left on device",
-            ),
-            (
-                StopReason::HelperFailed("writer of CPU 3".into()),
-                "writer of CPU 3 failed",
-            ),
-        ] {
-            assert_eq!(String::from(reason.clone()), text);
-            assert_eq!(StopReason::try_from(text.to_string()), Ok(reason.clone()));
-            let bytes = rmp_serde::to_vec_named(&reason).unwrap();
-            assert_eq!(rmp_serde::from_slice::<String>(&bytes).unwrap(), text);
-        }
-        assert!(StopReason::try_from("tea time".to_string()).is_err());
     }
 }
