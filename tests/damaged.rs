@@ -357,7 +357,7 @@ fn a_full_disk_cuts_the_recording_cleanly_and_the_shards_merge_elsewhere() {
             .unwrap_or(0)
     };
     let samples = count("SAMPLE events:");
-    let lost_in_meta: u64 = stats.lost_by_event.iter().map(|&(_, _, n)| n).sum();
+    let lost_in_meta: u64 = stats.lost_by_event.iter().map(|loss| loss.lost).sum();
     assert!(samples > 0, "{text}");
     assert!(
         lost_in_meta > 0,

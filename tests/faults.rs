@@ -508,7 +508,7 @@ fn every_injected_fault_ends_readable_or_clear_and_loses_nothing_written() {
             .map_or(0, |s| s.cpus.iter().map(|c| c.bytes).min().unwrap_or(0));
         let lost: u64 = meta
             .stats
-            .map_or(0, |s| s.lost_by_event.iter().map(|&(_, _, n)| n).sum());
+            .map_or(0, |s| s.lost_by_event.iter().map(|loss| loss.lost).sum());
         eprintln!(
             "fault {fault}: {ends:?}, {in_file} samples, {lost} counted as lost, \
              {least} bytes on the least-written CPU"

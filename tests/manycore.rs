@@ -341,7 +341,7 @@ fn every_loss_is_accounted_for() {
         }
     }
     let in_rings: u64 = stats.cpus.iter().map(|c| c.lost).sum();
-    let counted: u64 = stats.lost_by_event.iter().map(|(_, _, l)| l).sum();
+    let counted: u64 = stats.lost_by_event.iter().map(|loss| loss.lost).sum();
     let ring_samples: u64 = stats.cpus.iter().map(|c| c.lost_samples).sum();
     eprintln!(
         "losses: LOST records {lost} (rings: {in_rings}), LOST_SAMPLES {lost_samples} \

@@ -71,8 +71,8 @@ fn exact_count(name: &str, extra: &[&str]) -> (u64, u64) {
         stats
             .lost_by_event
             .iter()
-            .filter(|(_, id, _)| tracepoint.ids.iter().any(|(_, tp)| tp == id))
-            .map(|(_, _, lost)| lost)
+            .filter(|loss| tracepoint.ids.iter().any(|&(_, tp)| tp == loss.id))
+            .map(|loss| loss.lost)
             .sum()
     };
     assert_eq!(

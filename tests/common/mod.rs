@@ -174,7 +174,7 @@ impl Recording {
     /// record that fit).
     pub fn lost(&self) -> u64 {
         let stats = self.meta.stats.as_ref().expect("a stopped recording");
-        let read: u64 = stats.lost_by_event.iter().map(|(_, _, lost)| lost).sum();
+        let read: u64 = stats.lost_by_event.iter().map(|loss| loss.lost).sum();
         assert!(
             read == 0 || read >= self.lost_records(),
             "per-event counts ({read}) below the LOST records ({})",

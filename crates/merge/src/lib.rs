@@ -590,8 +590,8 @@ fn lost_on(meta: &shardrec_shard::Meta, cpu: u32, shard: &ScannedShard) -> u64 {
         .stats
         .iter()
         .flat_map(|s| &s.lost_by_event)
-        .filter(|&&(c, _, _)| c == cpu)
-        .map(|&(_, _, lost)| lost)
+        .filter(|loss| loss.cpu == cpu)
+        .map(|loss| loss.lost)
         .sum();
     shardrec_shard::dropped(shard.summary.lost, counted, shard.summary.lost_samples)
 }

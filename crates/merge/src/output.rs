@@ -276,7 +276,7 @@ pub fn write_lost_samples<S: crate::data_out::RecordSink>(
         return Ok(0);
     };
     let mut added = 0;
-    for &(cpu, id, lost) in &stats.lost_by_event {
+    for &shardrec_shard::EventLoss { cpu, id, lost } in &stats.lost_by_event {
         let Some(event) = meta
             .events
             .iter()

@@ -6,7 +6,7 @@
 use std::os::fd::{AsFd, OwnedFd};
 
 use shardrec_filter::{counters, FilterProgram};
-use shardrec_shard::FilterStats;
+use shardrec_shard::{FilterCount, FilterStats};
 use shardrec_sys::bpf::MappedArray;
 
 use crate::open::CpuEvents;
@@ -87,7 +87,11 @@ impl ActiveFilter {
         let per_cpu = (0..self.slots)
             .map(|cpu| (cpu, counters::read_slot(cpu, |at| self.counters.u64_at(at))))
             .filter(|(_, c)| c.kept + c.dropped > 0)
-            .map(|(cpu, c)| (cpu, c.kept, c.dropped))
+            .map(|(cpu, c)| FilterCount {
+                cpu,
+                kept: c.kept,
+                dropped: c.dropped,
+            })
             .collect();
         FilterStats {
             event: spec.name.clone(),

@@ -39,7 +39,8 @@ pub mod time_index;
 
 pub use dir::{RecordingDir, WindowCursor};
 pub use meta::{
-    dropped, ClockRef, CpuStats, EventMeta, FilterStats, Host, Meta, Stats, Topology, META_VERSION,
+    dropped, ClockRef, CpuStats, EventLoss, EventMeta, FilterCount, FilterStats, Host, Meta, Stats,
+    Topology, META_VERSION,
 };
 pub use stop_reason::StopReason;
 

@@ -185,10 +185,10 @@ pub struct Stats {
     pub cpus: Vec<CpuStats>,
     /// Bytes in `synth.shard`.
     pub synth_bytes: u64,
-    /// Each event's `PERF_FORMAT_LOST` count where it is not zero, as
-    /// `(cpu, id, lost)`: the merge turns them into `PERF_RECORD_LOST_SAMPLES`
-    /// as perf record does at its end.
-    pub lost_by_event: Vec<(u32, u64, u64)>,
+    /// Each event's `PERF_FORMAT_LOST` count where it is not zero: the
+    /// merge turns them into `PERF_RECORD_LOST_SAMPLES` as perf record
+    /// does at its end.
+    pub lost_by_event: Vec<EventLoss>,
     /// What the VIP saw of BPF programs, when it ran.
     pub bpf: Option<VipStats>,
     /// What each `--filter` on a sampling event kept and dropped.
@@ -200,6 +200,31 @@ pub struct Stats {
     pub stop_unix_ns: u64,
 }
 
+/// Samples of one event the kernel counted as dropped on one CPU
+/// (`PERF_FORMAT_LOST`). Recordings made before the fields were named
+/// kept it as the array `[cpu, id, lost]`, which reads the same.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventLoss {
+    /// The CPU.
+    pub cpu: u32,
+    /// The event's id.
+    pub id: u64,
+    /// Samples dropped.
+    pub lost: u64,
+}
+
+/// What a sample filter kept and dropped on one CPU. Recordings made
+/// before the fields were named kept it as `[cpu, kept, dropped]`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FilterCount {
+    /// The CPU.
+    pub cpu: u32,
+    /// Samples it kept.
+    pub kept: u64,
+    /// Samples it dropped in the kernel.
+    pub dropped: u64,
+}
+
 /// What one event's sample filter did: samples it dropped in the kernel
 /// are not lost (they were never wanted).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -208,19 +233,19 @@ pub struct FilterStats {
     pub event: String,
     /// The filter as given.
     pub filter: String,
-    /// `(cpu, kept, dropped)` for each CPU that ran it.
-    pub per_cpu: Vec<(u32, u64, u64)>,
+    /// What it kept and dropped on each CPU that ran it.
+    pub per_cpu: Vec<FilterCount>,
 }
 
 impl FilterStats {
     /// Samples kept, over all CPUs.
     pub fn kept(&self) -> u64 {
-        self.per_cpu.iter().map(|c| c.1).sum()
+        self.per_cpu.iter().map(|c| c.kept).sum()
     }
 
     /// Samples dropped, over all CPUs.
     pub fn dropped(&self) -> u64 {
-        self.per_cpu.iter().map(|c| c.2).sum()
+        self.per_cpu.iter().map(|c| c.dropped).sum()
     }
 }
 
@@ -260,8 +285,8 @@ impl Stats {
         let lost_read = self
             .lost_by_event
             .iter()
-            .filter(|(c, _, _)| *c == cpu)
-            .map(|(_, _, lost)| lost)
+            .filter(|loss| loss.cpu == cpu)
+            .map(|loss| loss.lost)
             .sum();
         self.cpus
             .push(CpuStats::new(cpu, bytes, summary, lost_read));
@@ -314,5 +339,38 @@ impl Meta {
             }
         }
         layouts
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_kept_as_arrays_before_their_fields_were_named_still_read() {
+        let old = rmp_serde::to_vec_named(&vec![(3u32, 17u64, 42u64)]).unwrap();
+        let loss = EventLoss {
+            cpu: 3,
+            id: 17,
+            lost: 42,
+        };
+        assert_eq!(
+            rmp_serde::from_slice::<Vec<EventLoss>>(&old).ok(),
+            Some(vec![loss])
+        );
+        let old = rmp_serde::to_vec_named(&vec![(1u32, 5u64, 6u64)]).unwrap();
+        let count = FilterCount {
+            cpu: 1,
+            kept: 5,
+            dropped: 6,
+        };
+        assert_eq!(
+            rmp_serde::from_slice::<Vec<FilterCount>>(&old).ok(),
+            Some(vec![count])
+        );
+        // Written now, by name.
+        let new = rmp_serde::to_vec_named(&loss).unwrap();
+        assert!(new.windows(4).any(|w| w == b"lost"));
+        assert_eq!(rmp_serde::from_slice::<EventLoss>(&new).ok(), Some(loss));
     }
 }

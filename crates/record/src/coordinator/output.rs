@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use shardrec_shard::{Meta, RecordingDir, Stats, StopReason, WindowCursor};
+use shardrec_shard::{EventLoss, Meta, RecordingDir, Stats, StopReason, WindowCursor};
 
 use crate::live_merger::{self, LiveMerger, Outcome, Switch, WatchedRing};
 use crate::meta::unix_ns;
@@ -310,7 +310,7 @@ impl RecordingOutput {
     /// are known without walking its shards, which accounting then does.
     pub(super) fn unwalked_stats(
         &self,
-        lost_by_event: Vec<(u32, u64, u64)>,
+        lost_by_event: Vec<EventLoss>,
         stopped_by: StopReason,
     ) -> Stats {
         Stats {

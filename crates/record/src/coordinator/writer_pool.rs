@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use shardrec_control::Command;
 use shardrec_format::layouts::Layouts;
-use shardrec_shard::{CpuStats, RecordingDir, WindowCursor};
+use shardrec_shard::{CpuStats, EventLoss, RecordingDir, WindowCursor};
 
 use super::side_band::SideBand;
 use crate::helper::HelperProcess;
@@ -156,9 +156,9 @@ impl WriterPool {
             .find_map(|w| Some((w.cpu(), w.stats().cut?)))
     }
 
-    /// Each event's count of samples the kernel dropped, as `(cpu, id,
-    /// lost)` for the non-zero ones; empty where the kernel keeps none.
-    pub(super) fn read_lost_counts(&self, plan: &Plan) -> Vec<(u32, u64, u64)> {
+    /// Each event's count of samples the kernel dropped, the non-zero
+    /// ones; empty where the kernel keeps none.
+    pub(super) fn read_lost_counts(&self, plan: &Plan) -> Vec<EventLoss> {
         if !plan.lost_counts {
             return Vec::new();
         }
@@ -168,7 +168,11 @@ impl WriterPool {
                 // read() gives value, id, lost (read_format ID | LOST).
                 let values = event.event.read_values().ok()?;
                 let lost = values.get(2).copied().filter(|&lost| lost > 0)?;
-                Some((cpu.cpu, event.id, lost))
+                Some(EventLoss {
+                    cpu: cpu.cpu,
+                    id: event.id,
+                    lost,
+                })
             })
         });
         counts.collect()
@@ -176,7 +180,7 @@ impl WriterPool {
 
     /// [`read_lost_counts`](Self::read_lost_counts) with the samples left
     /// in the rings of writers that quit without draining.
-    pub(super) fn lost_counts(&self, plan: &Plan, layouts: &Layouts) -> Vec<(u32, u64, u64)> {
+    pub(super) fn lost_counts(&self, plan: &Plan, layouts: &Layouts) -> Vec<EventLoss> {
         let mut counts = self.read_lost_counts(plan);
         for writer in &self.writers {
             for (id, samples) in writer.unwritten_samples(layouts) {
@@ -261,9 +265,9 @@ impl WriterPool {
 }
 
 /// Adds `lost` samples of event `id` on `cpu` to the per-event counts.
-fn add_lost(counts: &mut Vec<(u32, u64, u64)>, cpu: u32, id: u64, lost: u64) {
-    match counts.iter_mut().find(|(c, i, _)| (*c, *i) == (cpu, id)) {
-        Some((_, _, count)) => *count += lost,
-        None => counts.push((cpu, id, lost)),
+fn add_lost(counts: &mut Vec<EventLoss>, cpu: u32, id: u64, lost: u64) {
+    match counts.iter_mut().find(|l| (l.cpu, l.id) == (cpu, id)) {
+        Some(count) => count.lost += lost,
+        None => counts.push(EventLoss { cpu, id, lost }),
     }
 }

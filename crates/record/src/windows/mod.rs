@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use nix::unistd::Pid;
-use shardrec_shard::RecordingDir;
+use shardrec_shard::{EventLoss, RecordingDir};
 use shardrec_sys::process;
 
 use crate::config::{SwitchOutput, SwitchTrigger};
@@ -64,7 +64,7 @@ pub struct Windows {
     /// produced by then.
     opened: (Instant, u64),
     /// Each event's count of dropped samples at the current window's start.
-    lost_before: Vec<(u32, u64, u64)>,
+    lost_before: Vec<EventLoss>,
     merging: Merging,
     /// `--keep-shards`, `-q`: for the live merger.
     keep_shards: bool,
@@ -208,7 +208,7 @@ impl Windows {
     /// The next window begins: the rings have produced `produced` bytes
     /// and the events count `lost` dropped samples (per CPU and event).
     /// Returns the losses of the window that ended.
-    pub fn open_next(&mut self, produced: u64, lost: Vec<(u32, u64, u64)>) -> Vec<(u32, u64, u64)> {
+    pub fn open_next(&mut self, produced: u64, lost: Vec<EventLoss>) -> Vec<EventLoss> {
         self.current += 1;
         self.opened = (Instant::now(), produced);
         let since = self.losses_since_open(&lost);
@@ -218,17 +218,20 @@ impl Windows {
 
     /// Of the events' counts of dropped samples `lost`, those since the
     /// current window began.
-    pub fn losses_since_open(&self, lost: &[(u32, u64, u64)]) -> Vec<(u32, u64, u64)> {
+    pub fn losses_since_open(&self, lost: &[EventLoss]) -> Vec<EventLoss> {
         lost.iter()
-            .map(|&(cpu, id, count)| {
+            .map(|&now| {
                 let before = self
                     .lost_before
                     .iter()
-                    .find(|(c, i, _)| (*c, *i) == (cpu, id))
-                    .map_or(0, |l| l.2);
-                (cpu, id, count - before.min(count))
+                    .find(|l| (l.cpu, l.id) == (now.cpu, now.id))
+                    .map_or(0, |l| l.lost);
+                EventLoss {
+                    lost: now.lost - before.min(now.lost),
+                    ..now
+                }
             })
-            .filter(|l| l.2 > 0)
+            .filter(|l| l.lost > 0)
             .collect()
     }
 
