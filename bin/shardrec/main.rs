@@ -72,11 +72,11 @@ fn main() -> ExitCode {
 
 /// Records, then merges unless told not to; exits with the workload's status.
 fn record(args: RecordArgs, command_line: &[String]) -> Result<ExitCode, Error> {
-    let mut messages = Messages {
+    let messages = Box::new(Messages {
         quiet: args.run.quiet,
-    };
+    });
     let config = args.into_config().map_err(RecordError::Usage)?;
-    match shardrec_record::record(config, command_line, &mut messages)? {
+    match shardrec_record::record(config, command_line, messages)? {
         Exit::Status(code) => Ok(ExitCode::from(code)),
         Exit::ReaderLeft => shardrec_record::die_of_sigpipe(),
     }

@@ -39,6 +39,10 @@ impl Reporter for Messages {
     fn error(&mut self, message: &str) {
         eprintln!("shardrec: {message}");
     }
+
+    fn detail(&mut self, line: &str) {
+        eprintln!("{line}");
+    }
 }
 
 /// What a merge found damaged (a torn shard, a lost meta), said even

@@ -22,11 +22,12 @@
 //!     fn note(&mut self, _: &str) {}
 //!     fn warning(&mut self, message: &str) { eprintln!("warning: {message}") }
 //!     fn error(&mut self, message: &str) { eprintln!("{message}") }
+//!     fn detail(&mut self, line: &str) { eprintln!("{line}") }
 //! }
 //! let mut config = RecordConfig::new();
 //! config.events = vec![options::parse_events("cpu-clock").expect("a valid event")];
 //! config.command = vec!["sleep".into(), "1".into()];
-//! let exit = record(config, &["shardrec".into(), "record".into()], &mut Quiet)?;
+//! let exit = record(config, &["shardrec".into(), "record".into()], Box::new(Quiet))?;
 //! # Ok::<(), shardrec_record::RecordError>(())
 //! ```
 
@@ -49,6 +50,7 @@ mod plan;
 mod reporter;
 mod run_control;
 mod sample_filters;
+mod say;
 mod shards_place;
 mod signals;
 mod summary;

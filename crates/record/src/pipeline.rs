@@ -13,6 +13,7 @@ use shardrec_shard::{RecordingDir, StopReason};
 use crate::live_merger::Outcome;
 use crate::pipe_mode::{self, PipeMode};
 use crate::reporter::Reporter;
+use crate::say;
 use crate::summary::RecordReport;
 use crate::windows::{self, Outputs};
 use crate::{coordinator, RecordConfig, RecordError};
@@ -30,12 +31,14 @@ pub enum Exit {
 
 /// Records as `config` asks until the workload exits or a stop is asked
 /// for, and turns the recording into perf.data (unless `--no-merge`).
-/// `command_line` is the recorder's own, for the header's `cmdline`.
+/// `command_line` is the recorder's own, for the header's `cmdline`;
+/// everything there is to say goes to `reporter` ([`crate::say`]).
 pub fn record(
     mut config: RecordConfig,
     command_line: &[String],
-    reporter: &mut dyn Reporter,
+    reporter: Box<dyn Reporter + Send>,
 ) -> Result<Exit, RecordError> {
+    let _reporter = say::install(reporter);
     if let Some(switch) = config.switch_output.as_mut() {
         switch.merge = config.merge.clone();
         switch.quiet = config.quiet;
@@ -65,10 +68,9 @@ pub fn record(
         pipe.end()?;
     }
     let report = recorded?;
-    reporter.recorded(&report);
+    say::recorded(&report);
     AfterStop {
         config: &config,
-        reporter,
         streamed: stream_given,
     }
     .finish(report)
@@ -77,7 +79,6 @@ pub fn record(
 /// What follows the stop.
 struct AfterStop<'a> {
     config: &'a RecordConfig,
-    reporter: &'a mut dyn Reporter,
     /// The live merger wrote into a stream (what went cannot go again).
     streamed: bool,
 }
@@ -90,7 +91,7 @@ impl AfterStop<'_> {
             // The disk that is full holds the shards: merging there would
             // fail too, and the shards are what the recording leaves.
             let dir = report.dir.display();
-            self.reporter.error(&format!(
+            say::error(&format!(
                 "the recording was cut: {what}. Every record written before that is in {dir}; merge them onto a disk with room: shardrec merge {dir} -o OTHER"
             ));
             return Ok(Exit::Status(1));
@@ -129,8 +130,7 @@ impl AfterStop<'_> {
             None if config.timestamp_filename => {
                 let named = timestamped(&config.output)?;
                 std::fs::rename(&config.output, &named).map_err(rename_failed(&config.output))?;
-                self.reporter
-                    .note(&format!("[ shardrec record: Dump {} ]", named.display()));
+                say::note(&format!("[ shardrec record: Dump {} ]", named.display()));
                 Ok(Exit::Status(code))
             }
             None => Ok(Exit::Status(code)),
@@ -170,7 +170,7 @@ impl AfterStop<'_> {
             Some(Outcome::Failed(why)) => {
                 // The merge after the stop completes it from where it stopped.
                 let merged = self.merge_now(&report.dir, output, scanned)?;
-                self.reporter.warning(&format!(
+                say::warning(&format!(
                     "the live merge stopped ({why}): perf.data was completed after the stop"
                 ));
                 Ok(merged)
@@ -196,7 +196,7 @@ impl AfterStop<'_> {
 
     /// Reports a merge; false when a shard held no readable record at all.
     fn show(&mut self, report: &MergeReport) -> bool {
-        self.reporter.merged(report);
+        say::merged(report);
         report.unreadable().next().is_none()
     }
 
@@ -219,14 +219,13 @@ impl AfterStop<'_> {
         merged: bool,
     ) -> Option<Exit> {
         if !self.config.quiet {
-            self.reporter
-                .note(&format!("[ shardrec record: Dump {} ]", output.display()));
+            say::note(&format!("[ shardrec record: Dump {} ]", output.display()));
         }
         if merged && !switched.last_unstamped {
             switched.add(output);
         }
         for failed in &switched.failed {
-            self.reporter.error(&format!(
+            say::error(&format!(
                 "error: {} was not written: its window's shards are kept in {}",
                 failed.display(),
                 switched.root.display()

@@ -19,4 +19,7 @@ pub trait Reporter {
     /// Something went wrong that decides the exit status, said before the
     /// pipeline ends.
     fn error(&mut self, message: &str);
+    /// What `-v` asked to see (each attr tried, each fallback), or an
+    /// answer on `--control` (`evlist`): shown as it is, `-q` or not.
+    fn detail(&mut self, line: &str);
 }

@@ -7,6 +7,7 @@
 use shardrec_shard::output::Output;
 use shardrec_shard::RecordingDir;
 
+use crate::say;
 use crate::{RecordConfig, RecordError};
 
 /// Checks the output before anything is recorded and creates the
@@ -42,7 +43,10 @@ pub(crate) fn create_dir(config: &RecordConfig) -> Result<RecordingDir, RecordEr
             (Some(_), _) => String::new(),
             (None, _) => format!("{} is {}: ", config.output.display(), output.kind()),
         };
-        eprintln!("shardrec: {why}the shards go to {}", dir.path().display());
+        say::note(&format!(
+            "shardrec: {why}the shards go to {}",
+            dir.path().display()
+        ));
     }
     Ok(dir)
 }

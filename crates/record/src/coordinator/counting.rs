@@ -8,6 +8,7 @@ use super::writer_pool::WriterPool;
 use crate::config::Delay;
 use crate::plan::Plan;
 use crate::run_control::{ControlChannel, ControlCommand};
+use crate::say;
 use crate::{RecordConfig, RecordError};
 
 /// The longest the coordinator sleeps between checks.
@@ -100,14 +101,14 @@ impl Counting {
                 ControlCommand::Ping => {}
                 ControlCommand::Evlist => {
                     for spec in &plan.events {
-                        eprintln!("{}", spec.name);
+                        say::detail(&spec.name);
                     }
                 }
                 // perf 6.1 switches output only on SIGUSR2; shardrec also
                 // on `snapshot`, which a script can send and wait for.
                 ControlCommand::Snapshot => asked.snapshot = true,
                 ControlCommand::Unknown(text) => {
-                    eprintln!("shardrec: unknown control command '{text}'")
+                    say::warning(&format!("unknown control command '{text}'"))
                 }
             }
             if let Some(control) = self.control.as_mut() {
@@ -125,7 +126,10 @@ impl Counting {
             !spec.is_tracking_dummy() && name.is_none_or(|n| spec.name == n)
         };
         if name.is_some() && !plan.events.iter().any(wanted) {
-            eprintln!("failed: can't find '{}' event", name.unwrap_or_default());
+            say::detail(&format!(
+                "failed: can't find '{}' event",
+                name.unwrap_or_default()
+            ));
             return;
         }
         for cpu in pool.cpus() {
@@ -135,10 +139,7 @@ impl Counting {
                     false => event.event.disable(),
                 };
                 if let Err(e) = result {
-                    eprintln!(
-                        "shardrec: warning: cannot change event on CPU {}: {e}",
-                        cpu.cpu
-                    );
+                    say::warning(&format!("cannot change event on CPU {}: {e}", cpu.cpu));
                 }
             }
         }
@@ -152,7 +153,7 @@ impl Counting {
     /// One of perf's status lines, unless `-q`.
     pub(super) fn say(&self, message: &str) {
         if !self.quiet {
-            eprintln!("{message}");
+            say::note(message);
         }
     }
 }

@@ -30,6 +30,7 @@ use crate::live_merger::WatchedRing;
 use crate::meta::{initial_meta, unix_ns};
 use crate::open;
 use crate::plan::{Plan, Scope};
+use crate::say;
 use crate::signals::Signals;
 use crate::summary::RecordReport;
 use crate::workload::Workload;
@@ -53,7 +54,7 @@ pub(crate) fn record(
 ) -> Result<RecordReport, RecordError> {
     let plan = Plan::resolve(config)?;
     for warning in &plan.warnings {
-        eprintln!("shardrec: warning: {warning}");
+        say::warning(warning);
     }
     let mut signals = Signals::block()?;
     let mut workload = match config.command.is_empty() {
@@ -102,7 +103,7 @@ impl<'a> Recording<'a> {
         let (cpus, tasks) = open::open_all(plan, attrs, target_pid)?;
         let (side_band, warning) = SideBand::open(config, plan)?;
         if let Some(warning) = warning {
-            eprintln!("shardrec: warning: {warning}");
+            say::warning(&warning);
         }
         if config.kcore {
             crate::kcore::copy_to(&config.output)?;

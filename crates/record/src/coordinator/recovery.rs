@@ -8,6 +8,7 @@ use shardrec_shard::StopReason;
 
 use super::output::OutputEnded;
 use super::Recording;
+use crate::say;
 use crate::signals;
 use crate::RecordError;
 
@@ -52,7 +53,7 @@ impl Recording<'_> {
                 Some(OutputEnded::LiveMergerDied) => {
                     if let Err(error) = self.restart_live_merger() {
                         // The merge at the stop completes the output.
-                        eprintln!("shardrec: warning: {}", shardrec_shard::with_causes(&error));
+                        say::warning(&shardrec_shard::with_causes(&error));
                     }
                     continue;
                 }
@@ -76,10 +77,10 @@ impl Recording<'_> {
         match ended {
             Ended::Cut(shard, errno) => Some((self.shard_cut(&shard, errno), None)),
             Ended::WriterDied(_, Some(error)) | Ended::VipDied(Some(error)) if self.stopping => {
-                eprintln!(
-                    "shardrec: warning: the {name} failed while stopping: {}",
+                say::warning(&format!(
+                    "the {name} failed while stopping: {}",
                     shardrec_shard::with_causes(&error)
-                );
+                ));
                 None
             }
             Ended::WriterDied(..) | Ended::VipDied(None) if self.stopping => None,
@@ -87,7 +88,7 @@ impl Recording<'_> {
                 let since = self.since_start();
                 let dir = &self.output.dir;
                 if let Some(warning) = self.pool.replace(index, dir, &self.side_band, since) {
-                    eprintln!("shardrec: warning: {warning}");
+                    say::warning(&warning);
                 }
                 None
             }
@@ -118,10 +119,10 @@ impl Recording<'_> {
         let Some(pid) = self.output.restart_live_merger(rings)? else {
             return Ok(());
         };
-        eprintln!(
-            "shardrec: warning: the live merger died at {:.2} s; a new one goes on from where its output stopped",
+        say::warning(&format!(
+            "the live merger died at {:.2} s; a new one goes on from where its output stopped",
             self.since_start().as_secs_f64()
-        );
+        ));
         self.output.meta.recorder_pids.push(pid.as_raw());
         Ok(())
     }

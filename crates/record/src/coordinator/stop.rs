@@ -9,6 +9,7 @@ use shardrec_shard::{parallel, RecordingDir, Stats, StopReason};
 
 use super::Recording;
 use crate::live_merger::Outcome;
+use crate::say;
 use crate::signals::{Signals, Wake};
 use crate::summary::RecordReport;
 use crate::RecordError;
@@ -156,10 +157,10 @@ impl Recording<'_> {
         let threads = parallel::online_cpus();
         let accounted = account(&output.dir, &mut output.meta, threads, side_band)?;
         for error in &accounted.index_failures {
-            eprintln!(
-                "shardrec: warning: {}: a merge of a time window will walk this shard",
+            say::warning(&format!(
+                "{}: a merge of a time window will walk this shard",
                 shardrec_shard::with_causes(error)
-            );
+            ));
         }
         Ok(accounted.scanned)
     }

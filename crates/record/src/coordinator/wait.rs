@@ -8,6 +8,7 @@ use shardrec_shard::StopReason;
 use super::counting::TICK_MS;
 use super::Recording;
 use crate::plan::Scope;
+use crate::say;
 use crate::signals::{Signals, Wake};
 use crate::RecordError;
 
@@ -66,9 +67,9 @@ impl Recording<'_> {
         if asked.snapshot {
             match self.output.windows.is_some() {
                 true => self.output.switch_asked = true,
-                false => eprintln!(
-                    "shardrec: snapshot needs --switch-output (or --overwrite, or --keep-last)"
-                ),
+                false => {
+                    say::warning("snapshot needs --switch-output (or --overwrite, or --keep-last)")
+                }
             }
         }
         asked.stop

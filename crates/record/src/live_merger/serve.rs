@@ -15,6 +15,7 @@ use shardrec_shard::{CpuStats, RecordingDir};
 use shardrec_sys::RingBuffer;
 
 use super::{Destination, Message, Switch, WatchedRing, WindowDone, WindowsOutput};
+use crate::say;
 
 /// How often a round is written while data flows; a quiet recording is
 /// looked at less often. What a round leaves behind is what the stop
@@ -226,10 +227,10 @@ fn finish_closed(
 /// Says how writing window `window` into `output` went.
 fn window_done(window: u32, output: &Path, written: Result<(), Stopped>) -> WindowDone {
     if let Err(Stopped::Failed(why)) = &written {
-        eprintln!(
-            "shardrec: cannot write {} (the window's shards are kept): {why}",
+        say::error(&format!(
+            "cannot write {} (the window's shards are kept): {why}",
             output.display()
-        );
+        ));
     }
     WindowDone {
         window,
@@ -254,7 +255,7 @@ fn publish(
     dir.write_meta(&meta)?;
     crate::windows::move_output(&dir.window_output_path(), output)?;
     if !windows.quiet {
-        eprintln!("[ shardrec record: Dump {} ]", output.display());
+        say::note(&format!("[ shardrec record: Dump {} ]", output.display()));
     }
     if !windows.keep_shards {
         let _ = std::fs::remove_dir_all(dir.path());

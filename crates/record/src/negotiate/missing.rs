@@ -4,6 +4,7 @@
 //! later event too) and try again, or give up, as perf 6.1 does for each
 //! (`evsel__detect_missing_features`, as Debian's 6.1.187 has it).
 
+use crate::say;
 use shardrec_sys::{abi, Attr, Flag};
 
 /// What perf does once it reaches a feature the refused attr uses.
@@ -217,7 +218,7 @@ impl MissingFeatures {
         };
         let say = |message: &str| {
             if verbose >= 2 {
-                eprintln!("{message}");
+                say::detail(message);
             }
         };
         match feature.answer {

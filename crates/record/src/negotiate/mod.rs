@@ -13,6 +13,7 @@ use shardrec_sys::{abi, Attr, Flag, PerfEvent, Target};
 
 use crate::events::EventSpec;
 use crate::plan::{Plan, Scope};
+use crate::say;
 use crate::RecordError;
 use missing::MissingFeatures;
 
@@ -166,7 +167,7 @@ impl Tries {
         let original_precise = attr.precise_ip();
         loop {
             if self.verbose >= 2 {
-                eprintln!("{attr}");
+                say::detail(&attr.to_string());
             }
             let error = match open_one(spec, attr, self.target, leader) {
                 // Without the clock asked for, perf refuses what opens.
@@ -178,7 +179,7 @@ impl Tries {
             };
             let errno = error.raw_os_error().unwrap_or(0);
             if self.verbose >= 2 {
-                eprintln!("sys_perf_event_open failed, error -{errno}");
+                say::detail(&format!("sys_perf_event_open failed, error -{errno}"));
             }
             // `:P` asks for the best level the PMU has: each one down to 0,
             // then the original level again for the other fallbacks.
@@ -186,7 +187,10 @@ impl Tries {
                 if attr.precise_ip() > 0 {
                     attr.set_precise_ip(attr.precise_ip() - 1);
                     if self.verbose >= 2 {
-                        eprintln!("decreasing precise_ip by one ({})", attr.precise_ip());
+                        say::detail(&format!(
+                            "decreasing precise_ip by one ({})",
+                            attr.precise_ip()
+                        ));
                     }
                     continue;
                 }
@@ -212,7 +216,7 @@ impl Tries {
 fn fall_back(spec: &mut EventSpec, attr: &mut Attr, errno: i32, verbose: u8) -> bool {
     let warn = |message: String| {
         if verbose >= 1 {
-            eprintln!("Warning:\n{message}");
+            say::detail(&format!("Warning:\n{message}"));
         }
     };
     // Only "no such event" falls back: a PMU that has cycles but cannot

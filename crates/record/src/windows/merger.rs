@@ -18,6 +18,7 @@ use shardrec_sys::process;
 
 use super::Outputs;
 use crate::config::SwitchOutput;
+use crate::say;
 use crate::RecordError;
 
 /// What the merger is asked to do.
@@ -183,12 +184,12 @@ fn serve(root: &RecordingDir, settings: &SwitchOutput, mut jobs: impl BufRead) -
         match merge_windows(root, &windows, &output, settings) {
             Ok(()) => outputs.add(output),
             Err(error) => {
-                eprintln!(
-                    "shardrec: cannot write {} (the shards are kept in {}): {}",
+                say::error(&format!(
+                    "cannot write {} (the shards are kept in {}): {}",
                     output.display(),
                     root.path().display(),
                     shardrec_shard::with_causes(&error)
-                );
+                ));
                 outputs.failed.push(output);
             }
         }
@@ -258,7 +259,7 @@ fn merge(
     shardrec_merge::merge_scanned(dir.path(), &partial, &options, accounted.scanned)?;
     std::fs::rename(&partial, output).map_err(shardrec_shard::Error::io(output))?;
     if !settings.quiet {
-        eprintln!("[ shardrec record: Dump {} ]", output.display());
+        say::note(&format!("[ shardrec record: Dump {} ]", output.display()));
     }
     Ok(())
 }

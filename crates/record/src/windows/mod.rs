@@ -34,6 +34,7 @@ use shardrec_sys::process;
 
 use crate::config::{SwitchOutput, SwitchTrigger};
 use crate::live_merger::{WindowDone, WindowsOutput};
+use crate::say;
 use crate::RecordError;
 use merger::{Job, Merger};
 
@@ -303,10 +304,10 @@ impl Windows {
             return false;
         }
         self.merging = Merging::Batch(None);
-        eprintln!(
-            "shardrec: warning: the --switch-output merge process ended early: windows are kept unmerged in {}",
+        say::warning(&format!(
+            "the --switch-output merge process ended early: windows are kept unmerged in {}",
             self.root.path().display()
-        );
+        ));
         true
     }
 
