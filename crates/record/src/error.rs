@@ -30,6 +30,18 @@ pub enum RecordError {
     /// The kernel lacks something shardrec needs.
     #[error("{0}")]
     Kernel(String),
+    /// io_uring, which the writers use, is missing or refused.
+    #[error(transparent)]
+    IoUring(#[from] shardrec_writer::IoUringUnavailable),
+    /// The side-band events something asked for could not be opened:
+    /// what needs them, and why they could not be.
+    #[error("{needed_by}")]
+    SideBand {
+        /// What needs them.
+        needed_by: String,
+        /// Why they could not be opened.
+        source: crate::open::SideBandUnavailable,
+    },
     /// tracefs could not be found or mounted.
     #[error("tracepoints need tracefs: {0}")]
     Tracefs(String),

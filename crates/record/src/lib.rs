@@ -66,6 +66,7 @@ pub use config::{
 };
 pub use error::RecordError;
 pub use events::{CgroupArg, EventArg};
+pub use open::SideBandUnavailable;
 pub use pipe_mode::{die_of_sigpipe, reader_left};
 pub use pipeline::{record, Exit};
 pub use reporter::Reporter;

@@ -67,7 +67,7 @@ impl SideBandEvents {
 /// bpf(2), and it may run (and be sampled) on a recorded CPU. Or says why
 /// there are none: a kernel without KSYMBOL/BPF_EVENT (before 5.1), or no
 /// permission for CPU-wide events (a workload recorded unprivileged).
-pub fn open_side_band(plan: &Plan) -> Result<SideBandEvents, String> {
+pub fn open_side_band(plan: &Plan) -> Result<SideBandEvents, SideBandUnavailable> {
     let mut attr = Attr::software(abi::PERF_COUNT_SW_DUMMY as u64);
     attr.set_sample_type(crate::attrs::BASE_SAMPLE_TYPE);
     // The same read_format as the recorded events: perf checks that a
@@ -85,7 +85,7 @@ pub fn open_side_band(plan: &Plan) -> Result<SideBandEvents, String> {
     if let Some(clockid) = plan.clockid {
         attr.set_clock(clockid);
     }
-    let online = cpu::online().map_err(|e| format!("reading the online CPUs: {e}"))?;
+    let online = cpu::online().map_err(SideBandUnavailable::system("reading the online CPUs"))?;
     track_text_pokes(&mut attr, online.first().copied().unwrap_or(0));
     let events = cpu::on_each(
         &online,
@@ -93,24 +93,23 @@ pub fn open_side_band(plan: &Plan) -> Result<SideBandEvents, String> {
         |&cpu| {
             let event =
                 PerfEvent::open(&attr, Target::cpu(cpu)).map_err(|e| match e.raw_os_error() {
-                    Some(libc::EINVAL) => {
-                        "this kernel reports no BPF events (KSYMBOL, BPF_EVENT need 5.1)"
-                            .to_string()
-                    }
-                    Some(libc::EACCES) | Some(libc::EPERM) => {
-                        "watching BPF programs needs CPU-wide events (root or CAP_PERFMON)"
-                            .to_string()
-                    }
-                    _ => format!("opening the side-band event on CPU {cpu}: {e}"),
+                    Some(libc::EINVAL) => SideBandUnavailable::NoBpfEvents(e),
+                    Some(libc::EACCES) | Some(libc::EPERM) => SideBandUnavailable::NotPermitted(e),
+                    _ => SideBandUnavailable::system(format!(
+                        "opening the side-band event on CPU {cpu}"
+                    ))(e),
                 })?;
-            let id = event.id().map_err(|e| e.to_string())?;
-            let ring = RingBuffer::map(&event, crate::vip::RING_PAGES)
-                .map_err(|e| format!("mapping the side-band ring of CPU {cpu}: {e}"))?;
+            let id = event.id().map_err(SideBandUnavailable::system(format!(
+                "reading the id of the side-band event on CPU {cpu}"
+            )))?;
+            let ring = RingBuffer::map(&event, crate::vip::RING_PAGES).map_err(
+                SideBandUnavailable::system(format!("mapping the side-band ring of CPU {cpu}")),
+            )?;
             Ok(((cpu, event, id), ring))
         },
     )
     .into_iter()
-    .collect::<Result<Vec<_>, String>>()?;
+    .collect::<Result<Vec<_>, SideBandUnavailable>>()?;
     let (events, rings) = events.into_iter().unzip();
     Ok(SideBandEvents {
         sample_type: attr.sample_type(),
@@ -118,6 +117,32 @@ pub fn open_side_band(plan: &Plan) -> Result<SideBandEvents, String> {
         events,
         _rings: rings,
     })
+}
+
+/// Why there are no side-band events.
+#[derive(Debug, thiserror::Error)]
+pub enum SideBandUnavailable {
+    /// The kernel refuses their bits (before 5.1).
+    #[error("this kernel reports no BPF events (KSYMBOL, BPF_EVENT need 5.1)")]
+    NoBpfEvents(#[source] std::io::Error),
+    /// CPU-wide events are not allowed to this user.
+    #[error("watching BPF programs needs CPU-wide events (root or CAP_PERFMON)")]
+    NotPermitted(#[source] std::io::Error),
+    /// Another system call failed: what was being done.
+    #[error("{what}")]
+    System {
+        /// What was being done.
+        what: String,
+        /// The kernel's answer.
+        source: std::io::Error,
+    },
+}
+
+impl SideBandUnavailable {
+    fn system(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> SideBandUnavailable {
+        let what = what.into();
+        move |source| SideBandUnavailable::System { what, source }
+    }
 }
 
 /// Kernel text changes (static keys, ftrace, BPF trampolines) as
@@ -332,5 +357,25 @@ pub fn open_error(event: &EventSpec, target: Target, error: io::Error) -> Record
             cpu,
             source: error,
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_kernels_answer_stays_the_cause() {
+        let refused =
+            SideBandUnavailable::NotPermitted(std::io::Error::from_raw_os_error(libc::EACCES));
+        let error = RecordError::SideBand {
+            needed_by: "--filter on a sampling event needs BPF".into(),
+            source: refused,
+        };
+        assert_eq!(
+            shardrec_shard::with_causes(&error),
+            "--filter on a sampling event needs BPF: watching BPF programs needs CPU-wide \
+             events (root or CAP_PERFMON): Permission denied (os error 13)"
+        );
     }
 }

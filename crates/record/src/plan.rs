@@ -108,7 +108,7 @@ impl Plan {
 
     /// Checks `config` against this machine.
     pub fn resolve(config: &RecordConfig) -> Result<Plan, RecordError> {
-        shardrec_writer::check_kernel().map_err(RecordError::Kernel)?;
+        shardrec_writer::check_kernel()?;
         let mut warnings = Vec::new();
         let mut events = resolve_events(config)?;
         if config.group {

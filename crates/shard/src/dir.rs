@@ -337,21 +337,10 @@ enum Durability {
 
 fn read_meta_file(path: &Path) -> Result<Meta, Error> {
     let bytes = std::fs::read(path).map_err(Error::io(path))?;
-    let meta: Meta = crate::meta_file::decode(&bytes).map_err(|reason| Error::BadMeta {
+    crate::meta_file::decode(&bytes).map_err(|source| Error::BadMeta {
         path: path.to_path_buf(),
-        reason,
-    })?;
-    if meta.version != crate::META_VERSION {
-        return Err(Error::BadMeta {
-            path: path.to_path_buf(),
-            reason: format!(
-                "format version {}, this shardrec reads {}",
-                meta.version,
-                crate::META_VERSION
-            ),
-        });
-    }
-    Ok(meta)
+        source,
+    })
 }
 
 /// Which window of a `--switch-output` recording a helper writes: the

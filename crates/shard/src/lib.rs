@@ -42,6 +42,7 @@ pub use meta::{
     dropped, ClockRef, CpuStats, EventLoss, EventMeta, FilterCount, FilterStats, Host, Meta, Stats,
     Topology, META_VERSION,
 };
+pub use meta_file::MetaDamage;
 pub use stop_reason::StopReason;
 
 /// What can go wrong with a recording directory. Each variant's message
@@ -57,12 +58,12 @@ pub enum Error {
         source: std::io::Error,
     },
     /// `meta` is not a meta file this version understands.
-    #[error("{path}: not a shardrec meta file ({reason})")]
+    #[error("{path}: not a shardrec meta file")]
     BadMeta {
         /// The file.
         path: std::path::PathBuf,
-        /// What did not decode.
-        reason: String,
+        /// What is wrong with it.
+        source: MetaDamage,
     },
     /// `merged.prefix` does not decode.
     #[error("{path}: not the progress of a shardrec merge ({reason})")]

@@ -17,19 +17,45 @@ pub fn encode(meta: &Meta) -> std::io::Result<Vec<u8>> {
     Ok(bytes)
 }
 
+/// Why a `meta` file's bytes are not a meta.
+#[derive(Debug, thiserror::Error)]
+pub enum MetaDamage {
+    /// The trailer's CRC does not match what precedes it.
+    #[error("its checksum does not match: the file is damaged")]
+    Checksum,
+    /// The bytes are not a meta this version decodes.
+    #[error("it does not decode")]
+    Decode(#[source] rmp_serde::decode::Error),
+    /// A meta of another format version.
+    #[error("format version {found}, this shardrec reads {reads}")]
+    Version {
+        /// The file's.
+        found: u32,
+        /// This build's.
+        reads: u32,
+    },
+}
+
 /// The meta in `bytes`, or why not.
-pub fn decode(bytes: &[u8]) -> Result<Meta, String> {
+pub fn decode(bytes: &[u8]) -> Result<Meta, MetaDamage> {
     let body = match bytes.len().checked_sub(8).map(|at| bytes.split_at(at)) {
         Some((body, trailer)) if &trailer[..4] == MAGIC => {
             let stored = u32::from_le_bytes(trailer[4..].try_into().expect("4 bytes"));
             if crc32(body) != stored {
-                return Err("its checksum does not match: the file is damaged".into());
+                return Err(MetaDamage::Checksum);
             }
             body
         }
         _ => bytes,
     };
-    rmp_serde::from_slice(body).map_err(|e| e.to_string())
+    let meta: Meta = rmp_serde::from_slice(body).map_err(MetaDamage::Decode)?;
+    if meta.version != crate::META_VERSION {
+        return Err(MetaDamage::Version {
+            found: meta.version,
+            reads: crate::META_VERSION,
+        });
+    }
+    Ok(meta)
 }
 
 /// CRC-32 (IEEE 802.3, reflected), bit by bit: `meta` is a few kilobytes.
@@ -63,9 +89,13 @@ mod tests {
         for at in [0, bytes.len() / 2, bytes.len() - 9] {
             let mut damaged = bytes.clone();
             damaged[at] ^= 0x10;
-            assert!(decode(&damaged).is_err(), "byte {at}");
+            let found = decode(&damaged);
+            assert!(matches!(found, Err(MetaDamage::Checksum)), "byte {at}");
         }
         assert!(decode(&bytes[..bytes.len() - 8]).is_ok());
-        assert!(decode(&bytes[..bytes.len() / 2]).is_err());
+        // What did not decode is kept as the cause.
+        let cut = decode(&bytes[..bytes.len() / 2]).err().unwrap();
+        assert!(matches!(cut, MetaDamage::Decode(_)));
+        assert!(std::error::Error::source(&cut).is_some());
     }
 }

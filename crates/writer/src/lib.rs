@@ -29,7 +29,7 @@ mod support;
 
 pub use shard_writer::{ShardWriter, ShardWrites, WriterConfig};
 pub use snapshot_writer::SnapshotWriter;
-pub use support::check as check_kernel;
+pub use support::{check as check_kernel, IoUringUnavailable};
 
 use shardrec_control::{Served, WriterStats};
 

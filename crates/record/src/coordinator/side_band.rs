@@ -66,13 +66,18 @@ impl SideBand {
                 },
                 None,
             )),
-            Err(why) if filtered => Err(RecordError::Kernel(format!(
-                "--filter on a sampling event needs BPF (root, or CAP_BPF with CAP_PERFMON): {why}"
+            Err(source) if filtered => Err(RecordError::SideBand {
+                needed_by: "--filter on a sampling event needs BPF (root, or CAP_BPF with CAP_PERFMON)".into(),
+                source,
+            }),
+            Err(source) if plan.side_band_tracking => Err(RecordError::SideBand {
+                needed_by: "--overwrite streams the tasks' records through the side-band events (or use --no-bpf-event to keep them in the overwritten rings, as perf does)".into(),
+                source,
+            }),
+            Err(why) => none(Some(format!(
+                "BPF programs will not be captured: {}",
+                shardrec_shard::with_causes(&why)
             ))),
-            Err(why) if plan.side_band_tracking => Err(RecordError::Kernel(format!(
-                "--overwrite streams the tasks' records through the side-band events (or use --no-bpf-event to keep them in the overwritten rings, as perf does): {why}"
-            ))),
-            Err(why) => none(Some(format!("BPF programs will not be captured: {why}"))),
         }
     }
 
