@@ -242,7 +242,7 @@ fn bpil_of(feature: &[u8], id: u32) -> Option<&[u8]> {
         let info_len = u32::from_ne_bytes(rest[0..4].try_into().unwrap()) as usize;
         let data_len = u32::from_ne_bytes(rest[4..8].try_into().unwrap()) as usize;
         let (block, tail) = rest.split_at(16 + info_len + data_len);
-        if shardrec_perfdata::bpf::bpil_prog_id(block) == Some(id) {
+        if shardrec_perfdata::bpf_info::bpil_prog_id(block) == Some(id) {
             return Some(block);
         }
         rest = tail;

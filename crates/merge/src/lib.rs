@@ -17,25 +17,25 @@
 //! ```
 
 pub mod archive;
-mod bpf;
+mod bpf_features;
 pub mod build_id_cache;
 mod consume;
 mod data_out;
 mod destination;
 mod dso;
-mod features;
+mod header_features;
 pub mod live;
 mod order;
 mod output;
 mod pipe;
 mod progress;
 mod report;
+mod shard_set;
 mod slice_writer;
 mod slices;
 pub mod time_spec;
 pub mod window;
 
-use std::convert::Infallible;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -47,6 +47,7 @@ use shardrec_shard::RecordingDir;
 
 use destination::Destination;
 pub use report::{CpuSummary, MergeReport};
+use shard_set::{OpenedShards, ShardPaths};
 use shardrec_shard::scan::{ScannedShard, ShardSummary};
 
 /// Why a merge could not produce its output.
@@ -182,31 +183,25 @@ pub fn merge_scanned(
         .threads
         .unwrap_or_else(shardrec_shard::parallel::online_cpus)
         .max(1);
-    // Every CPU's shard, then the VIP's side-band shard when there is one,
-    // then the synthesized state: each opened (and walked) by a thread.
-    let mut paths: Vec<PathBuf> = meta
-        .cpus
-        .iter()
-        .map(|&cpu| recording.shard_path(cpu))
-        .collect();
-    if recording.vip_path().exists() {
-        paths.push(recording.vip_path());
-    }
-    paths.push(recording.synth_path());
+    // Each shard opened (and walked) by a thread.
+    let paths = ShardPaths::of(&recording, &meta);
     spent(&recording)?;
     let resumed = recording.read_merged_prefix()?;
-    let mut shards = match &resumed {
-        None => open_shards(&paths, &layouts, threads, scanned),
-        Some(prefix) => open_resumed(&paths, &layouts, threads, prefix),
+    let OpenedShards {
+        recorded: shards,
+        synth,
+    } = match &resumed {
+        None => paths.open(&layouts, threads, scanned),
+        Some(prefix) => paths.open_resumed(&layouts, threads, prefix),
     };
-    let synth = shards.pop().expect("the synthesized state's shard");
+    let recorded_paths = paths.recorded();
     // A stream's part went to its reader: this output holds the rest.
     let resumed = resumed.filter(|prefix| !prefix.streamed);
     let partial = resumed
         .as_ref()
         .map(|prefix| resumed_data(&recording, prefix))
         .transpose()?;
-    let bpf = bpf::read(&recording.bpf_path())?;
+    let bpf = bpf_features::read(&recording.bpf_path())?;
     let input_bytes = std::iter::once(&synth)
         .chain(&shards)
         .map(|s| (s.summary.valid_len - s.summary.start) as u64)
@@ -229,7 +224,7 @@ pub fn merge_scanned(
         slice_bytes: options.slice_bytes,
         consume: consume.then_some(slice_writer::ConsumeShards {
             recording: &recording,
-            paths: &paths[..shards.len()],
+            paths: &recorded_paths,
         }),
         resumed: partial.as_ref().map(|p| (p.data(), p.until)),
     };
@@ -308,7 +303,7 @@ pub fn merge_scanned(
 /// header features (build ids of the binaries hit, the BPF programs
 /// captured), the output put in place, the build-id cache, the report.
 pub(crate) struct Ending<'a> {
-    pub bpf: &'a bpf::Captured,
+    pub bpf: &'a bpf_features::Captured,
     pub meta: &'a shardrec_shard::Meta,
     pub meta_damage: Option<String>,
     pub options: &'a MergeOptions,
@@ -334,8 +329,8 @@ impl Ending<'_> {
         ) -> std::io::Result<()>,
     ) -> std::io::Result<MergeReport> {
         let options = self.options;
-        let build_ids = features::build_ids(self.meta, &written.hits, options.build_ids);
-        let mut features = features::all(self.meta, self.sample_times(), &build_ids);
+        let build_ids = header_features::build_ids(self.meta, &written.hits, options.build_ids);
+        let mut features = header_features::all(self.meta, self.sample_times(), &build_ids);
         features.extend(self.bpf.features());
         features.extend(written.compressed.clone());
         finish(writer, &features)?;
@@ -397,26 +392,6 @@ fn spent(recording: &RecordingDir) -> Result<(), MergeError> {
 fn refused(path: &Path, why: String) -> MergeError {
     let error = std::io::Error::new(std::io::ErrorKind::InvalidData, why);
     shardrec_shard::Error::io(path)(error).into()
-}
-
-/// The shards at `paths` from where an interrupted merge left them (the
-/// synthesized state, last, is in its output whole, but for a stream's).
-fn open_resumed(
-    paths: &[PathBuf],
-    layouts: &shardrec_format::layouts::Layouts,
-    threads: usize,
-    prefix: &MergedPrefix,
-) -> Vec<ScannedShard> {
-    let (synth, shards) = paths.split_last().expect("the synthesized state's path");
-    let Ok(mut opened) = shardrec_shard::parallel::try_map(shards, threads, |_, path| {
-        let resume = prefix.resume(&shardrec_shard::scan::file_name(path));
-        Ok::<_, Infallible>(ScannedShard::open_from(path, layouts, resume))
-    });
-    opened.push(match prefix.streamed {
-        true => ScannedShard::open(synth, layouts),
-        false => ScannedShard::empty(synth),
-    });
-    opened
 }
 
 /// What an interrupted merge wrote, mapped: the data `prefix` describes.
@@ -485,39 +460,6 @@ pub(crate) fn same_file_system(dir: &Path, output: &Path) -> bool {
     }
 }
 
-/// The shards at `paths`, in order: those in `scanned` as they are, the
-/// others opened and walked, a thread each.
-fn open_shards(
-    paths: &[PathBuf],
-    layouts: &shardrec_format::layouts::Layouts,
-    threads: usize,
-    mut scanned: Vec<ScannedShard>,
-) -> Vec<ScannedShard> {
-    let known: Vec<Option<ScannedShard>> = paths
-        .iter()
-        .map(|path| {
-            let at = scanned.iter().position(|s| &s.path == path)?;
-            Some(scanned.swap_remove(at))
-        })
-        .collect();
-    let unknown: Vec<&PathBuf> = paths
-        .iter()
-        .zip(&known)
-        .filter_map(|(path, known)| known.is_none().then_some(path))
-        .collect();
-    let Ok(opened) = shardrec_shard::parallel::try_map(&unknown, threads, |_, path| {
-        Ok::<_, Infallible>(ScannedShard::open(path, layouts))
-    });
-    let mut opened = opened.into_iter();
-    known
-        .into_iter()
-        .map(|known| match known {
-            Some(scanned) => scanned,
-            None => opened.next().expect("a shard opened for each unknown path"),
-        })
-        .collect()
-}
-
 /// The first and last sample time over all shards.
 pub(crate) fn sample_times(shards: &[ScannedShard]) -> (u64, u64) {
     span(shards, |s| (s.first_sample, s.last_sample))
@@ -552,11 +494,8 @@ fn report(
     if written.lost_samples_added > 0 {
         *by_type.entry(RecordType::LOST_SAMPLES).or_default() += written.lost_samples_added;
     }
-    let cpus = meta
-        .cpus
-        .iter()
-        .zip(shards)
-        .map(|(&cpu, shard)| CpuSummary {
+    let cpus = shard_set::cpu_shards(meta, shards)
+        .map(|(cpu, shard)| CpuSummary {
             cpu,
             samples: shard.summary.samples(),
             lost: lost_on(meta, cpu, shard),

@@ -26,10 +26,10 @@ use shardrec_perfdata::pipe::{PipeEvent, PipeWriter};
 use shardrec_perfdata::feature::Feature;
 use shardrec_shard::Meta;
 
-use crate::bpf::Captured;
+use crate::bpf_features::Captured;
 use crate::output::{self, DataPlan};
 use crate::progress::Progress;
-use crate::{features, Ending, MergeReport};
+use crate::{header_features, Ending, MergeReport};
 
 /// The stream on standard output ([`open`]).
 pub type Stream = PipeWriter<BufWriter<File>>;
@@ -66,7 +66,7 @@ pub(crate) fn features(
     bpf: &Captured,
     compression: Option<i32>,
 ) -> Vec<(Feature, Vec<u8>)> {
-    let mut features = features::all(meta, sample_times, &[]);
+    let mut features = header_features::all(meta, sample_times, &[]);
     features.extend(bpf.pipe_features());
     if let Some(level) = compression {
         let totals = Totals {

@@ -29,11 +29,11 @@
 //! # Ok::<(), std::io::Error>(())
 //! ```
 
-pub mod bpf;
+pub mod bpf_info;
 pub mod build_id;
 pub mod compressed;
+pub mod fact_features;
 pub mod feature;
-pub mod features;
 pub mod header;
 pub mod host;
 pub mod pipe;

@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use shardrec_format::header::{RecordHeader, RecordType};
+use shardrec_perfdata::fact_features::{self, EventDesc};
 use shardrec_perfdata::feature::Feature;
-use shardrec_perfdata::features::{self, EventDesc};
 use shardrec_perfdata::tracing_data::{self, TracingFiles};
 use shardrec_perfdata::{AttrEntry, PerfDataWriter};
 
@@ -272,12 +272,12 @@ fn perf_script_prints_tracepoint_fields() {
     let files = read_tracing_files(&root, "sched", "sched_switch");
     let features = [
         tracing_data::feature(&files),
-        features::event_desc(&[EventDesc {
+        fact_features::event_desc(&[EventDesc {
             attr: &attr,
             name: "sched:sched_switch",
             ids: &[ID],
         }]),
-        features::sample_time(t0 + 1000, t0 + 3000),
+        fact_features::sample_time(t0 + 1000, t0 + 3000),
     ];
     assert_eq!(features[0].0, Feature::TracingData);
     let bytes = writer.finish(&features).unwrap().into_inner();

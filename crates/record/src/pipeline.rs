@@ -15,7 +15,7 @@ use crate::pipe_mode::{self, PipeMode};
 use crate::reporter::Reporter;
 use crate::say;
 use crate::summary::RecordReport;
-use crate::windows::{self, Outputs};
+use crate::switch_output::{self, Outputs};
 use crate::{coordinator, RecordConfig, RecordError};
 
 /// How `shardrec record` ends.
@@ -153,7 +153,7 @@ impl AfterStop<'_> {
                     merged.output = output.to_path_buf();
                     // The last window, as the live merger wrote it.
                     let written = RecordingDir::open(&report.dir).window_output_path();
-                    windows::move_output(&written, output).map_err(RecordError::system(
+                    switch_output::move_output(&written, output).map_err(RecordError::system(
                         format!("cannot write {}", output.display()),
                     ))?;
                 }
@@ -257,7 +257,7 @@ fn refuse_to_rename(output: &Path) -> Result<(), RecordError> {
 
 /// `output` named with a timestamp, as perf's `--timestamp-filename`.
 fn timestamped(output: &Path) -> Result<PathBuf, RecordError> {
-    windows::timestamped(output).map_err(rename_failed(output))
+    switch_output::timestamped(output).map_err(rename_failed(output))
 }
 
 fn rename_failed(path: &Path) -> impl FnOnce(std::io::Error) -> RecordError {

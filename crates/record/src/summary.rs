@@ -49,7 +49,7 @@ pub struct RecordReport {
     pub live: Option<crate::live_merger::Outcome>,
     /// With `--switch-output`: the windows merged while recording (`dir`
     /// is then the last window, not merged yet).
-    pub switched: Option<crate::windows::Outputs>,
+    pub switched: Option<crate::switch_output::Outputs>,
 }
 
 impl RecordReport {

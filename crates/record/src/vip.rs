@@ -13,7 +13,7 @@ use shardrec_sys::{process, PerfEvent, RingBuffer};
 use shardrec_vip::capture::Capturer;
 use shardrec_vip::{existing, SideBand, Vip, BUFFER};
 
-use crate::helper::{self, HelperProcess};
+use crate::helper_process::{self, HelperProcess};
 use crate::open::SideBandEvents;
 use crate::RecordError;
 
@@ -124,7 +124,7 @@ fn start(
         let outcome = unsafe { process::close_fds_except(&keep) }
             .and_then(|()| run(&fds, files, programs, &mut report, &layout, first_id))
             .map(Outcome::Vip);
-        helper::finish(&mut report, outcome)
+        helper_process::finish(&mut report, outcome)
     })?;
     let records = helper.wait_ready()?;
     let filters = match programs.is_empty() {

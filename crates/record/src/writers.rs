@@ -14,7 +14,7 @@ use shardrec_shard::{RecordingDir, WindowCursor};
 use shardrec_sys::{cpu, file_writes, process, PerfEvent, RingBuffer};
 use shardrec_writer::{RingWriter, ShardWriter, ShardWrites, SnapshotWriter, WriterConfig};
 
-use crate::helper::{self, HelperProcess};
+use crate::helper_process::{self, HelperProcess};
 use crate::open::CpuEvents;
 use crate::RecordError;
 
@@ -209,7 +209,7 @@ impl Writer {
                 let outcome = unsafe { process::close_fds_except(&keep) }
                     .and_then(|()| run(&setup, shard, control, &mut report))
                     .map(Outcome::Writer);
-                helper::finish(&mut report, outcome)
+                helper_process::finish(&mut report, outcome)
             },
         )?;
         self.process = Some(process);

@@ -3,7 +3,7 @@
 use std::collections::HashSet;
 use std::io::{self, Write};
 
-use shardrec_perfdata::bpf::bpil;
+use shardrec_perfdata::bpf_info::bpil;
 use shardrec_shard::bpf_file::{self, BpfEntry};
 use shardrec_sys::bpf::{self, CaptureScratch, HeldProg, ProgInfo};
 

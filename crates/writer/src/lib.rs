@@ -23,13 +23,13 @@
 //! # Ok(()) }
 //! ```
 
+mod kernel_check;
 mod shard_writer;
 mod snapshot_writer;
-mod support;
 
+pub use kernel_check::{check as check_kernel, IoUringUnavailable};
 pub use shard_writer::{ShardWriter, ShardWrites, WriterConfig};
 pub use snapshot_writer::SnapshotWriter;
-pub use support::{check as check_kernel, IoUringUnavailable};
 
 use shardrec_control::{Served, WriterStats};
 

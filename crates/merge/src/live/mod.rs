@@ -263,7 +263,7 @@ impl<'a> LiveMerge<'a> {
         };
         written.hits.trust_build_ids = meta.events.iter().any(|e| e.build_id_mmap());
         written.hits.replay(hits);
-        let bpf = crate::bpf::read(&self.recording.bpf_path())?;
+        let bpf = crate::bpf_features::read(&self.recording.bpf_path())?;
         let ending = crate::Ending {
             bpf: &bpf,
             meta,
@@ -384,7 +384,7 @@ fn open_stream(
         .map_err(fail)?;
     // What is known before the data: the programs loaded before
     // recording, no sample times yet.
-    let bpf = crate::bpf::read(&recording.bpf_path())?;
+    let bpf = crate::bpf_features::read(&recording.bpf_path())?;
     let compression = options.compression_level;
     let features = crate::pipe::features(meta, (0, 0), &bpf, compression);
     Ok((Sink::pipe(stream, meta, &features).map_err(fail)?, freeing))

@@ -25,7 +25,7 @@ mod synthesis;
 mod wait;
 mod writer_pool;
 
-use crate::helper::HelperProcess;
+use crate::helper_process::HelperProcess;
 use crate::live_merger::WatchedRing;
 use crate::meta::{initial_meta, unix_ns};
 use crate::open;

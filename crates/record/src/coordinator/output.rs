@@ -9,7 +9,7 @@ use shardrec_shard::{EventLoss, Meta, RecordingDir, Stats, StopReason, WindowCur
 use crate::live_merger::{self, LiveMerger, Outcome, Switch, WatchedRing};
 use crate::meta::unix_ns;
 use crate::plan::Plan;
-use crate::windows::Windows;
+use crate::switch_output::Windows;
 use crate::{RecordConfig, RecordError};
 
 /// How often the coordinator looks while a size limit is set: at most

@@ -9,7 +9,7 @@ use shardrec_control::{Command, VipStats};
 use shardrec_shard::{EventMeta, FilterStats, RecordingDir, WindowCursor};
 use shardrec_sys::PerfEvent;
 
-use crate::helper::HelperProcess;
+use crate::helper_process::HelperProcess;
 use crate::live_merger::WatchedRing;
 use crate::open::{self, CpuEvents, SideBandEvents};
 use crate::plan::Plan;

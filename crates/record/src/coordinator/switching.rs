@@ -1,5 +1,5 @@
 //! `--switch-output`: ending one window of the recording and going on in
-//! the next without a gap (see [`crate::windows`]).
+//! the next without a gap (see [`crate::switch_output`]).
 
 use shardrec_shard::StopReason;
 

@@ -10,7 +10,7 @@ use shardrec_format::layouts::Layouts;
 use shardrec_shard::{CpuStats, EventLoss, RecordingDir, WindowCursor};
 
 use super::side_band::SideBand;
-use crate::helper::HelperProcess;
+use crate::helper_process::HelperProcess;
 use crate::open::CpuEvents;
 use crate::plan::Plan;
 use crate::summary::CpuReport;

@@ -253,7 +253,7 @@ fn publish(
         stats.cpus = merged.cpus;
     }
     dir.write_meta(&meta)?;
-    crate::windows::move_output(&dir.window_output_path(), output)?;
+    crate::switch_output::move_output(&dir.window_output_path(), output)?;
     if !windows.quiet {
         say::note(&format!("[ shardrec record: Dump {} ]", output.display()));
     }

@@ -13,7 +13,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 use std::process::Command;
 
-use shardrec_perfdata::bpf;
+use shardrec_perfdata::bpf_info;
 use shardrec_perfdata::feature::Feature;
 use shardrec_perfdata::{AttrEntry, PerfDataWriter};
 use shardrec_sys::bpf::{self as sys_bpf, test_programs, ProgInfo};
@@ -43,7 +43,7 @@ fn our_block(prog: &ProgInfo) -> Vec<u8> {
         .iter()
         .map(|(array, bytes)| (array.bit(), &bytes[..]))
         .collect();
-    bpf::bpil(&prog.info, &arrays)
+    bpf_info::bpil(&prog.info, &arrays)
 }
 
 /// The content of feature `feature` in a perf.data file: the feature index
@@ -80,7 +80,7 @@ fn find_block(content: &[u8], id: u32) -> Option<&[u8]> {
     for _ in 0..u32_at(0) {
         let len = BLOCK_HEADER + u32_at(at) as usize + u32_at(at + 4) as usize;
         let block = &content[at..at + len];
-        if bpf::bpil_prog_id(block) == Some(id) {
+        if bpf_info::bpil_prog_id(block) == Some(id) {
             return Some(block);
         }
         at += len;
@@ -98,7 +98,7 @@ fn padding(prog: &ProgInfo) -> Vec<usize> {
         pads.extend(at + bytes.len()..at + end);
         at += end;
     }
-    let data = BLOCK_HEADER + bpf::INFO_LEN;
+    let data = BLOCK_HEADER + bpf_info::INFO_LEN;
     pads.into_iter().map(|offset| data + offset).collect()
 }
 
@@ -139,7 +139,7 @@ fn same_block_as_perf_record() {
         assert_eq!(ours.len(), theirs.len(), "program {}", prog.id);
         assert_eq!(
             &theirs[..4],
-            &(bpf::INFO_LEN as u32).to_ne_bytes(),
+            &(bpf_info::INFO_LEN as u32).to_ne_bytes(),
             "perf 6.1 info_len"
         );
         let pads = padding(prog);
@@ -201,8 +201,8 @@ fn write_file(path: &Path, progs: &[&ProgInfo]) {
         .map(|prog| (prog.btf_id, prog.btf.clone().expect("programs with BTF")))
         .collect();
     let features = [
-        bpf::bpf_prog_info_feature(&blocks),
-        bpf::bpf_btf_feature(&btfs),
+        bpf_info::bpf_prog_info_feature(&blocks),
+        bpf_info::bpf_btf_feature(&btfs),
     ];
     fs::write(path, writer.finish(&features).unwrap().into_inner()).unwrap();
 }

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use shardrec_perfdata::bpf::{
+use shardrec_perfdata::bpf_info::{
     bpf_btf_feature, bpf_btf_pieces, bpf_prog_info_feature, bpf_prog_info_pieces,
 };
 use shardrec_perfdata::feature::Feature;

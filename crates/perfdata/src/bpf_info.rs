@@ -21,7 +21,7 @@
 //! exactly that size, whatever size the kernel filled.
 //!
 //! ```
-//! use shardrec_perfdata::bpf::{self, bpil_array};
+//! use shardrec_perfdata::bpf_info::{self, bpil_array};
 //! let info = vec![0u8; 232]; // as the kernel filled it
 //! let ksyms = 0xffff_ffff_c000_0000u64.to_ne_bytes();
 //! let block = bpf::bpil(&info, &[(bpil_array::JITED_KSYMS, &ksyms[..])]);

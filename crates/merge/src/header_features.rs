@@ -4,8 +4,8 @@
 use std::os::unix::fs::MetadataExt;
 
 use shardrec_perfdata::build_id::{self, BuildIdEntry};
+use shardrec_perfdata::fact_features::{self as feat, CpuPlace, CpuTopology, EventDesc};
 use shardrec_perfdata::feature::Feature;
-use shardrec_perfdata::features::{self as feat, CpuPlace, CpuTopology, EventDesc};
 use shardrec_perfdata::host;
 use shardrec_shard::Meta;
 
