@@ -25,6 +25,7 @@ pub mod layouts;
 pub mod records;
 pub mod sample_id;
 pub mod user_records;
+pub mod views;
 pub mod walk;
 
 pub use header::RecordHeader;

@@ -307,7 +307,7 @@ impl<'a, S: RecordSink> RecordWriter<'a, S> {
             return None;
         }
         let mut trimmed = record[..len].to_vec();
-        trimmed[6..8].copy_from_slice(&(len as u16).to_ne_bytes());
+        shardrec_format::views::set_size(&mut trimmed, len as u16);
         Some(trimmed)
     }
 }

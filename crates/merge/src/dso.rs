@@ -13,8 +13,8 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
-use shardrec_format::header::{RecordHeader, RecordType, MISC_COMM_EXEC, MISC_MMAP_BUILD_ID};
-use shardrec_format::{u32_at, u64_at};
+use shardrec_format::header::{RecordHeader, RecordType, MISC_COMM_EXEC};
+use shardrec_format::views::{Comm, MappedIdentity, Mmap, Task};
 
 const CPUMODE_MASK: u16 = 7;
 const CPUMODE_KERNEL: u16 = 1;
@@ -153,13 +153,14 @@ impl DsoHits {
         self.kernel_hit |= slice.kernel_hit;
         self.kernel_pages.extend(slice.kernel_pages);
         for record in slice.kernel_maps {
-            if let (Some(start), Some(len), Some(name)) = (
-                u64_at(&record, 16),
-                u64_at(&record, 24),
-                c_string(record.get(40..).unwrap_or_default()),
-            ) {
-                self.kernel_maps
-                    .insert(start, (start.saturating_add(len), name));
+            let Some(header) = RecordHeader::parse(&record) else {
+                continue;
+            };
+            if let Some(map) = Mmap::parse(header, &record) {
+                if let Ok(name) = std::str::from_utf8(map.filename) {
+                    let end = map.start.saturating_add(map.len);
+                    self.kernel_maps.insert(map.start, (end, name.to_string()));
+                }
             }
         }
         for step in slice.steps {
@@ -180,16 +181,14 @@ impl DsoHits {
         match header.type_ {
             RecordType::MMAP | RecordType::MMAP2 => self.map(header, record),
             RecordType::COMM => {
-                if let Some(pid) = u32_at(record, 8) {
-                    self.maps.remove(&pid);
+                if let Some(comm) = Comm::parse(record) {
+                    self.maps.remove(&comm.pid);
                     self.last = None;
                 }
             }
             RecordType::FORK => {
-                if let (Some(pid), Some(ppid)) = (u32_at(record, 8), u32_at(record, 12)) {
-                    if pid != ppid {
-                        self.parents.insert(pid, ppid);
-                    }
+                if let Some(task) = Task::parse(record).filter(|t| t.pid != t.ppid) {
+                    self.parents.insert(task.pid, task.ppid);
                 }
             }
             _ => {}
@@ -252,32 +251,22 @@ impl DsoHits {
     }
 
     fn map(&mut self, header: RecordHeader, record: &[u8]) {
-        let (Some(pid), Some(start), Some(len)) =
-            (u32_at(record, 8), u64_at(record, 16), u64_at(record, 24))
-        else {
+        let Some(map) = Mmap::parse(header, record) else {
             return;
         };
-        let (name_at, identity, build_id) = match header.type_ {
-            RecordType::MMAP2 if header.misc & MISC_MMAP_BUILD_ID != 0 && self.trust_build_ids => {
-                // A size byte, three reserved, then the id (20 bytes room).
-                let size = record.get(40).map_or(0, |&s| usize::from(s).min(20));
-                (72, None, record.get(44..44 + size).map(<[u8]>::to_vec))
-            }
-            RecordType::MMAP2 => {
-                let identity = (|| {
-                    Some((
-                        u32_at(record, 40)?,
-                        u32_at(record, 44)?,
-                        u64_at(record, 48)?,
-                    ))
-                })();
-                (72, identity, None)
-            }
-            _ => (40, None, None),
+        let (identity, build_id) = match map.file {
+            MappedIdentity::BuildId(id) if self.trust_build_ids => (None, Some(id.to_vec())),
+            MappedIdentity::Inode {
+                major,
+                minor,
+                inode,
+            } => (Some((major, minor, inode)), None),
+            _ => (None, None),
         };
-        let Some(path) = c_string(record.get(name_at..).unwrap_or_default()) else {
+        let Ok(path) = std::str::from_utf8(map.filename).map(str::to_string) else {
             return;
         };
+        let (pid, start, len) = (map.pid, map.start, map.len);
         let file = MappedFile {
             path,
             identity,
@@ -297,9 +286,4 @@ impl DsoHits {
         );
         self.last = None;
     }
-}
-
-fn c_string(bytes: &[u8]) -> Option<String> {
-    let end = bytes.iter().position(|&b| b == 0)?;
-    std::str::from_utf8(&bytes[..end]).ok().map(str::to_string)
 }

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use shardrec_format::header::RecordType;
 use shardrec_format::layouts::{FieldReader, Layouts};
-use shardrec_format::u64_at;
+use shardrec_format::views::lost_count;
 use shardrec_format::walk::{End, RecordWalker};
 
 use crate::merged_prefix::Resume;
@@ -391,8 +391,8 @@ impl ShardSummary {
                 self.first_sample = min_nonzero(self.first_sample, time);
                 self.last_sample = self.last_sample.max(time);
             }
-            RecordType::LOST => self.lost += u64_at(record, 16).unwrap_or(0),
-            RecordType::LOST_SAMPLES => self.lost_samples += u64_at(record, 8).unwrap_or(0),
+            RecordType::LOST => self.lost += lost_count(type_, record).unwrap_or(0),
+            RecordType::LOST_SAMPLES => self.lost_samples += lost_count(type_, record).unwrap_or(0),
             _ => {}
         }
         if time < self.last_time {

@@ -203,7 +203,10 @@ impl<'a> Vip<'a> {
         match type_ {
             RecordType::KSYMBOL => self.stats.ksymbols += 1,
             // header, id, then the count of records lost.
-            RecordType::LOST => self.stats.lost += shardrec_format::u64_at(record, 16).unwrap_or(0),
+            RecordType::LOST => {
+                self.stats.lost +=
+                    shardrec_format::views::lost_count(RecordType::LOST, record).unwrap_or(0)
+            }
             RecordType::BPF_EVENT => match parse_bpf_event(record) {
                 Some((BPF_EVENT_PROG_LOAD, id, _)) => {
                     self.stats.loaded += 1;

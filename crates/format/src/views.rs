@@ -1,0 +1,250 @@
+//! Typed, borrowed views of the records the merge and the recorder read
+//! back, in the layouts `records` writes them in: the one place besides
+//! the writers that knows where each field lies. A view is `None` where
+//! the record is too short for its fields (a damaged shard is walked, not
+//! trusted).
+
+use crate::header::{RecordHeader, RecordType, MISC_MMAP_BUILD_ID};
+use crate::{u32_at, u64_at};
+
+/// Where the fields after the 8-byte header begin.
+const BODY: usize = 8;
+
+/// `PERF_RECORD_MMAP` or `PERF_RECORD_MMAP2`: a mapping of a file (or of
+/// the kernel's text) into a process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Mmap<'a> {
+    /// The process.
+    pub pid: u32,
+    /// The thread.
+    pub tid: u32,
+    /// The mapping's first address.
+    pub start: u64,
+    /// Its length.
+    pub len: u64,
+    /// The file offset it maps from.
+    pub pgoff: u64,
+    /// What MMAP2 says of the file.
+    pub file: MappedIdentity<'a>,
+    /// The file's name, up to its NUL.
+    pub filename: &'a [u8],
+}
+
+/// What a mapping record says of its file besides the name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MappedIdentity<'a> {
+    /// Nothing (MMAP).
+    Unknown,
+    /// MMAP2: the device and inode.
+    Inode {
+        /// The device's major number.
+        major: u32,
+        /// Its minor number.
+        minor: u32,
+        /// The inode.
+        inode: u64,
+    },
+    /// MMAP2 with `MISC_MMAP_BUILD_ID`: the file's build id.
+    BuildId(&'a [u8]),
+}
+
+impl<'a> Mmap<'a> {
+    /// The mapping in `record` (of `header`'s type), if it is one.
+    pub fn parse(header: RecordHeader, record: &'a [u8]) -> Option<Mmap<'a>> {
+        let (file, name_at) = match header.type_ {
+            RecordType::MMAP => (MappedIdentity::Unknown, BODY + 32),
+            // A size byte, three reserved, then the id (room for 20).
+            RecordType::MMAP2 if header.misc & MISC_MMAP_BUILD_ID != 0 => {
+                let size = usize::from(*record.get(BODY + 32)?).min(20);
+                let id = record.get(BODY + 36..BODY + 36 + size)?;
+                (MappedIdentity::BuildId(id), BODY + 64)
+            }
+            RecordType::MMAP2 => {
+                let identity = MappedIdentity::Inode {
+                    major: u32_at(record, BODY + 32)?,
+                    minor: u32_at(record, BODY + 36)?,
+                    inode: u64_at(record, BODY + 40)?,
+                };
+                (identity, BODY + 64)
+            }
+            _ => return None,
+        };
+        let name = record.get(name_at..)?;
+        Some(Mmap {
+            pid: u32_at(record, BODY)?,
+            tid: u32_at(record, BODY + 4)?,
+            start: u64_at(record, BODY + 8)?,
+            len: u64_at(record, BODY + 16)?,
+            pgoff: u64_at(record, BODY + 24)?,
+            file,
+            filename: &name[..name.iter().position(|&b| b == 0)?],
+        })
+    }
+}
+
+/// `PERF_RECORD_COMM`: a thread's name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Comm<'a> {
+    /// The process.
+    pub pid: u32,
+    /// The thread.
+    pub tid: u32,
+    /// The name, up to its NUL.
+    pub comm: &'a [u8],
+}
+
+impl<'a> Comm<'a> {
+    /// The name in `record`, a COMM record.
+    pub fn parse(record: &'a [u8]) -> Option<Comm<'a>> {
+        let name = record.get(BODY + 8..)?;
+        Some(Comm {
+            pid: u32_at(record, BODY)?,
+            tid: u32_at(record, BODY + 4)?,
+            comm: &name[..name.iter().position(|&b| b == 0)?],
+        })
+    }
+}
+
+/// `PERF_RECORD_FORK` or `PERF_RECORD_EXIT`: a task and its parent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Task {
+    /// The process.
+    pub pid: u32,
+    /// Its parent process.
+    pub ppid: u32,
+    /// The thread.
+    pub tid: u32,
+    /// Its parent thread.
+    pub ptid: u32,
+    /// When.
+    pub time: u64,
+}
+
+impl Task {
+    /// The task in `record`, a FORK or EXIT record.
+    pub fn parse(record: &[u8]) -> Option<Task> {
+        Some(Task {
+            pid: u32_at(record, BODY)?,
+            ppid: u32_at(record, BODY + 4)?,
+            tid: u32_at(record, BODY + 8)?,
+            ptid: u32_at(record, BODY + 12)?,
+            time: u64_at(record, BODY + 16)?,
+        })
+    }
+}
+
+/// What a `PERF_RECORD_LOST` (records the kernel dropped, after the
+/// event's id) or `PERF_RECORD_LOST_SAMPLES` (samples it dropped) counts;
+/// `None` for other records.
+pub fn lost_count(type_: RecordType, record: &[u8]) -> Option<u64> {
+    match type_ {
+        RecordType::LOST => u64_at(record, BODY + 8),
+        RecordType::LOST_SAMPLES => u64_at(record, BODY),
+        _ => None,
+    }
+}
+
+/// Sets the size in `record`'s header (a record cut short to `size`).
+pub fn set_size(record: &mut [u8], size: u16) {
+    if let Some(field) = record.get_mut(6..8) {
+        field.copy_from_slice(&size.to_ne_bytes());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::header::MISC_USER;
+    use crate::records::{comm, fork, mmap, mmap2, Mapping, RecordBuilder};
+
+    fn mapping(build_id: Option<&[u8]>) -> Mapping<'_> {
+        Mapping {
+            start: 0x40_0000,
+            len: 0x2000,
+            pgoff: 0x1000,
+            major: 8,
+            minor: 1,
+            inode: 1234,
+            prot: 5,
+            flags: 2,
+            filename: b"/usr/bin/true",
+            build_id,
+        }
+    }
+
+    fn header(record: &[u8]) -> RecordHeader {
+        RecordHeader::parse(record).unwrap()
+    }
+
+    #[test]
+    fn mappings_read_back_as_written() {
+        let record = mmap2(7, 8, &mapping(None), MISC_USER)
+            .finish_untrailed()
+            .unwrap();
+        let view = Mmap::parse(header(&record), &record).unwrap();
+        assert_eq!(
+            (view.pid, view.tid, view.start, view.len, view.pgoff),
+            (7, 8, 0x40_0000, 0x2000, 0x1000)
+        );
+        assert_eq!(
+            view.file,
+            MappedIdentity::Inode {
+                major: 8,
+                minor: 1,
+                inode: 1234
+            }
+        );
+        assert_eq!(view.filename, b"/usr/bin/true");
+        let id = [0xab; 20];
+        let misc = MISC_USER | MISC_MMAP_BUILD_ID;
+        let record = mmap2(7, 8, &mapping(Some(&id)), misc)
+            .finish_untrailed()
+            .unwrap();
+        let view = Mmap::parse(header(&record), &record).unwrap();
+        assert_eq!(view.file, MappedIdentity::BuildId(&id));
+        assert_eq!(view.filename, b"/usr/bin/true");
+        let record = mmap(0, 0, &mapping(None), 1).finish_untrailed().unwrap();
+        let view = Mmap::parse(header(&record), &record).unwrap();
+        assert_eq!(
+            (view.file, view.filename),
+            (MappedIdentity::Unknown, &b"/usr/bin/true"[..])
+        );
+        assert!(Mmap::parse(header(&record), &record[..40]).is_none());
+    }
+
+    #[test]
+    fn tasks_names_and_losses_read_back_as_written() {
+        let record = comm(5, 6, b"worker", 0).finish_untrailed().unwrap();
+        assert_eq!(
+            Comm::parse(&record),
+            Some(Comm {
+                pid: 5,
+                tid: 6,
+                comm: b"worker"
+            })
+        );
+        let record = fork(5, 1, 6, 1, 99).finish_untrailed().unwrap();
+        let task = Task {
+            pid: 5,
+            ppid: 1,
+            tid: 6,
+            ptid: 1,
+            time: 99,
+        };
+        assert_eq!(Task::parse(&record), Some(task));
+        let lost = RecordBuilder::new(RecordType::LOST, 0)
+            .u64(3)
+            .u64(42)
+            .finish_untrailed()
+            .unwrap();
+        assert_eq!(lost_count(RecordType::LOST, &lost), Some(42));
+        let samples = RecordBuilder::new(RecordType::LOST_SAMPLES, 0)
+            .u64(9)
+            .finish_untrailed()
+            .unwrap();
+        assert_eq!(lost_count(RecordType::LOST_SAMPLES, &samples), Some(9));
+        let mut cut = samples.clone();
+        set_size(&mut cut, 8);
+        assert_eq!(header(&cut).size, 8);
+    }
+}
