@@ -9,6 +9,7 @@ use std::os::unix::process::CommandExt;
 use common::*;
 use shardrec_format::header::RecordType;
 use shardrec_format::records::{parse_bpf_event, BPF_EVENT_PROG_LOAD, BPF_EVENT_PROG_UNLOAD};
+use shardrec_format::views::Ksymbol;
 use shardrec_sys::bpf::{self, load_program, test_programs, BpilArray};
 
 /// The tags of the programs `shardrec-load bpf-churn` loads.
@@ -57,13 +58,9 @@ fn summary_number(stderr: &str, label: &str) -> u64 {
 
 /// The name of a KSYMBOL record, and whether it unregisters the symbol.
 fn ksymbol(record: &[u8]) -> (String, bool) {
-    let flags = u16::from_ne_bytes(record[22..24].try_into().unwrap());
-    let name = &record[24..];
-    let end = name.iter().position(|&b| b == 0).unwrap();
-    (
-        String::from_utf8_lossy(&name[..end]).into_owned(),
-        flags & 1 != 0,
-    )
+    let symbol = Ksymbol::parse(record).unwrap();
+    let name = String::from_utf8_lossy(symbol.name).into_owned();
+    (name, symbol.unregisters())
 }
 
 #[test]
@@ -79,10 +76,7 @@ fn a_hundred_short_lived_programs_are_all_caught() {
     let records = data_records(&scratch.output());
     let (mut loads, mut unloads) = (0, 0);
     let mut ids = std::collections::BTreeSet::new();
-    for event in records
-        .iter()
-        .filter(|r| r[0..4] == RecordType::BPF_EVENT.0.to_ne_bytes())
-    {
+    for event in records.iter().filter(|r| of_type(r, RecordType::BPF_EVENT)) {
         let (type_, id, tag) = parse_bpf_event(event).unwrap();
         if tags.contains(&tag) {
             match type_ {
@@ -102,7 +96,7 @@ fn a_hundred_short_lived_programs_are_all_caught() {
     );
     let ours: Vec<(String, bool)> = records
         .iter()
-        .filter(|r| r[0..4] == RecordType::KSYMBOL.0.to_ne_bytes())
+        .filter(|r| of_type(r, RecordType::KSYMBOL))
         .map(|r| ksymbol(r))
         .filter(|(name, _)| name.contains("_shardrec_"))
         .collect();
@@ -262,7 +256,7 @@ fn programs_loaded_before_recording_are_named_and_their_image_is_exact() {
     // Synthesized KSYMBOLs name both functions as the kernel does.
     let names: Vec<String> = data_records(&scratch.output())
         .iter()
-        .filter(|r| r[0..4] == RecordType::KSYMBOL.0.to_ne_bytes())
+        .filter(|r| of_type(r, RecordType::KSYMBOL))
         .map(|r| ksymbol(r).0)
         .collect();
     let kernel = bpf::capture_prog(id).unwrap().unwrap();
@@ -323,7 +317,7 @@ fn a_second_recorder_does_not_cost_the_bpf_side_band() {
     );
     let loads = data_records(&scratch.output())
         .iter()
-        .filter(|r| r[0..4] == RecordType::BPF_EVENT.0.to_ne_bytes())
+        .filter(|r| of_type(r, RecordType::BPF_EVENT))
         .filter_map(|r| parse_bpf_event(r))
         .filter(|(type_, _, tag)| *type_ == BPF_EVENT_PROG_LOAD && tags.contains(tag))
         .count();

@@ -17,8 +17,9 @@ use std::process::{Command, Output};
 use common::*;
 use linux_perf_data::linux_perf_event_reader::EventRecord;
 use linux_perf_data::{PerfFileReader, PerfFileRecord};
-use shardrec_format::header::RecordType;
+use shardrec_format::header::{RecordHeader, RecordType};
 use shardrec_format::records::{parse_bpf_event, BPF_EVENT_PROG_LOAD, BPF_EVENT_PROG_UNLOAD};
+use shardrec_format::views::{lost_count, Ksymbol, TextPoke};
 
 /// What one guest run left in `target/manycore/out-N/`.
 struct Guest {
@@ -333,11 +334,11 @@ fn every_loss_is_accounted_for() {
         .expect("meta rewritten at stop");
     let (mut lost, mut lost_samples) = (0, 0);
     for record in data_records(&guest.perf_data()) {
-        let type_ = RecordType(u32::from_ne_bytes(record[0..4].try_into().unwrap()));
+        let type_ = RecordHeader::parse(&record).unwrap().type_;
         if type_ == RecordType::LOST {
-            lost += shardrec_format::u64_at(&record, 16).unwrap();
+            lost += lost_count(type_, &record).unwrap();
         } else if type_ == RecordType::LOST_SAMPLES {
-            lost_samples += shardrec_format::u64_at(&record, 8).unwrap();
+            lost_samples += lost_count(type_, &record).unwrap();
         }
     }
     let in_rings: u64 = stats.cpus.iter().map(|c| c.lost).sum();
@@ -367,7 +368,7 @@ fn every_bpf_program_of_the_workload_is_seen() {
     };
     let (mut loads, mut unloads, mut ours) = (0, 0, 0);
     for record in data_records(&guest.perf_data()) {
-        let type_ = RecordType(u32::from_ne_bytes(record[0..4].try_into().unwrap()));
+        let type_ = RecordHeader::parse(&record).unwrap().type_;
         if type_ == RecordType::BPF_EVENT {
             match parse_bpf_event(&record).unwrap().0 {
                 BPF_EVENT_PROG_LOAD => loads += 1,
@@ -375,11 +376,9 @@ fn every_bpf_program_of_the_workload_is_seen() {
                 _ => {}
             }
         } else if type_ == RecordType::KSYMBOL {
-            // perf_record_ksymbol: addr, len, ksym_type (u16), flags (u16), name.
-            let flags = u16::from_ne_bytes(record[22..24].try_into().unwrap());
-            let name = &record[24..];
-            let name = String::from_utf8_lossy(&name[..name.iter().position(|&b| b == 0).unwrap()]);
-            if flags & 1 == 0 && WORKLOAD_PROGRAMS.iter().any(|p| name.ends_with(p)) {
+            let symbol = Ksymbol::parse(&record).unwrap();
+            let name = String::from_utf8_lossy(symbol.name);
+            if !symbol.unregisters() && WORKLOAD_PROGRAMS.iter().any(|p| name.ends_with(p)) {
                 ours += 1;
             }
         }
@@ -499,16 +498,11 @@ fn kcore_holds_the_text_that_text_pokes_change() {
     let mut poked: BTreeMap<u64, Vec<Vec<u8>>> = BTreeMap::new();
     let mut checked = 0;
     for record in data_records(&guest.file("features.data").join("data")) {
-        if RecordType(u32::from_ne_bytes(record[0..4].try_into().unwrap())) != RecordType::TEXT_POKE
-        {
+        if !of_type(&record, RecordType::TEXT_POKE) {
             continue;
         }
-        // perf_record_text_poke: addr, old_len, new_len, old then new bytes.
-        let addr = u64::from_ne_bytes(record[8..16].try_into().unwrap());
-        let old_len = u16::from_ne_bytes(record[16..18].try_into().unwrap()) as usize;
-        let new_len = u16::from_ne_bytes(record[18..20].try_into().unwrap()) as usize;
-        let old = &record[20..20 + old_len];
-        let new = &record[20 + old_len..20 + old_len + new_len];
+        let poke = TextPoke::parse(&record).unwrap();
+        let (addr, old, new, old_len) = (poke.addr, poke.old, poke.new, poke.old.len());
         poked.entry(addr).or_default().push(new.to_vec());
         if old_len == 0 || !seen.insert(addr) {
             continue;

@@ -5,7 +5,7 @@ mod common;
 use std::collections::HashMap;
 
 use common::*;
-use shardrec_format::header::RecordType;
+use shardrec_format::header::{RecordHeader, RecordType};
 
 #[test]
 fn a_cpu_clock_recording_reads_cleanly_everywhere() {
@@ -314,7 +314,7 @@ fn spread_over_many_shards(from: &std::path::Path, to: &std::path::Path) -> u64 
     }
     let mut shards: Vec<Vec<u8>> = runs.iter().map(|run| run.concat()).collect();
     let one = shards[0][..8].to_vec();
-    let size = u16::from_ne_bytes([one[6], one[7]]) as usize;
+    let size = RecordHeader::parse(&one).unwrap().size as usize;
     shards[10] = shards[0][..size].to_vec();
     whole += 1;
     let cut = shards[1][..size].to_vec();

@@ -119,7 +119,7 @@ fn pipe_data_records(stream: &[u8]) -> Vec<Vec<u8>> {
         let mut len = usize::from(header.size);
         assert!(len >= 8 && at + len <= stream.len(), "a cut record at {at}");
         if header.type_ == RecordType::TRACING_DATA {
-            len += u32::from_ne_bytes(stream[at + 8..at + 12].try_into().unwrap()) as usize;
+            len += shardrec_format::views::tracing_data_len(&stream[at..]).unwrap() as usize;
         }
         if !header_part.contains(&header.type_) || !records.is_empty() {
             records.push(stream[at..at + len].to_vec());

@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use shardrec_format::header::RecordType;
+use shardrec_format::header::{RecordHeader, RecordType};
 use shardrec_shard::StopReason;
 
 #[test]
@@ -332,7 +332,7 @@ fn samples_of(scratch: &Scratch, args: &[&str]) -> Vec<(u32, u16)> {
     let _ = std::fs::remove_dir_all(scratch.shards());
     record(scratch, args);
     let recording = Recording::read(&scratch.shards());
-    let cpumode = |r: &Rec| u16::from_ne_bytes([r.bytes[4], r.bytes[5]]) & 7;
+    let cpumode = |r: &Rec| RecordHeader::parse(&r.bytes).unwrap().misc & 7;
     recording
         .samples()
         .map(|s| (s.id.pid, cpumode(s)))

@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::{Mutex, MutexGuard};
 
-use shardrec_format::header::RecordType;
+use shardrec_format::header::{RecordHeader, RecordType};
+use shardrec_format::views::lost_count;
 use shardrec_format::walk::{End, RecordWalker};
 use shardrec_format::{SampleId, SampleIdLayout};
 use shardrec_shard::{scan::ShardBytes, Meta, RecordingDir};
@@ -165,7 +166,7 @@ impl Recording {
     pub fn lost_records(&self) -> u64 {
         self.records()
             .filter(|r| r.type_ == RecordType::LOST)
-            .map(|r| shardrec_format::u64_at(&r.bytes, 16).unwrap())
+            .map(|r| lost_count(r.type_, &r.bytes).unwrap())
             .sum()
     }
 
@@ -183,7 +184,7 @@ impl Recording {
         let lost_samples = self
             .records()
             .filter(|r| r.type_ == RecordType::LOST_SAMPLES)
-            .map(|r| shardrec_format::u64_at(&r.bytes, 8).unwrap())
+            .map(|r| lost_count(r.type_, &r.bytes).unwrap())
             .sum();
         shardrec_shard::dropped(self.lost_records(), read, lost_samples)
     }
@@ -305,10 +306,7 @@ pub fn raw_times(
     layouts: &HashMap<u64, SampleIdLayout>,
 ) -> Vec<(RecordType, Option<u64>)> {
     let bytes = std::fs::read(file).unwrap();
-    let data_offset = shardrec_format::u64_at(&bytes, 40).unwrap() as usize;
-    let data_size = shardrec_format::u64_at(&bytes, 48).unwrap() as usize;
-    let data = &bytes[data_offset..data_offset + data_size];
-    let mut walker = RecordWalker::new(data);
+    let mut walker = RecordWalker::new(data_section(&bytes));
     let records = walker
         .by_ref()
         .map(|r| {
@@ -328,12 +326,21 @@ pub fn raw_times(
     records
 }
 
+/// A perf.data's data section, as its header places it.
+fn data_section(bytes: &[u8]) -> &[u8] {
+    let (offset, size) = shardrec_perfdata::header::data_section(bytes).expect("a perf.data");
+    &bytes[offset as usize..(offset + size) as usize]
+}
+
+/// Whether `record` is of type `type_`.
+pub fn of_type(record: &[u8], type_: RecordType) -> bool {
+    RecordHeader::parse(record).is_some_and(|h| h.type_ == type_)
+}
+
 /// Every record of a perf.data's data section, in file order.
 pub fn data_records(file: &Path) -> Vec<Vec<u8>> {
     let bytes = std::fs::read(file).unwrap();
-    let data_offset = shardrec_format::u64_at(&bytes, 40).unwrap() as usize;
-    let data_size = shardrec_format::u64_at(&bytes, 48).unwrap() as usize;
-    RecordWalker::new(&bytes[data_offset..data_offset + data_size])
+    RecordWalker::new(data_section(&bytes))
         .map(|r| r.bytes.to_vec())
         .collect()
 }

@@ -133,6 +133,75 @@ impl Task {
     }
 }
 
+/// `PERF_RECORD_KSYMBOL`: a kernel symbol (a BPF program's function)
+/// registered or unregistered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ksymbol<'a> {
+    /// Its address.
+    pub addr: u64,
+    /// Its length.
+    pub len: u32,
+    /// `PERF_RECORD_KSYMBOL_TYPE_*`.
+    pub ksym_type: u16,
+    /// `PERF_RECORD_KSYMBOL_FLAGS_*`.
+    pub flags: u16,
+    /// Its name, up to its NUL.
+    pub name: &'a [u8],
+}
+
+/// `PERF_RECORD_KSYMBOL_FLAGS_UNREGISTER`
+pub const KSYMBOL_FLAGS_UNREGISTER: u16 = 1;
+
+impl<'a> Ksymbol<'a> {
+    /// The symbol in `record`, a KSYMBOL record.
+    pub fn parse(record: &'a [u8]) -> Option<Ksymbol<'a>> {
+        let name = record.get(BODY + 16..)?;
+        let type_and_flags = u32_at(record, BODY + 12)?;
+        Some(Ksymbol {
+            addr: u64_at(record, BODY)?,
+            len: u32_at(record, BODY + 8)?,
+            ksym_type: type_and_flags as u16,
+            flags: (type_and_flags >> 16) as u16,
+            name: &name[..name.iter().position(|&b| b == 0)?],
+        })
+    }
+
+    /// Whether it takes the symbol away.
+    pub fn unregisters(&self) -> bool {
+        self.flags & KSYMBOL_FLAGS_UNREGISTER != 0
+    }
+}
+
+/// `PERF_RECORD_TEXT_POKE`: kernel text at `addr` changed from `old` to
+/// `new`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TextPoke<'a> {
+    /// Where.
+    pub addr: u64,
+    /// The bytes before.
+    pub old: &'a [u8],
+    /// The bytes after.
+    pub new: &'a [u8],
+}
+
+impl<'a> TextPoke<'a> {
+    /// The change in `record`, a TEXT_POKE record.
+    pub fn parse(record: &'a [u8]) -> Option<TextPoke<'a>> {
+        let old_len = usize::from(u16::from_ne_bytes(
+            record.get(BODY + 8..BODY + 10)?.try_into().ok()?,
+        ));
+        let new_len = usize::from(u16::from_ne_bytes(
+            record.get(BODY + 10..BODY + 12)?.try_into().ok()?,
+        ));
+        let bytes = record.get(BODY + 12..)?;
+        Some(TextPoke {
+            addr: u64_at(record, BODY)?,
+            old: bytes.get(..old_len)?,
+            new: bytes.get(old_len..old_len + new_len)?,
+        })
+    }
+}
+
 /// What a `PERF_RECORD_LOST` (records the kernel dropped, after the
 /// event's id) or `PERF_RECORD_LOST_SAMPLES` (samples it dropped) counts;
 /// `None` for other records.
@@ -142,6 +211,13 @@ pub fn lost_count(type_: RecordType, record: &[u8]) -> Option<u64> {
         RecordType::LOST_SAMPLES => u64_at(record, BODY),
         _ => None,
     }
+}
+
+/// How many bytes of tracing data follow a
+/// `PERF_RECORD_HEADER_TRACING_DATA` record in perf's pipe format (they
+/// are not counted in its size).
+pub fn tracing_data_len(record: &[u8]) -> Option<u32> {
+    u32_at(record, BODY)
 }
 
 /// Sets the size in `record`'s header (a record cut short to `size`).
@@ -243,6 +319,29 @@ mod tests {
             .finish_untrailed()
             .unwrap();
         assert_eq!(lost_count(RecordType::LOST_SAMPLES, &samples), Some(9));
+        let record = crate::records::ksymbol(0xffff_0000, 64, 1, 1, "bpf_prog_x")
+            .finish_untrailed()
+            .unwrap();
+        let symbol = Ksymbol::parse(&record).unwrap();
+        assert_eq!(
+            (symbol.addr, symbol.len, symbol.ksym_type),
+            (0xffff_0000, 64, 1)
+        );
+        assert!(symbol.unregisters());
+        assert_eq!(symbol.name, b"bpf_prog_x");
+        let poke = RecordBuilder::new(RecordType::TEXT_POKE, 0)
+            .u64(0xffff_1000)
+            .u16(2)
+            .u16(3)
+            .bytes(&[1, 2, 7, 8, 9])
+            .pad()
+            .finish_untrailed()
+            .unwrap();
+        let poke = TextPoke::parse(&poke).unwrap();
+        assert_eq!(
+            (poke.addr, poke.old, poke.new),
+            (0xffff_1000, &[1, 2][..], &[7, 8, 9][..])
+        );
         let mut cut = samples.clone();
         set_size(&mut cut, 8);
         assert_eq!(header(&cut).size, 8);

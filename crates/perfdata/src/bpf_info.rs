@@ -24,9 +24,9 @@
 //! use shardrec_perfdata::bpf_info::{self, bpil_array};
 //! let info = vec![0u8; 232]; // as the kernel filled it
 //! let ksyms = 0xffff_ffff_c000_0000u64.to_ne_bytes();
-//! let block = bpf::bpil(&info, &[(bpil_array::JITED_KSYMS, &ksyms[..])]);
+//! let block = bpf_info::bpil(&info, &[(bpil_array::JITED_KSYMS, &ksyms[..])]);
 //! assert_eq!(block.len(), 16 + 232 + 8);
-//! let (feature, content) = bpf::bpf_prog_info_feature(&[block]);
+//! let (feature, content) = bpf_info::bpf_prog_info_feature(&[block]);
 //! assert_eq!(feature, shardrec_perfdata::feature::Feature::BpfProgInfo);
 //! # let _ = content;
 //! ```

@@ -63,6 +63,14 @@ impl FileHeader {
     }
 }
 
+/// Where a perf.data file's data section lies, read from its header
+/// (`bytes`, the file or its first bytes): its offset and size.
+pub fn data_section(bytes: &[u8]) -> Option<(u64, u64)> {
+    let u64_at = |at: usize| Some(u64::from_ne_bytes(bytes.get(at..at + 8)?.try_into().ok()?));
+    (u64_at(0)? == MAGIC).then_some(())?;
+    Some((u64_at(40)?, u64_at(48)?))
+}
+
 /// The content of header feature `bit` of the perf.data `file`, if it has
 /// it: the file header, then the feature index after the data section
 /// (a section per set bit, in bit order), then that section alone, so a
@@ -84,7 +92,8 @@ pub fn read_feature(file: &std::fs::File, bit: usize) -> std::io::Result<Option<
     if bit >= FEATURE_BITS || !set(bit) {
         return Ok(None);
     }
-    let index = u64_at(&header, 40) + u64_at(&header, 48);
+    let (data_offset, data_size) = data_section(&header).expect("a whole header");
+    let index = data_offset + data_size;
     let position = (0..bit).filter(|&b| set(b)).count() as u64;
     let mut section = [0u8; 16];
     file.read_exact_at(&mut section, index + position * 16)?;
