@@ -199,15 +199,12 @@ pub fn disarm_crashes() {
 pub fn inject(site: Site) -> Option<Fault> {
     let planned = planned().iter().find(|p| p.site == site)?;
     let call = planned.calls.fetch_add(1, Ordering::Relaxed) + 1;
-    let fault = (call == planned.at).then_some(planned.fault);
-    if fault == Some(Fault::Crash) && CRASHES_DISARMED.load(Ordering::Relaxed) {
-        return None;
-    }
-    if fault == Some(Fault::Crash) {
+    match (call == planned.at).then_some(planned.fault) {
+        Some(Fault::Crash) if CRASHES_DISARMED.load(Ordering::Relaxed) => None,
         // As a process killed: no clean-up, no report (and no core file).
-        std::process::exit(137);
+        Some(Fault::Crash) => std::process::exit(137),
+        fault => fault,
     }
-    fault
 }
 
 #[cfg(test)]

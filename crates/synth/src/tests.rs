@@ -3,8 +3,9 @@
 use crate::{SynthStats, Synthesizer, Tasks};
 use shardrec_format::header::{RecordType, MISC_KERNEL, MISC_USER};
 use shardrec_format::sample_id::{CPU, ID, IDENTIFIER, TID, TIME};
+use shardrec_format::views::{Comm, Mmap, Task};
 use shardrec_format::walk::{End, Record, RecordWalker};
-use shardrec_format::{u32_at, u64_at, SampleIdLayout};
+use shardrec_format::SampleIdLayout;
 use std::io::{self, Write};
 
 const SAMPLE_TYPE: u64 = IDENTIFIER | TID | TIME | ID | CPU;
@@ -30,12 +31,6 @@ fn records<'a>(bytes: &'a [u8], stats: &SynthStats) -> Vec<Record<'a>> {
     records
 }
 
-/// The NUL-terminated string at `offset`.
-fn string_at(record: &[u8], offset: usize) -> &[u8] {
-    let rest = &record[offset..];
-    &rest[..rest.iter().position(|&b| b == 0).unwrap()]
-}
-
 fn own_records() -> (Vec<u8>, SynthStats) {
     let synth = Synthesizer::new(SAMPLE_TYPE, EVENT_ID);
     synthesize(&synth, &Tasks::Processes(vec![own_pid() as i32]))
@@ -51,22 +46,26 @@ fn describes_our_own_process() {
         let id = layout.parse(record.bytes, record.header.type_).unwrap();
         assert_eq!((id.pid, id.id, id.time), (pid, EVENT_ID, 0));
     }
-    let field = |r: &Record, i: usize| u32_at(r.bytes, 8 + 4 * i).unwrap();
     let fork = records
         .iter()
-        .find(|r| r.header.type_ == RecordType::FORK && field(r, 2) == pid)
+        .filter(|r| r.header.type_ == RecordType::FORK)
+        .filter_map(|r| Task::parse(r.bytes))
+        .find(|task| task.tid == pid)
         .expect("a FORK for our main thread");
-    assert_eq!(field(fork, 0), pid);
+    assert_eq!(fork.pid, pid);
     let comm = std::fs::read(format!("/proc/{pid}/comm")).unwrap();
-    assert!(records.iter().any(|r| r.header.type_ == RecordType::COMM
-        && field(r, 1) == pid
-        && string_at(r.bytes, 16) == comm.trim_ascii_end()));
+    assert!(records
+        .iter()
+        .filter(|r| r.header.type_ == RecordType::COMM)
+        .filter_map(|r| Comm::parse(r.bytes))
+        .any(|c| c.tid == pid && c.comm == comm.trim_ascii_end()));
     let exe = std::env::current_exe().unwrap();
     let exe = exe.as_os_str().as_encoded_bytes();
     let exe_map = records
         .iter()
-        .find(|r| r.header.type_ == RecordType::MMAP2 && string_at(r.bytes, 72) == exe)
+        .find(|r| Mmap::parse(r.header, r.bytes).is_some_and(|m| m.filename == exe))
         .expect("an MMAP2 of our executable");
+    assert_eq!(exe_map.header.type_, RecordType::MMAP2);
     assert_eq!(exe_map.header.misc, MISC_USER);
     // Other tests' threads may exit mid-walk and be skipped, nothing else.
     assert_eq!(stats.processes, 1);
@@ -90,7 +89,8 @@ fn other_threads_descend_from_the_main_thread() {
     let forks: Vec<[u32; 4]> = records(&bytes, &stats)
         .iter()
         .filter(|r| r.header.type_ == RecordType::FORK)
-        .map(|r| std::array::from_fn(|i| u32_at(r.bytes, 8 + 4 * i).unwrap()))
+        .filter_map(|r| Task::parse(r.bytes))
+        .map(|t| [t.pid, t.ppid, t.tid, t.ptid])
         .collect();
     assert!(forks.contains(&[pid, pid, tid, pid]), "{forks:?}");
     assert!(stats.threads >= 2);
@@ -104,16 +104,17 @@ fn kernel_map_spans_the_kernel_text() {
     let records = records(&bytes, &stats);
     let kernel: Vec<_> = records
         .iter()
+        .filter(|r| r.header.type_ == RecordType::MMAP)
         .filter(|r| {
-            r.header.type_ == RecordType::MMAP
-                && string_at(r.bytes, 40) == b"[kernel.kallsyms]_text"
+            Mmap::parse(r.header, r.bytes).is_some_and(|m| m.filename == b"[kernel.kallsyms]_text")
         })
         .collect();
     assert_eq!(kernel.len(), 1);
-    let map = kernel[0];
-    assert_eq!(map.header.misc, MISC_KERNEL);
-    assert_eq!(u32_at(map.bytes, 8), Some(u32::MAX));
-    let start = u64_at(map.bytes, 16).unwrap();
+    let record = kernel[0];
+    assert_eq!(record.header.misc, MISC_KERNEL);
+    let map = Mmap::parse(record.header, record.bytes).unwrap();
+    assert_eq!(map.pid, u32::MAX);
+    let start = map.start;
     assert_ne!(start, 0, "kallsyms hides addresses: not running as root?");
     let kallsyms = std::fs::read_to_string("/proc/kallsyms").unwrap();
     let etext = kallsyms
@@ -121,10 +122,10 @@ fn kernel_map_spans_the_kernel_text() {
         .find_map(|l| l.strip_suffix(" T _etext"))
         .map(|a| u64::from_str_radix(a, 16).unwrap())
         .expect("_etext in kallsyms");
-    assert_eq!(u64_at(map.bytes, 24), Some(etext - start));
-    assert_eq!(u64_at(map.bytes, 32), Some(start));
+    assert_eq!(map.len, etext - start);
+    assert_eq!(map.pgoff, start);
     let id = SampleIdLayout::new(SAMPLE_TYPE)
-        .parse(map.bytes, RecordType::MMAP)
+        .parse(record.bytes, RecordType::MMAP)
         .unwrap();
     assert_eq!((id.pid, id.tid, id.id), (u32::MAX, 0, EVENT_ID));
 }
@@ -143,7 +144,7 @@ fn a_held_workload_is_only_a_perf_exec_comm() {
         assert_eq!(ours.len(), 1, "{tasks:?}");
         assert_eq!(ours[0].header.type_, RecordType::COMM);
         assert_eq!(
-            string_at(ours[0].bytes, 16),
+            Comm::parse(ours[0].bytes).unwrap().comm,
             crate::HELD_WORKLOAD_COMM.to_bytes()
         );
     }

@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use shardrec_format::layouts::Layouts;
 use shardrec_format::records::comm;
 use shardrec_format::sample_id::{IDENTIFIER, TID, TIME};
-use shardrec_format::{u32_at, SampleId, SampleIdLayout};
+use shardrec_format::views::Comm;
+use shardrec_format::{SampleId, SampleIdLayout};
 use shardrec_shard::scan::ScannedShard;
 
 use super::{Merged, SortedShard};
@@ -64,7 +65,7 @@ fn merged(shards: &[ScannedShard], step: usize) -> Vec<(u64, u32)> {
         .map(|s| SortedShard::new(s, &layouts, step))
         .collect();
     Merged::new(streams)
-        .map(|(time, bytes)| (time, u32_at(bytes, 12).unwrap()))
+        .map(|(time, bytes)| (time, Comm::parse(bytes).unwrap().tid))
         .collect()
 }
 

@@ -5,10 +5,12 @@
 use std::io::{self, Write};
 use std::path::PathBuf;
 
+use shardrec_format::header::RecordType;
 use shardrec_format::layouts::Layouts;
 use shardrec_format::records::comm;
 use shardrec_format::sample_id::{IDENTIFIER, TID, TIME};
-use shardrec_format::{u32_at, u64_at, SampleId, SampleIdLayout};
+use shardrec_format::views::Comm;
+use shardrec_format::{SampleId, SampleIdLayout};
 
 use super::{RoundSink, Rounds, MARGIN_NS};
 use crate::live::follow::Follower;
@@ -86,11 +88,9 @@ struct Out(Vec<Option<(u64, u32)>>);
 
 impl RoundSink for Out {
     fn put(&mut self, record: &[u8]) -> io::Result<()> {
-        // header, pid, tid, comm (8), then id, tid pair, time.
-        let (tid, time) = (
-            u32_at(record, 12).unwrap(),
-            u64_at(record, record.len() - 16).unwrap(),
-        );
+        let tid = Comm::parse(record).unwrap().tid;
+        let layout = SampleIdLayout::new(IDENTIFIER | TID | TIME);
+        let time = layout.parse(record, RecordType::COMM).unwrap().time;
         self.0.push(Some((time, tid)));
         Ok(())
     }
