@@ -533,24 +533,9 @@ fn a_live_merger_killed_while_recording_is_restarted_and_nothing_is_lost_or_repe
         let Some((_serial, scratch)) = recording_test("faults-live-merger") else {
             return;
         };
-        let mut record = shardrec();
-        record
-            .env("SHARDREC_FAULTS", fault)
-            .args(["record", "-a", "-e", "syscalls:sys_enter_getppid"])
-            .args(["--call-graph", "dwarf,32768", "-o"])
-            .arg(scratch.output())
-            .args(args)
-            .args(["--", load(), "syscalls-paced", &CALLS.to_string(), "2"]);
-        let recorded = run(record);
-        let stderr = String::from_utf8_lossy(&recorded.stderr).into_owned();
-        assert!(recorded.status.success(), "{fault}: {stderr}");
-        let warnings: Vec<&str> = stderr.lines().filter(|l| l.contains("warning")).collect();
-        assert!(
-            warnings.len() == 1
-                && warnings[0].contains("the live merger died at")
-                && stderr.contains(resumed),
-            "{fault}: {stderr}"
-        );
+        let options = [&["--call-graph", "dwarf,32768"][..], args].concat();
+        let stderr = record_killing_the_merger(&scratch, fault, &options, CALLS);
+        assert!(stderr.contains(resumed), "{fault}: {stderr}");
         let script = perf(&["script", "-F", "comm,event"], &scratch.output());
         assert_no_complaint(&script, "perf script");
         let script = String::from_utf8_lossy(&script.stdout).into_owned();
@@ -595,22 +580,8 @@ fn a_live_merger_killed_between_switch_output_windows_is_restarted_and_each_call
         let Some((_serial, scratch)) = recording_test("faults-live-windows") else {
             return;
         };
-        let mut record = shardrec();
-        record
-            .env("SHARDREC_FAULTS", fault)
-            .args(["record", "-a", "-e", "syscalls:sys_enter_getppid"])
-            .args(["--switch-output=400ms", "-o"])
-            .arg(scratch.output())
-            .args(args)
-            .args(["--", load(), "syscalls-paced", &CALLS.to_string(), "2"]);
-        let recorded = run(record);
-        let stderr = String::from_utf8_lossy(&recorded.stderr).into_owned();
-        assert!(recorded.status.success(), "{fault}: {stderr}");
-        let warnings: Vec<&str> = stderr.lines().filter(|l| l.contains("warning")).collect();
-        assert!(
-            warnings.len() == 1 && warnings[0].contains("the live merger died at"),
-            "{fault}: {stderr}"
-        );
+        let options = [&["--switch-output=400ms"][..], args].concat();
+        let stderr = record_killing_the_merger(&scratch, fault, &options, CALLS);
         let outputs: Vec<_> = std::fs::read_dir(&scratch.0)
             .unwrap()
             .map(|e| e.unwrap().path())
@@ -638,6 +609,34 @@ fn a_live_merger_killed_between_switch_output_windows_is_restarted_and_each_call
             "{fault}: a process still runs"
         );
     }
+}
+
+/// Records `calls` getppid calls of `shardrec-load syscalls-paced` over
+/// two seconds (`-a`, their tracepoint, and `options`) with `fault`
+/// killing the live merger: the recording succeeds and says once that
+/// the merger died. Returns its stderr.
+fn record_killing_the_merger(
+    scratch: &Scratch,
+    fault: &str,
+    options: &[&str],
+    calls: usize,
+) -> String {
+    let mut record = shardrec();
+    record
+        .env("SHARDREC_FAULTS", fault)
+        .args(["record", "-a", "-e", "syscalls:sys_enter_getppid", "-o"])
+        .arg(scratch.output())
+        .args(options)
+        .args(["--", load(), "syscalls-paced", &calls.to_string(), "2"]);
+    let recorded = run(record);
+    let stderr = String::from_utf8_lossy(&recorded.stderr).into_owned();
+    assert!(recorded.status.success(), "{fault}: {stderr}");
+    let warnings: Vec<&str> = stderr.lines().filter(|l| l.contains("warning")).collect();
+    assert!(
+        warnings.len() == 1 && warnings[0].contains("the live merger died at"),
+        "{fault}: {stderr}"
+    );
+    stderr
 }
 
 /// A writer fault the recording survives (`writer.write=...@N`, ending

@@ -69,7 +69,6 @@ impl<'a> Mmap<'a> {
             }
             _ => return None,
         };
-        let name = record.get(name_at..)?;
         Some(Mmap {
             pid: u32_at(record, BODY)?,
             tid: u32_at(record, BODY + 4)?,
@@ -77,7 +76,7 @@ impl<'a> Mmap<'a> {
             len: u64_at(record, BODY + 16)?,
             pgoff: u64_at(record, BODY + 24)?,
             file,
-            filename: &name[..name.iter().position(|&b| b == 0)?],
+            filename: c_string(record.get(name_at..)?)?,
         })
     }
 }
@@ -96,11 +95,10 @@ pub struct Comm<'a> {
 impl<'a> Comm<'a> {
     /// The name in `record`, a COMM record.
     pub fn parse(record: &'a [u8]) -> Option<Comm<'a>> {
-        let name = record.get(BODY + 8..)?;
         Some(Comm {
             pid: u32_at(record, BODY)?,
             tid: u32_at(record, BODY + 4)?,
-            comm: &name[..name.iter().position(|&b| b == 0)?],
+            comm: c_string(record.get(BODY + 8..)?)?,
         })
     }
 }
@@ -155,14 +153,13 @@ pub const KSYMBOL_FLAGS_UNREGISTER: u16 = 1;
 impl<'a> Ksymbol<'a> {
     /// The symbol in `record`, a KSYMBOL record.
     pub fn parse(record: &'a [u8]) -> Option<Ksymbol<'a>> {
-        let name = record.get(BODY + 16..)?;
         let type_and_flags = u32_at(record, BODY + 12)?;
         Some(Ksymbol {
             addr: u64_at(record, BODY)?,
             len: u32_at(record, BODY + 8)?,
             ksym_type: type_and_flags as u16,
             flags: (type_and_flags >> 16) as u16,
-            name: &name[..name.iter().position(|&b| b == 0)?],
+            name: c_string(record.get(BODY + 16..)?)?,
         })
     }
 
@@ -218,6 +215,11 @@ pub fn lost_count(type_: RecordType, record: &[u8]) -> Option<u64> {
 /// are not counted in its size).
 pub fn tracing_data_len(record: &[u8]) -> Option<u32> {
     u32_at(record, BODY)
+}
+
+/// The bytes of `field` before its NUL.
+fn c_string(field: &[u8]) -> Option<&[u8]> {
+    field.get(..field.iter().position(|&b| b == 0)?)
 }
 
 /// Sets the size in `record`'s header (a record cut short to `size`).

@@ -5,7 +5,8 @@
 //! `-q` silences, and a test can capture them. The helper processes
 //! forked meanwhile (the mergers print their outputs' Dump lines) inherit
 //! it. Where none is installed (the crate used without the pipeline),
-//! lines go to standard error as the binary prints them.
+//! warnings and errors still reach standard error; status lines and
+//! details are for a caller that asked for them.
 
 use std::sync::{Mutex, MutexGuard};
 
@@ -39,10 +40,14 @@ fn installed() -> MutexGuard<'static, Option<Box<dyn Reporter + Send>>> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-fn with(say: impl FnOnce(&mut dyn Reporter)) {
+/// Says it to the installed reporter; false where there is none.
+fn with(say: impl FnOnce(&mut dyn Reporter)) -> bool {
     match installed().as_mut() {
-        Some(reporter) => say(reporter.as_mut()),
-        None => say(&mut Stderr),
+        Some(reporter) => {
+            say(reporter.as_mut());
+            true
+        }
+        None => false,
     }
 }
 
@@ -54,12 +59,16 @@ pub(crate) fn note(line: &str) {
 
 /// Something the recording survives.
 pub(crate) fn warning(message: &str) {
-    with(|r| r.warning(message));
+    if !with(|r| r.warning(message)) {
+        eprintln!("shardrec: warning: {message}");
+    }
 }
 
 /// Something that decides the exit status.
 pub(crate) fn error(message: &str) {
-    with(|r| r.error(message));
+    if !with(|r| r.error(message)) {
+        eprintln!("shardrec: {message}");
+    }
 }
 
 /// What `-v` asked to see, or an answer on `--control`: shown as it is.
@@ -75,35 +84,6 @@ pub(crate) fn recorded(report: &RecordReport) {
 /// A merge's summary.
 pub(crate) fn merged(report: &MergeReport) {
     with(|r| r.merged(report));
-}
-
-/// Standard error, as the binary writes it without `-q`.
-struct Stderr;
-
-impl Reporter for Stderr {
-    fn recorded(&mut self, report: &RecordReport) {
-        eprint!("{report}");
-    }
-
-    fn merged(&mut self, report: &MergeReport) {
-        eprint!("{report}");
-    }
-
-    fn note(&mut self, line: &str) {
-        eprintln!("{line}");
-    }
-
-    fn warning(&mut self, message: &str) {
-        eprintln!("shardrec: warning: {message}");
-    }
-
-    fn error(&mut self, message: &str) {
-        eprintln!("shardrec: {message}");
-    }
-
-    fn detail(&mut self, line: &str) {
-        eprintln!("{line}");
-    }
 }
 
 #[cfg(test)]
