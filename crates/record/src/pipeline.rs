@@ -218,9 +218,7 @@ impl AfterStop<'_> {
         output: PathBuf,
         merged: bool,
     ) -> Option<Exit> {
-        if !self.config.quiet {
-            say::note(&format!("[ shardrec record: Dump {} ]", output.display()));
-        }
+        say::note(&format!("[ shardrec record: Dump {} ]", output.display()));
         if merged && !switched.last_unstamped {
             switched.add(output);
         }

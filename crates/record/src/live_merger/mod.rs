@@ -82,8 +82,6 @@ pub struct WindowsOutput {
     pub current: u32,
     /// `--keep-shards`: a window's directory stays once it is written.
     pub keep_shards: bool,
-    /// `-q`: no "Dump" line for each output.
-    pub quiet: bool,
 }
 
 /// A window closed: its output's name, and where the next window's

@@ -254,9 +254,7 @@ fn publish(
     }
     dir.write_meta(&meta)?;
     crate::switch_output::move_output(&dir.window_output_path(), output)?;
-    if !windows.quiet {
-        say::note(&format!("[ shardrec record: Dump {} ]", output.display()));
-    }
+    say::note(&format!("[ shardrec record: Dump {} ]", output.display()));
     if !windows.keep_shards {
         let _ = std::fs::remove_dir_all(dir.path());
     }

@@ -67,9 +67,8 @@ pub struct Windows {
     /// Each event's count of dropped samples at the current window's start.
     lost_before: Vec<EventLoss>,
     merging: Merging,
-    /// `--keep-shards`, `-q`: for the live merger.
+    /// `--keep-shards`: for the live merger.
     keep_shards: bool,
-    quiet: bool,
     /// Windows closed after the merger died: kept unmerged.
     unmerged: Vec<PathBuf>,
     max_files: Option<usize>,
@@ -104,7 +103,6 @@ impl Windows {
         Ok(Windows {
             merging,
             keep_shards: settings.keep_shards,
-            quiet: settings.quiet,
             current: 0,
             trigger: settings.trigger,
             max_files: settings.max_files,
@@ -143,7 +141,6 @@ impl Windows {
             closed: closed.clone(),
             current: self.current,
             keep_shards: self.keep_shards,
-            quiet: self.quiet,
         })
     }
 
