@@ -110,8 +110,8 @@ impl PerfEvent {
 
     /// Pauses (or resumes) writing into this event's ring, which the
     /// kernel then counts as lost instead: a reader of an overwrite ring
-    /// copies it out meanwhile.
-    pub fn pause_output(&self, paused: bool) -> io::Result<()> {
+    /// copies it out meanwhile (through [`crate::ring::PausedRing`]).
+    pub(crate) fn pause_output(&self, paused: bool) -> io::Result<()> {
         // SAFETY: PAUSE_OUTPUT takes an integer argument; the fd is a perf
         // event we own.
         check(unsafe { sys::ioctls::PAUSE_OUTPUT(self.raw(), u32::from(paused)) })

@@ -44,7 +44,7 @@ pub mod tracefs;
 
 pub use attr::{Attr, Flag, ATTR_SIZE};
 pub use event::{PerfEvent, Target};
-pub use ring::RingBuffer;
+pub use ring::{PausedRing, RingBuffer};
 
 /// The raw constants and structs of `<linux/perf_event.h>`.
 pub use perf_event_open_sys::bindings as abi;

@@ -37,6 +37,65 @@ pub struct Copied {
     head: u64,
 }
 
+/// An overwrite ring with its output paused ([`RingBuffer::pause`]).
+#[must_use = "the ring stays paused until resumed or dropped"]
+pub struct PausedRing<'a> {
+    ring: &'a RingBuffer,
+    owner: &'a PerfEvent,
+    resumed: bool,
+}
+
+impl PausedRing<'_> {
+    /// Appends to `into` the records the ring received since `since`
+    /// (the head at the previous snapshot, 0 at first), oldest first, at
+    /// most a ring's worth (the newest whole records, where it wrapped),
+    /// and returns the head to pass next time. Only a paused ring gives
+    /// one: were the kernel writing, a record could change while it is
+    /// copied.
+    pub fn snapshot(&self, since: u64, into: &mut Vec<u8>) -> u64 {
+        let ring = self.ring;
+        let head = ring.head();
+        let mut records = Vec::new();
+        let (mut at, mut taken) = (head, 0u64);
+        // Backward: from the head up are the newest records first.
+        while at != since {
+            let offset = (at as usize) & (ring.data_size - 1);
+            let size = u64::from(u16::from_ne_bytes(
+                ring.data(offset + 6, 2).try_into().expect("2 bytes"),
+            ));
+            if size < 8 || taken + size > ring.data_size as u64 {
+                break;
+            }
+            records.push((offset, size as usize));
+            at = at.wrapping_add(size);
+            taken += size;
+        }
+        into.reserve(taken as usize);
+        for &(offset, size) in records.iter().rev() {
+            // A record may wrap around the ring's end.
+            let first = size.min(ring.data_size - offset);
+            into.extend_from_slice(ring.data(offset, first));
+            into.extend_from_slice(ring.data(0, size - first));
+        }
+        head
+    }
+
+    /// Lets the kernel write into the ring again.
+    pub fn resume(mut self) -> io::Result<()> {
+        self.resumed = true;
+        self.owner.pause_output(false)
+    }
+}
+
+impl Drop for PausedRing<'_> {
+    /// A snapshot that failed half-way still leaves the ring recording.
+    fn drop(&mut self) {
+        if !self.resumed {
+            let _ = self.owner.pause_output(false);
+        }
+    }
+}
+
 impl RingBuffer {
     /// Maps `data_pages` (a power of two) data pages plus the metadata page.
     ///
@@ -139,41 +198,21 @@ impl RingBuffer {
         }
     }
 
-    /// Appends to `into` the records an overwrite ring received since
-    /// `since` (the head at the previous snapshot, 0 at first), oldest
-    /// first, at most a ring's worth (the newest whole records, where it
-    /// wrapped), and returns the head to pass next time. The kernel must
-    /// not be writing (the event's output paused), or a record could change
-    /// while it is copied.
-    pub fn snapshot(&self, since: u64, into: &mut Vec<u8>) -> u64 {
+    /// Pauses the output of overwrite ring `self`, mapped from `owner`,
+    /// so its records can be copied out whole: until the returned
+    /// [`PausedRing`] is resumed or dropped, the kernel writes nothing
+    /// into it and counts what it drops as lost.
+    pub fn pause<'a>(&'a self, owner: &'a PerfEvent) -> io::Result<PausedRing<'a>> {
         assert!(
             self.overwrite,
             "a snapshot of a ring that is read as it fills"
         );
-        let head = self.head();
-        let mut records = Vec::new();
-        let (mut at, mut taken) = (head, 0u64);
-        // Backward: from the head up are the newest records first.
-        while at != since {
-            let offset = (at as usize) & (self.data_size - 1);
-            let size = u64::from(u16::from_ne_bytes(
-                self.data(offset + 6, 2).try_into().expect("2 bytes"),
-            ));
-            if size < 8 || taken + size > self.data_size as u64 {
-                break;
-            }
-            records.push((offset, size as usize));
-            at = at.wrapping_add(size);
-            taken += size;
-        }
-        into.reserve(taken as usize);
-        for &(offset, size) in records.iter().rev() {
-            // A record may wrap around the ring's end.
-            let first = size.min(self.data_size - offset);
-            into.extend_from_slice(self.data(offset, first));
-            into.extend_from_slice(self.data(0, size - first));
-        }
-        head
+        owner.pause_output(true)?;
+        Ok(PausedRing {
+            ring: self,
+            owner,
+            resumed: false,
+        })
     }
 
     /// Hands the unread bytes `[tail, head)` to `read`, as at most two

@@ -63,10 +63,10 @@ impl<'a> SnapshotWriter<'a> {
     /// shard, with the ring paused meanwhile (the kernel counts what it
     /// drops then, and reports it as LOST).
     fn snapshot(&mut self) -> io::Result<()> {
-        self.owner.pause_output(true)?;
+        let paused = self.ring.pause(self.owner)?;
         self.buf.clear();
-        self.since = self.ring.snapshot(self.since, &mut self.buf);
-        let resumed = self.owner.pause_output(false);
+        self.since = paused.snapshot(self.since, &mut self.buf);
+        let resumed = paused.resume();
         self.stats.peak_fill = self.stats.peak_fill.max(self.buf.len() as u64);
         self.shard.write_all(&self.buf)?;
         self.stats.writes += 1;
