@@ -23,12 +23,16 @@
 //! # Ok(()) }
 //! ```
 
+mod config;
+mod course;
 mod kernel_check;
+mod requests;
 mod shard_writer;
 mod snapshot_writer;
 
+pub use config::{ShardWrites, WriterConfig};
 pub use kernel_check::{check as check_kernel, IoUringUnavailable};
-pub use shard_writer::{ShardWriter, ShardWrites, WriterConfig};
+pub use shard_writer::ShardWriter;
 pub use snapshot_writer::SnapshotWriter;
 
 use shardrec_control::{Served, WriterStats};
