@@ -199,6 +199,24 @@ impl<'a> TextPoke<'a> {
     }
 }
 
+/// A `perf_event_attr` as a recording keeps it (the bytes given to the
+/// kernel, as in perf.data's attrs section): the fields the merge reads.
+#[derive(Clone, Copy, Debug)]
+pub struct AttrBytes<'a>(pub &'a [u8]);
+
+impl AttrBytes<'_> {
+    /// Which fields each sample carries (0 for bytes too short to say).
+    pub fn sample_type(&self) -> u64 {
+        u64_at(self.0, 24).unwrap_or(0)
+    }
+
+    /// Whether MMAP2 records carry build ids instead of device and inode
+    /// (the `build_id` bit, 34, of the flags word at 40).
+    pub fn build_id_mmap(&self) -> bool {
+        u64_at(self.0, 40).is_some_and(|flags| flags & 1 << 34 != 0)
+    }
+}
+
 /// What a `PERF_RECORD_LOST` (records the kernel dropped, after the
 /// event's id) or `PERF_RECORD_LOST_SAMPLES` (samples it dropped) counts;
 /// `None` for other records.

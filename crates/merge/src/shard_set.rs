@@ -44,6 +44,25 @@ impl ShardPaths {
         ShardPaths { cpus, vip, synth }
     }
 
+    /// The shards a live merge follows while they are written: the VIP's
+    /// too, before its first record (its follower reads it as it comes).
+    pub(crate) fn followed(recording: &RecordingDir, meta: &Meta) -> ShardPaths {
+        ShardPaths {
+            vip: Some(recording.vip_path()),
+            ..ShardPaths::of(recording, meta)
+        }
+    }
+
+    /// Each recorded CPU's shard, in `meta.cpus` order.
+    pub(crate) fn cpus(&self) -> impl Iterator<Item = &PathBuf> {
+        self.cpus.iter().map(|(_, path)| path)
+    }
+
+    /// The VIP's side-band shard, where it exists.
+    pub(crate) fn vip(&self) -> Option<&PathBuf> {
+        self.vip.as_ref()
+    }
+
     /// The recorded shards' paths, in [`OpenedShards::recorded`]'s order.
     pub(crate) fn recorded(&self) -> Vec<PathBuf> {
         let cpus = self.cpus.iter().map(|(_, path)| path.clone());

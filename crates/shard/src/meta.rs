@@ -4,6 +4,7 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 use shardrec_format::layouts::Layouts;
+use shardrec_format::views::AttrBytes;
 use shardrec_format::SampleIdLayout;
 
 use shardrec_control::VipStats;
@@ -85,15 +86,14 @@ impl EventMeta {
             .collect()
     }
 
-    /// The attr's `sample_type` (offset 24 of `perf_event_attr`).
+    /// The attr's `sample_type`.
     pub fn sample_type(&self) -> u64 {
-        shardrec_format::u64_at(&self.attr, 24).unwrap_or(0)
+        AttrBytes(&self.attr).sample_type()
     }
 
-    /// Whether the attr asks for build ids in MMAP2 records (`build_id`,
-    /// bit 34 of the flags at offset 40).
+    /// Whether the attr asks for build ids in MMAP2 records.
     pub fn build_id_mmap(&self) -> bool {
-        shardrec_format::u64_at(&self.attr, 40).is_some_and(|flags| flags & 1 << 34 != 0)
+        AttrBytes(&self.attr).build_id_mmap()
     }
 }
 

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use shardrec_control::Command;
 use shardrec_format::header::RecordType;
+use shardrec_format::views::lost_count;
 use shardrec_format::walk::{End, RecordWalker};
 use shardrec_sys::abi;
 use shardrec_sys::{Attr, PerfEvent, RingBuffer, Target};
@@ -71,7 +72,7 @@ fn count(bytes: &[u8]) -> (u64, u64) {
     for record in walker.by_ref() {
         match record.header.type_ {
             RecordType::SAMPLE => samples += 1,
-            RecordType::LOST => lost += shardrec_format::u64_at(record.bytes, 16).unwrap(),
+            RecordType::LOST => lost += lost_count(record.header.type_, record.bytes).unwrap(),
             _ => {}
         }
     }

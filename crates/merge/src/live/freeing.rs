@@ -118,7 +118,8 @@ impl Freeing {
         }
         flush()?;
         crate::data_out::injected_fault(&[Site::MergeCheckpoint])?;
-        let points = rounds.resume_points();
+        let points = rounds.resume_points_by_name();
+        let point = |name: &String| points.get(name).copied().unwrap_or_default();
         let first_sample = rounds
             .followers
             .iter()
@@ -127,8 +128,8 @@ impl Freeing {
             .filter(|&t| t > 0)
             .min();
         let named = |offset: fn(&shardrec_shard::merged_prefix::Resume) -> usize| {
-            let offsets = points.iter().map(move |p| offset(p) as u64);
-            self.names.iter().cloned().zip(offsets).collect()
+            let offset = |name: &String| offset(&point(name)) as u64;
+            self.names.iter().map(|n| (n.clone(), offset(n))).collect()
         };
         let prefix = MergedPrefix {
             data_offset,
@@ -147,7 +148,7 @@ impl Freeing {
         match self.punch_while_recording {
             true => self
                 .puncher
-                .punch_to(points.iter().map(|p| p.start as u64).collect()),
+                .punch_to(self.names.iter().map(|n| point(n).start as u64).collect()),
             false => Ok(()),
         }
     }

@@ -32,6 +32,7 @@ use crate::data_out::{DataOut, RecordWriter};
 use crate::dso::SliceHits;
 use crate::output::{self, Written};
 use crate::report::ResumedTally;
+use crate::shard_set::ShardPaths;
 use crate::{MergeError, MergeOptions, MergeReport};
 use follow::Follower;
 use freeing::Freeing;
@@ -77,12 +78,8 @@ impl<'a> LiveMerge<'a> {
             path: path.clone(),
             source,
         };
-        let paths: Vec<PathBuf> = meta
-            .cpus
-            .iter()
-            .map(|&cpu| recording.shard_path(cpu))
-            .chain([recording.vip_path()])
-            .collect();
+        let shards = ShardPaths::followed(&recording, meta);
+        let paths = shards.recorded();
         let mut resumed = None;
         let (mut sink, freeing) = match output {
             LiveOutput::File(path) => {
@@ -115,7 +112,8 @@ impl<'a> LiveMerge<'a> {
         let (prefix, tally) = resumed
             .map(|(prefix, (_, _, tally))| (prefix, tally))
             .unzip();
-        let rounds = Rounds::new(followers(&paths, prefix.as_ref()), meta.cpus.len());
+        let (cpus, read_to_end) = followers(&shards, prefix.as_ref());
+        let rounds = Rounds::new(cpus, read_to_end);
         let round_bytes = match options.compression_level {
             Some(_) => shardrec_perfdata::compressed::MAX_INPUT as u64,
             None => crate::slices::ROUND_BYTES,
@@ -390,20 +388,19 @@ fn open_stream(
     Ok((Sink::pipe(stream, meta, &features).map_err(fail)?, freeing))
 }
 
-/// Followers of the shards at `paths` (the CPUs' mapped, the VIP's, last,
-/// read into memory), each from where an earlier merger left it, if one
-/// did (`prefix`).
-fn followers(paths: &[PathBuf], prefix: Option<&MergedPrefix>) -> Vec<Follower> {
+/// Followers of the CPUs' shards (mapped) and of those read to their end
+/// each round (the VIP's, read into memory), each from where an earlier
+/// merger left it, if one did (`prefix`).
+fn followers(shards: &ShardPaths, prefix: Option<&MergedPrefix>) -> (Vec<Follower>, Vec<Follower>) {
     let resume = |path: &PathBuf| match prefix {
         Some(prefix) => prefix.resume(&shardrec_shard::scan::file_name(path)),
         None => Default::default(),
     };
-    let (vip, cpus) = paths.split_last().expect("the VIP's shard's path");
-    let cpus = cpus
-        .iter()
-        .map(|path| Follower::open(path).resumed(resume(path)));
-    let vip = Follower::open_copied(vip).resumed(resume(vip));
-    cpus.chain([vip]).collect()
+    let cpus = shards.cpus();
+    let cpus = cpus.map(|path| Follower::open(path).resumed(resume(path)));
+    let vip = shards.vip().into_iter();
+    let vip = vip.map(|path| Follower::open_copied(path).resumed(resume(path)));
+    (cpus.collect(), vip.collect())
 }
 
 /// What an earlier merger of this output wrote, which a restarted one

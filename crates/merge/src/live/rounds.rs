@@ -5,12 +5,13 @@
 //! same records in the same order.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, HashMap};
 use std::io;
 
 use shardrec_control::fault::Site;
 use shardrec_format::layouts::{FieldReader, Layouts};
 use shardrec_shard::merged_prefix::Resume;
+use shardrec_shard::scan::file_name;
 
 use super::follow::Follower;
 use super::watermark::Watermark;
@@ -110,10 +111,12 @@ pub struct Lag {
 }
 
 impl Rounds {
-    /// Follows `followers`, reading those from `to_end` on to their end.
-    pub fn new(followers: Vec<Follower>, to_end: usize) -> Rounds {
+    /// Follows the shards of `cpus`, each read up to what its writer is
+    /// known to have written, and `read_to_end`, read to their end.
+    pub fn new(cpus: Vec<Follower>, read_to_end: Vec<Follower>) -> Rounds {
+        let to_end = cpus.len();
         Rounds {
-            followers,
+            followers: cpus.into_iter().chain(read_to_end).collect(),
             to_end,
             pending: BinaryHeap::new(),
             seq: 0,
@@ -259,10 +262,17 @@ impl Rounds {
         self.cut
     }
 
-    /// Where a merge would resume each shard now: from its first record
-    /// not written, leaving out those before what was read that are earlier
-    /// than [`cut`](Self::cut) (see [`Resume`]).
-    pub fn resume_points(&self) -> Vec<Resume> {
+    /// Where a merge would resume each shard now, by its file name.
+    pub fn resume_points_by_name(&self) -> HashMap<String, Resume> {
+        let names = self.followers.iter().map(|f| file_name(&f.path));
+        names.zip(self.resume_points()).collect()
+    }
+
+    /// Where a merge would resume each shard now (in the followers'
+    /// order): from its first record not written, leaving out those before
+    /// what was read that are earlier than [`cut`](Self::cut) (see
+    /// [`Resume`]).
+    fn resume_points(&self) -> Vec<Resume> {
         let mut points: Vec<Resume> = self
             .followers
             .iter()

@@ -72,7 +72,7 @@ impl Shards {
 
     fn rounds(&self, count: usize) -> Rounds {
         let followers = (0..count).map(|i| Follower::open(&self.path(i))).collect();
-        Rounds::new(followers, count)
+        Rounds::new(followers, Vec::new())
     }
 }
 
