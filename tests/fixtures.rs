@@ -12,6 +12,7 @@ mod common;
 use std::path::Path;
 
 use common::*;
+use shardrec_shard::RecordingDir;
 
 /// Merges `tests/fixtures/NAME` and returns its stderr and the samples
 /// perf script finds in the output.
@@ -54,4 +55,18 @@ fn a_garbled_header_ends_its_shard_and_the_rest_merges() {
         "shardrec: warning: shard cpu000.shard is cut at byte 112: 1016 bytes dropped (record size not a multiple of 8)"
     );
     assert_eq!(samples, 2 + 19);
+}
+
+/// The fixtures' `meta` predates the stop reason's code (it holds only
+/// "workload exited", as shardrec wrote it then): it still reads as that
+/// reason, with the stop's figures beside it.
+#[test]
+fn a_meta_written_before_stop_codes_still_reads() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/torn");
+    let meta = RecordingDir::open(&dir)
+        .read_meta()
+        .expect("the fixture's meta");
+    let stats = meta.stats.expect("the stop's figures");
+    assert_eq!(stats.stopped_by, shardrec_shard::StopReason::WorkloadExited);
+    assert_eq!(stats.cpus.len(), 2);
 }

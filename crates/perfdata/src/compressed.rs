@@ -146,6 +146,7 @@ impl Totals {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use shardrec_format::header::{RecordHeader, RecordType};
 
     #[test]
     fn records_come_back_whole_from_one_stream() {
@@ -163,8 +164,9 @@ mod tests {
         let mut stream = Vec::new();
         let mut at = 0;
         while at < out.len() {
-            assert_eq!(u32::from_ne_bytes(out[at..at + 4].try_into().unwrap()), 81);
-            let size = u16::from_ne_bytes(out[at + 6..at + 8].try_into().unwrap()) as usize;
+            let header = RecordHeader::parse(&out[at..]).unwrap();
+            assert_eq!(header.type_, RecordType::COMPRESSED);
+            let size = usize::from(header.size);
             stream.extend_from_slice(&out[at + 8..at + size]);
             at += size;
         }

@@ -293,6 +293,7 @@ fn is_clock(attr: &[u8]) -> bool {
 mod tests {
     use super::*;
     use crate::feature::FeatureBuf;
+    use shardrec_format::views::tracing_data_len;
 
     fn hex(text: &str) -> Vec<u8> {
         (0..text.len())
@@ -346,7 +347,7 @@ mod tests {
             let size = usize::from(header.size);
             let mut len = size;
             if header.type_ == RecordType::TRACING_DATA {
-                len += u32::from_ne_bytes(stream[at + 8..at + 12].try_into().unwrap()) as usize;
+                len += tracing_data_len(&stream[at..]).unwrap() as usize;
             }
             out.push((header.type_.0, size, &stream[at..at + len]));
             at += len;

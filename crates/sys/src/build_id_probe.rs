@@ -16,6 +16,7 @@ use std::os::fd::AsRawFd;
 
 use crate::abi;
 use crate::{Attr, Flag, PerfEvent, RingBuffer, Target};
+use shardrec_format::header::{RecordHeader, RecordType};
 
 /// What the kernel does with `attr.build_id`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -101,16 +102,13 @@ fn map_own_binary() -> io::Result<()> {
 fn mmap2_miscs(bytes: &[u8]) -> impl Iterator<Item = u16> + '_ {
     let mut at = 0;
     std::iter::from_fn(move || loop {
-        let header = bytes.get(at..at + 8)?;
-        let type_ = u32::from_ne_bytes(header[..4].try_into().expect("4 bytes"));
-        let misc = u16::from_ne_bytes(header[4..6].try_into().expect("2 bytes"));
-        let size = u16::from_ne_bytes(header[6..8].try_into().expect("2 bytes"));
-        if size < 8 {
+        let header = RecordHeader::parse(bytes.get(at..)?)?;
+        if header.size < 8 {
             return None;
         }
-        at += size as usize;
-        if type_ == abi::PERF_RECORD_MMAP2 {
-            return Some(misc);
+        at += usize::from(header.size);
+        if header.type_ == RecordType::MMAP2 {
+            return Some(header.misc);
         }
     })
 }

@@ -16,6 +16,8 @@ use std::os::fd::{AsFd, AsRawFd};
 
 use memmap2::{MmapOptions, MmapRaw};
 
+use shardrec_format::header::{RecordHeader, HEADER_SIZE};
+
 use crate::abi::perf_event_mmap_page;
 use crate::PerfEvent;
 
@@ -60,9 +62,9 @@ impl PausedRing<'_> {
         // Backward: from the head up are the newest records first.
         while at != since {
             let offset = (at as usize) & (ring.data_size - 1);
-            let size = u64::from(u16::from_ne_bytes(
-                ring.data(offset + 6, 2).try_into().expect("2 bytes"),
-            ));
+            // A header never wraps: records are 8-byte aligned.
+            let header = RecordHeader::parse(ring.data(offset, HEADER_SIZE));
+            let size = header.map_or(0, |h| u64::from(h.size));
             if size < 8 || taken + size > ring.data_size as u64 {
                 break;
             }
