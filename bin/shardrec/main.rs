@@ -2,6 +2,7 @@
 //! line and an exit code.
 
 mod flags;
+mod generate;
 mod messages;
 
 use std::path::Path;
@@ -19,6 +20,11 @@ enum Error {
     Record(#[from] RecordError),
     #[error(transparent)]
     Merge(#[from] MergeError),
+    #[error("cannot write {what}")]
+    Generate {
+        what: String,
+        source: std::io::Error,
+    },
     #[error("cannot archive the build ids of {}", .path.display())]
     Archive {
         path: std::path::PathBuf,
@@ -53,10 +59,14 @@ fn main() -> ExitCode {
         Action::Record(args) => record(*args, &command_line),
         Action::Merge(args) => merge(&args),
         Action::Archive(args) => archive(&args),
+        Action::Generate(args) => generate(&args),
     };
     match result {
         Ok(code) => code,
         Err(Error::Merge(error)) if shardrec_record::reader_left(&error) => {
+            shardrec_record::die_of_sigpipe()
+        }
+        Err(Error::Generate { source, .. }) if source.kind() == std::io::ErrorKind::BrokenPipe => {
             shardrec_record::die_of_sigpipe()
         }
         Err(error) => {
@@ -179,4 +189,15 @@ fn window_line(window: &shardrec_merge::window::WindowReport) -> String {
         line += &format!("; without an index, walked whole: CPU {}", cpus.join(", "));
     }
     line
+}
+
+/// Writes the man pages or a shell's completions.
+fn generate(args: &flags::GenerateArgs) -> Result<ExitCode, Error> {
+    let what = match &args.dir {
+        Some(dir) => format!("the man pages into {}", dir.display()),
+        None => "the completions to standard output".to_string(),
+    };
+    generate::generate(args.what, args.dir.as_deref())
+        .map(|()| ExitCode::SUCCESS)
+        .map_err(|source| Error::Generate { what, source })
 }

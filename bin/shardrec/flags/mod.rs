@@ -12,7 +12,7 @@ pub use record::RecordArgs;
 use std::path::PathBuf;
 
 use clap::error::{ContextKind, ErrorKind};
-use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
+use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
 /// A perf record for many-CPU hosts.
 #[derive(Parser)]
@@ -25,11 +25,38 @@ pub struct Cli {
 #[derive(Subcommand)]
 pub enum Action {
     /// Run a command and record its profile, or record the whole system.
+    ///
+    /// Takes perf record's options, event syntax and defaults, and writes the perf.data that perf report, perf script, hotspot and samply read as perf record's own (or perf's pipe format, with -o -). Unlike perf record, one writer process per CPU streams that CPU's ring into its own shard (FILE.shards/) with io_uring, a live merger makes the shards one perf.data while the recording goes on, and a process of its own captures each BPF program the moment it is loaded. perf record's options that shardrec does not take yet are refused before anything runs; those its design makes moot are accepted with a one-line note.
+    ///
+    /// Exit status: the command's own (as perf), 0 for a recording without one, 1 when it was cut (a full disk: what was written merges), 2 for a usage error, 255 for any other failure (one line on stderr says which).
     Record(Box<RecordArgs>),
     /// Merge a recording's shards (DIR, e.g. perf.data.shards) into one perf.data.
     Merge(MergeArgs),
     /// As perf archive: FILE.tar.bz2 with the build-id cache's files of FILE's build ids, to unpack into ~/.debug where the profile is read.
     Archive(ArchiveArgs),
+    /// Writes the man pages into DIR, or a shell's completions to standard output (packaging/build-deb installs them).
+    #[command(hide = true)]
+    Generate(GenerateArgs),
+}
+
+#[derive(Args)]
+pub struct GenerateArgs {
+    /// What to write.
+    #[arg(value_enum)]
+    pub what: Generated,
+    /// Where the man pages go.
+    #[arg(value_name = "DIR", required_if_eq("what", "man"))]
+    pub dir: Option<PathBuf>,
+}
+
+/// What `shardrec generate` writes.
+#[derive(Clone, Copy, ValueEnum)]
+pub enum Generated {
+    /// shardrec.1, shardrec-record.1, shardrec-merge.1, shardrec-archive.1
+    Man,
+    Bash,
+    Zsh,
+    Fish,
 }
 
 #[derive(Args)]
@@ -96,11 +123,7 @@ pub enum Parsed {
 /// known (those shardrec leaves to perf are refused or noted, never taken
 /// for the command); an unknown option is a usage error naming it.
 pub fn parse(args: impl IntoIterator<Item = String>) -> Parsed {
-    let record = |c: clap::Command| c.args(perf_only::OPTIONS.iter().map(|o| o.arg()));
-    let matches = match Cli::command()
-        .mut_subcommand("record", record)
-        .try_get_matches_from(args)
-    {
+    let matches = match command().try_get_matches_from(args) {
         Ok(matches) => matches,
         Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => {
             return Parsed::Print(e)
@@ -127,6 +150,13 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Parsed {
         }
         Err(e) => Parsed::Refused(one_line(&e)),
     }
+}
+
+/// The whole command line: shardrec's options, and the rest of perf
+/// record's, each refused or noted.
+pub fn command() -> clap::Command {
+    let record = |c: clap::Command| c.args(perf_only::OPTIONS.iter().map(|o| o.arg()));
+    Cli::command().mut_subcommand("record", record)
 }
 
 /// For each `id` option given, how many `-e` came before it.
@@ -187,6 +217,7 @@ fn one_line(error: &clap::Error) -> String {
         (ErrorKind::UnknownArgument, Some(arg)) => {
             format!("unknown option '{arg}' (shardrec record -h lists them)")
         }
+        (ErrorKind::MissingRequiredArgument, Some(arg)) => format!("{arg} is required"),
         _ => {
             let text = error.to_string();
             let first = text.lines().next().unwrap_or_default();
