@@ -62,9 +62,9 @@ fn record_both(scratch: &Scratch, args: &[&str]) -> (PathBuf, PathBuf) {
 }
 
 /// Each sample of `comm` as its frames' symbols, leaf first (`perf script`).
-fn callchains(file: &Path, comm: &str, who: &str) -> Vec<Vec<String>> {
-    let script = perf(&["script", "-F", "comm,ip,sym,dso", "--no-inline"], file);
-    assert_no_complaint(&script, &format!("perf script of {who}'s file"));
+fn callchains(perf: &Perf, file: &Path, comm: &str, who: &str) -> Vec<Vec<String>> {
+    let script = perf.run(&["script", "-F", "comm,ip,sym,dso", "--no-inline"], file);
+    assert_no_complaint(&script, &format!("{} script of {who}'s file", perf.name));
     String::from_utf8_lossy(&script.stdout)
         .split("\n\n")
         .filter_map(|sample| {
@@ -110,8 +110,15 @@ fn dwarf_chains_reach_start_as_in_perfs_own_recording() {
     // and a loss is not what this test is about.
     let options = ["--call-graph", "dwarf", "-e", "cpu-clock", "-F", "1000"];
     let (perfs, ours) = record_deep(&scratch, &options, "2");
-    for (file, who) in [(&perfs, "perf record"), (&ours, "shardrec")] {
-        let chains = callchains(file, "deep", who);
+    let readers = common::perfs();
+    let files = [(&perfs, "perf record"), (&ours, "shardrec")];
+    for (reader, (file, who)) in readers.iter().flat_map(|r| files.map(|f| (r, f))) {
+        let who = &format!("{who}'s file read by {}", reader.name);
+        let report = reader.run(&["report", "--stdio", "--no-children"], file);
+        assert_no_complaint(&report, &format!("report of {who}"));
+        let report = String::from_utf8_lossy(&report.stdout);
+        assert!(report.contains("leaf_a"), "{who}: no leaf_a in\n{report}");
+        let chains = callchains(reader, file, "deep", who);
         let (user, reached) = reaching_start(&chains);
         assert!(user > 1000, "{who}: only {user} user samples");
         let lost: Vec<_> = chains
@@ -138,9 +145,9 @@ fn dwarf_chains_reach_start_as_in_perfs_own_recording() {
 }
 
 /// The lines of `perf report --header-only -I`.
-fn header_lines(file: &Path) -> Vec<String> {
-    let header = perf(&["report", "--header-only", "-I"], file);
-    assert_no_complaint(&header, "perf report --header-only");
+fn header_lines(perf: &Perf, file: &Path) -> Vec<String> {
+    let header = perf.run(&["report", "--header-only", "-I"], file);
+    assert_no_complaint(&header, &format!("{} report --header-only", perf.name));
     String::from_utf8_lossy(&header.stdout)
         .lines()
         .map(str::to_string)
@@ -205,7 +212,16 @@ fn the_header_and_first_records_are_perfs_but_for_listed_lines() {
         return;
     };
     let (perfs, ours_file) = record_deep(&scratch, &["-g", "-e", "cpu-clock"], "0.3");
-    let (theirs, ours) = (header_lines(&perfs), header_lines(&ours_file));
+    for reader in common::perfs() {
+        headers_agree(&reader, &perfs, &ours_file);
+    }
+}
+
+/// What `reader` shows of the two files' headers and first records is
+/// the same, but for the lines listed and what shardrec does on purpose.
+fn headers_agree(reader: &Perf, perfs: &Path, ours_file: &Path) {
+    let name = reader.name;
+    let (theirs, ours) = (header_lines(reader, perfs), header_lines(reader, ours_file));
     let differs = |line: &String, other: &[String]| !other.contains(line);
     let listed = |line: &str| MAY_DIFFER.iter().any(|(start, _)| line.starts_with(start));
     for line in theirs.iter().filter(|l| differs(l, &ours)) {
@@ -214,17 +230,17 @@ fn the_header_and_first_records_are_perfs_but_for_listed_lines() {
                 .iter()
                 .find(|l| l.starts_with("# event : name = cpu-clock"))
                 .expect("shardrec's header has the cpu-clock event");
-            assert_eq!(event_essentials(ours), event_essentials(line));
+            assert_eq!(event_essentials(ours), event_essentials(line), "{name}");
             continue;
         }
-        assert!(listed(line), "only perf's header has {line:?}");
+        assert!(listed(line), "{name}: only perf's header has {line:?}");
     }
     for line in ours.iter().filter(|l| differs(l, &theirs)) {
         // The VIP's side-band event.
         let side_band = line.starts_with("# event : name = dummy,") && line.contains("bpf_event");
         assert!(
             listed(line) || side_band || line.starts_with("# event : name = cpu-clock"),
-            "only shardrec's header has {line:?}"
+            "{name}: only shardrec's header has {line:?}"
         );
     }
     // The same features, the same missing ones.
@@ -234,24 +250,24 @@ fn the_header_and_first_records_are_perfs_but_for_listed_lines() {
             .find(|l| l.starts_with("# missing features"))
             .cloned()
     };
-    assert_eq!(missing(&ours), missing(&theirs));
+    assert_eq!(missing(&ours), missing(&theirs), "{name}");
     // Where the content is the host's and not the recording's, the bytes
     // are perf's: hostname, osrelease, arch, nrcpus, cpudesc, cpuid,
     // total_mem, cpu_topology, pmu_mappings, cache, mem_topology, the
     // empty bpf_prog_info and bpf_btf, pmu_caps.
     for bit in [3, 4, 6, 7, 8, 9, 10, 13, 16, 20, 22, 25, 26, 31] {
         assert_eq!(
-            feature_section(&ours_file, bit),
-            feature_section(&perfs, bit),
+            feature_section(ours_file, bit),
+            feature_section(perfs, bit),
             "feature {bit}"
         );
     }
     // The records perf writes at the start, and its kernel map.
     let stats = |file: &Path| {
-        let stats = perf(&["report", "--stats"], file);
+        let stats = reader.run(&["report", "--stats"], file);
         String::from_utf8_lossy(&stats.stdout).into_owned()
     };
-    let (their_stats, our_stats) = (stats(&perfs), stats(&ours_file));
+    let (their_stats, our_stats) = (stats(perfs), stats(ours_file));
     for kind in ["ID_INDEX", "THREAD_MAP", "CPU_MAP", "FINISHED_INIT"] {
         let count = |stats: &str| {
             let line = stats.lines().find(|l| l.trim_start().starts_with(kind));
@@ -260,18 +276,19 @@ fn the_header_and_first_records_are_perfs_but_for_listed_lines() {
         assert_eq!(
             count(&their_stats).as_deref(),
             Some("1"),
-            "{kind}: {their_stats}"
+            "{name}, {kind}: {their_stats}"
         );
-        assert_eq!(count(&our_stats), count(&their_stats), "{kind} records");
+        let kind_records = format!("{name}: {kind} records");
+        assert_eq!(count(&our_stats), count(&their_stats), "{kind_records}");
     }
     let kernel_map = |file: &Path| {
-        let dump = perf(&["report", "-D"], file);
+        let dump = reader.run(&["report", "-D"], file);
         String::from_utf8_lossy(&dump.stdout)
             .lines()
             .find_map(|l| Some(l.split_once("PERF_RECORD_MMAP -1/0: ")?.1.to_string()))
     };
-    assert!(kernel_map(&perfs).is_some());
-    assert_eq!(kernel_map(&ours_file), kernel_map(&perfs));
+    assert!(kernel_map(perfs).is_some(), "{name}");
+    assert_eq!(kernel_map(ours_file), kernel_map(perfs), "{name}");
 }
 
 /// Where Debian's hotspot package puts its parser.
@@ -285,22 +302,28 @@ fn build_ids_are_perfs_vdso_included() {
     let program = build_program(&scratch, "clock_loop");
     let args = ["-e", "cpu-clock", "--", program.to_str().unwrap()];
     let (perfs, ours) = record_both(&scratch, &args);
-    let list = |file: &Path| {
-        let output = perf(&["buildid-list"], file);
-        String::from_utf8_lossy(&output.stdout)
-            .lines()
-            .map(str::to_string)
-            .collect::<Vec<_>>()
-    };
-    let ours = list(&ours);
-    // Whether a sample fell in the kernel is chance; the rest is not.
-    for line in list(&perfs)
-        .iter()
-        .filter(|l| !l.ends_with("[kernel.kallsyms]"))
-    {
-        assert!(ours.contains(line), "{line:?} is not in {ours:?}");
+    for reader in common::perfs() {
+        let list = |file: &Path| {
+            let output = reader.run(&["buildid-list"], file);
+            String::from_utf8_lossy(&output.stdout)
+                .lines()
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        };
+        let name = reader.name;
+        let ours = list(&ours);
+        // Whether a sample fell in the kernel is chance; the rest is not.
+        for line in list(&perfs)
+            .iter()
+            .filter(|l| !l.ends_with("[kernel.kallsyms]"))
+        {
+            assert!(ours.contains(line), "{name}: {line:?} is not in {ours:?}");
+        }
+        assert!(
+            ours.iter().any(|l| l.ends_with(" [vdso]")),
+            "{name}: {ours:?}"
+        );
     }
-    assert!(ours.iter().any(|l| l.ends_with(" [vdso]")), "{ours:?}");
 }
 
 /// hotspot's parser's statistics: (rounds, largest reorder buffer).

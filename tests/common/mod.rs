@@ -223,19 +223,67 @@ pub fn read_shard(path: &Path, layouts: &HashMap<u64, SampleIdLayout>) -> Vec<Re
 /// Runs Debian's perf on a file; `--force` because the test files belong to
 /// root while perf checks ownership.
 pub fn perf(args: &[&str], file: &Path) -> Output {
-    let output = Command::new("perf")
-        .args(args)
-        .arg("-i")
-        .arg(file)
-        .arg("--force")
-        .output()
-        .expect("perf (linux-perf) is installed");
-    assert!(
-        output.status.success(),
-        "perf {args:?} failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    output
+    Perf::debian().run(args, file)
+}
+
+/// A perf that reads what the tests record.
+pub struct Perf {
+    pub path: PathBuf,
+    /// What the tests' messages call it.
+    pub name: &'static str,
+}
+
+impl Perf {
+    /// Debian's perf (6.1 on Debian 12), on the PATH.
+    pub fn debian() -> Perf {
+        Perf {
+            path: PathBuf::from("perf"),
+            name: "perf",
+        }
+    }
+
+    /// perf 6.12 from bookworm-backports, where `.ci/setup` unpacks it.
+    pub fn backports() -> Perf {
+        let env = |name: &str| std::env::var_os(name).map(PathBuf::from);
+        let cache = env("XDG_CACHE_HOME").or_else(|| Some(env("HOME")?.join(".cache")));
+        Perf {
+            path: cache
+                .expect("HOME or XDG_CACHE_HOME")
+                .join("shardrec-tools/perf-6.12/bin/perf"),
+            name: "perf 6.12",
+        }
+    }
+
+    /// `perf ARGS -i FILE --force`, which must succeed.
+    pub fn run(&self, args: &[&str], file: &Path) -> Output {
+        let output = Command::new(&self.path)
+            .args(args)
+            .arg("-i")
+            .arg(file)
+            .arg("--force")
+            .output()
+            .expect("perf (linux-perf) is installed");
+        assert!(
+            output.status.success(),
+            "{} {args:?} failed: {}",
+            self.name,
+            String::from_utf8_lossy(&output.stderr)
+        );
+        output
+    }
+}
+
+/// The perfs the reader tests read every recording with: Debian's, and
+/// the newer one users of newer systems read shardrec's files with
+/// (required under CI, as a skipped reader would pass silently).
+pub fn perfs() -> Vec<Perf> {
+    let newer = Perf::backports();
+    let found = newer.path.is_file();
+    let what = "perf 6.12 unpacked by .ci/setup";
+    match shardrec_testkit::require(found, what) {
+        true => vec![Perf::debian(), newer],
+        false => vec![Perf::debian()],
+    }
 }
 
 /// `perf report` by symbol, each with its callers (`-g caller`): where the
