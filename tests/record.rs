@@ -540,3 +540,38 @@ fn writers_of_quiet_rings_do_not_wake() {
         );
     }
 }
+
+/// perf changes an event the kernel refuses (cycles without a PMU becomes
+/// cpu-clock) and says so only with -v; shardrec's summary always does,
+/// and only when it happened: the event perf.data names decides which.
+#[test]
+fn the_summary_says_when_an_event_was_recorded_otherwise_than_asked() {
+    let Some((_serial, scratch)) = recording_test("changed-event") else {
+        return;
+    };
+    let mut command = shardrec();
+    command
+        .args(["record", "-e", "cycles", "-o"])
+        .arg(scratch.output())
+        .args(["--", load(), "spin", "0.1"]);
+    let recorded = run(command);
+    let stderr = String::from_utf8_lossy(&recorded.stderr);
+    assert!(recorded.status.success(), "{stderr}");
+    let evlist = perf(&["evlist"], &scratch.output());
+    let evlist = String::from_utf8_lossy(&evlist.stdout);
+    let name = evlist.lines().next().expect("an event").trim();
+    let said: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("recorded as"))
+        .collect();
+    match name.starts_with("cpu-clock") {
+        true => assert_eq!(
+            said,
+            [format!(
+                "  event cycles recorded as {name}: no hardware PMU here, so cpu-clock, as perf falls back"
+            )],
+            "{stderr}"
+        ),
+        false => assert!(said.is_empty(), "{name}: {stderr}"),
+    }
+}

@@ -70,4 +70,4 @@ pub use open::SideBandUnavailable;
 pub use pipe_mode::{die_of_sigpipe, reader_left};
 pub use pipeline::{record, Exit};
 pub use reporter::Reporter;
-pub use summary::{CpuReport, RecordReport};
+pub use summary::{ChangedEvent, CpuReport, RecordReport};

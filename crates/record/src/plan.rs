@@ -72,6 +72,19 @@ pub struct Plan {
 const FIXED_FDS: u64 = 64;
 
 impl Plan {
+    /// The events the kernel's refusals changed from what was asked.
+    pub fn changed_events(&self) -> Vec<crate::ChangedEvent> {
+        let changed = self.events.iter().filter_map(|event| {
+            let (asked, why) = event.changed.as_ref()?;
+            Some(crate::ChangedEvent {
+                asked: asked.clone(),
+                recorded: event.name.clone(),
+                why: why.clone(),
+            })
+        });
+        changed.collect()
+    }
+
     /// Perf events the coordinator opens: every event on every CPU for every
     /// followed thread, plus a side-band event per CPU.
     pub fn event_count(&self) -> u64 {

@@ -23,6 +23,18 @@ pub struct CpuReport {
     pub given_up: bool,
 }
 
+/// An event recorded otherwise than asked, as perf's fallbacks change it
+/// (perf says so only with `-v`; the summary always does).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChangedEvent {
+    /// The name asked for (or the default event's).
+    pub asked: String,
+    /// The name it was recorded as, in perf.data.
+    pub recorded: String,
+    /// Why, each change in the order made.
+    pub why: Vec<&'static str>,
+}
+
 /// The outcome of a recording.
 #[derive(Debug)]
 pub struct RecordReport {
@@ -34,6 +46,8 @@ pub struct RecordReport {
     pub elapsed: Duration,
     /// Why it stopped.
     pub stopped_by: shardrec_shard::StopReason,
+    /// The events recorded otherwise than asked.
+    pub changed_events: Vec<ChangedEvent>,
     /// The workload's exit code (0 without a workload).
     pub exit_code: i32,
     /// What the VIP saw of BPF programs, when it ran.
@@ -74,6 +88,14 @@ impl fmt::Display for RecordReport {
             secs,
             self.stopped_by
         )?;
+        for event in &self.changed_events {
+            let why = event.why.join("; ");
+            writeln!(
+                f,
+                "  event {} recorded as {}: {why}",
+                event.asked, event.recorded
+            )?;
+        }
         writeln!(
             f,
             "  {:>4} {:>12} {:>9} {:>10} {:>8}",

@@ -128,6 +128,7 @@ impl Recording<'_> {
             cpus,
             elapsed,
             stopped_by,
+            changed_events: self.plan.changed_events(),
             exit_code: self.workload_code.unwrap_or(0),
             bpf: stats.and_then(|s| s.bpf),
             filters: stats.map(|s| s.filters.clone()).unwrap_or_default(),

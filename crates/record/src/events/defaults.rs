@@ -44,6 +44,7 @@ impl EventSpec {
     /// user space only, renamed as perf renames it (`cpu-clock:u`; a name
     /// that already has a `:` or `/` just gets `u`).
     pub fn fall_back_to_user_space(&mut self) {
+        self.changing("perf_event_paranoid keeps the kernel out, so user space only, as in perf");
         self.modifiers.exclude_kernel = true;
         self.modifiers.exclude_hv = true;
         let separator = if self.name.contains([':', '/']) {
@@ -63,6 +64,7 @@ impl EventSpec {
         let cycles = self.type_ == abi::PERF_TYPE_HARDWARE
             && self.config() == abi::PERF_COUNT_HW_CPU_CYCLES as u64;
         if cycles {
+            self.changing("no hardware PMU here, so cpu-clock, as perf falls back");
             self.type_ = abi::PERF_TYPE_SOFTWARE;
             self.configs.config = abi::PERF_COUNT_SW_CPU_CLOCK as u64;
             self.name = format!("cpu-clock{}", modifiers::suffix_of(attr));

@@ -70,6 +70,9 @@ pub struct EventSpec {
     tracepoint: Option<(String, String)>,
     /// perf's tracking dummy, which the recorder adds itself.
     tracking: bool,
+    /// What the kernel's refusals made of it, as perf's fallbacks do:
+    /// the name asked for, and why each change (none: recorded as asked).
+    pub changed: Option<(String, Vec<&'static str>)>,
 }
 
 impl EventSpec {
@@ -90,7 +93,14 @@ impl EventSpec {
             cgroup: None,
             tracepoint: None,
             tracking: false,
+            changed: None,
         }
+    }
+
+    /// Notes that the event is changed from what was asked, and why.
+    fn changing(&mut self, why: &'static str) {
+        let name = self.name.clone();
+        self.changed.get_or_insert((name, Vec::new())).1.push(why);
     }
 
     /// perf's tracking event for system-wide recordings: a dummy that
