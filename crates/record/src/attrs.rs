@@ -1,6 +1,6 @@
 //! The `perf_event_attr` of each event, built as perf record builds it
 //! (`evsel__config`) so that a perf user gets the events they know, with
-//! the few differences shardrec's design needs (each listed in the README
+//! the few differences shardrec's design needs (each listed in docs/record-options.md
 //! and in the attr parity test): every sample carries IDENTIFIER, CPU and
 //! TIME; rings wake their writer at a watermark; KSYMBOL and BPF_EVENT
 //! come from the VIP's side-band event.
