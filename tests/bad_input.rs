@@ -478,8 +478,16 @@ fn perf_options_are_options_not_the_command() {
         ("-x", "unknown option '-x'"),
         ("--bogus", "unknown option '--bogus'"),
         (
-            "--tail-synthesize",
-            "perf record's --tail-synthesize is not supported by shardrec yet",
+            "--aux-sample",
+            "perf record's --aux-sample is not supported by shardrec yet",
+        ),
+        (
+            "--synth=tasks",
+            "--synth tasks: 'tasks' is not one of no, all, task, mmap, cgroup",
+        ),
+        (
+            "--proc-map-timeout=soon",
+            "--proc-map-timeout soon: not a number of milliseconds",
         ),
         ("-z=99", "-z: compression level '99' must be in [1, 22]"),
         (
@@ -501,16 +509,13 @@ fn perf_options_are_options_not_the_command() {
         &[&["-u", "no-such-user-here"][..], &touch].concat(),
     );
     assert_refused(&output, &scratch, "-u: invalid user 'no-such-user-here'");
-    // A value that is not a path is still the option's
-    // (--proc-map-timeout takes one), not the command.
-    let output = run(
-        &scratch,
-        &[&["--proc-map-timeout", "3"][..], &touch].concat(),
-    );
+    // A value that is not a path is still the option's (--vmlinux takes
+    // one), not the command.
+    let output = run(&scratch, &[&["--vmlinux", "3"][..], &touch].concat());
     assert_refused(
         &output,
         &scratch,
-        "--proc-map-timeout is not supported by shardrec yet",
+        "--vmlinux is not supported by shardrec yet",
     );
     if !require_root() {
         return;

@@ -575,3 +575,45 @@ fn the_summary_says_when_an_event_was_recorded_otherwise_than_asked() {
         false => assert!(said.is_empty(), "{name}: {stderr}"),
     }
 }
+
+/// perf's --timestamp-boundary asks for the first and last samples' times
+/// in the header; shardrec always writes them (with -B too, where perf
+/// 6.1 writes zeros), so the option is accepted with a note.
+#[test]
+fn the_timestamp_boundary_is_always_recorded() {
+    let Some((_serial, scratch)) = recording_test("timestamp-boundary") else {
+        return;
+    };
+    let mut command = shardrec();
+    command
+        .args([
+            "record",
+            "-B",
+            "--timestamp-boundary",
+            "-e",
+            "cpu-clock",
+            "-o",
+        ])
+        .arg(scratch.output())
+        .args(["--", load(), "spin", "0.2"]);
+    let recorded = run(command);
+    let stderr = String::from_utf8_lossy(&recorded.stderr);
+    assert!(recorded.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("--timestamp-boundary is not needed: shardrec always records"),
+        "{stderr}"
+    );
+    let header = perf(&["report", "--header-only"], &scratch.output());
+    let header = String::from_utf8_lossy(&header.stdout);
+    let duration = header
+        .lines()
+        .find_map(|l| l.strip_prefix("# sample duration :"))
+        .expect("a sample duration line");
+    let ms: f64 = duration
+        .trim()
+        .trim_end_matches(" ms")
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(ms > 100.0, "sample duration {ms} ms for 0.2 s of samples");
+}

@@ -6,6 +6,7 @@
 mod perf_only;
 mod record;
 mod samples;
+mod synthesis;
 
 pub use record::RecordArgs;
 

@@ -58,6 +58,8 @@ const fn opt(
 
 const IO_URING: &str = "shardrec's writers already stream each ring with io_uring";
 const PER_CPU: &str = "shardrec already runs one writer process per CPU, pinned to it";
+const NO_SCRIPTLETS: &str =
+    "BPF scriptlets (-e prog.c), which newer perfs dropped, are not events in shardrec (its --filter compiles its own BPF)";
 const ALWAYS: &str =
     "shardrec's samples always carry their time and CPU (the merge orders by them)";
 
@@ -71,21 +73,18 @@ pub const OPTIONS: &[PerfOption] = &[
     opt(None, "affinity", Required("node|cpu"), "Set affinity mask of trace reading thread", Moot(PER_CPU)),
     opt(None, "aio", Optional("n"), "Use <n> control blocks in asynchronous trace writing mode", Moot(IO_URING)),
     opt(None, "aux-sample", Optional("opts"), "sample AUX area", Later),
-    opt(None, "clang-opt", Required("clang options"), "options passed to clang when compiling BPF scriptlets", Later),
-    opt(None, "clang-path", Required("clang path"), "clang binary to use for compiling BPF scriptlets", Later),
+    opt(None, "clang-opt", Required("clang options"), "options passed to clang when compiling BPF scriptlets", Moot(NO_SCRIPTLETS)),
+    opt(None, "clang-path", Required("clang path"), "clang binary to use for compiling BPF scriptlets", Moot(NO_SCRIPTLETS)),
     opt(None, "debuginfod", Optional("debuginfod urls"), "Enable debuginfod data retrieval", Later),
     opt(None, "exclude-perf", Flag, "don't record events from perf itself", Moot("shardrec never records its own processes")),
     opt(None, "mmap-flush", Required("number"), "Minimal number of bytes that is extracted from mmap data pages", Moot("shardrec's writers wake at a quarter ring and write whatever is there")),
     opt(None, "no-buffering", Flag, "collect data without buffering", Moot("shardrec writes a ring's data below the watermark within 1.25 s")),
     opt(None, "num-thread-synthesize", Required("n"), "number of threads to run for event synthesis", Moot("shardrec picks the synthesis threads from the CPUs and processes")),
     opt(None, "off-cpu", Flag, "Enable off-cpu analysis", Later),
-    opt(None, "proc-map-timeout", Required("n"), "per thread proc mmap processing timeout in ms", Later),
     opt(None, "sample-cpu", Flag, "Record the sample cpu", Moot(ALWAYS)),
     opt(None, "sample-identifier", Flag, "Record the sample identifier", Moot("shardrec's samples always carry their identifier")),
     opt(None, "switch-output-event", Required("switch output event"), "switch output event selector", Later),
-    opt(None, "synth", Required("no|all|task|mmap|cgroup"), "Fine-tune event synthesis: default=all", Later),
-    opt(None, "tail-synthesize", Flag, "synthesize non-sample events at the end of output", Later),
-    opt(None, "timestamp-boundary", Flag, "Record timestamp boundary (time of first/last samples)", Later),
+    opt(None, "timestamp-boundary", Flag, "Record timestamp boundary (time of first/last samples)", Moot("shardrec always records the times of the first and last samples, even with -B (the merge reads every sample's time)")),
     opt(None, "vmlinux", Required("file"), "vmlinux pathname", Later),
 ];
 

@@ -8,6 +8,7 @@ use clap::Args;
 use shardrec_record::{options, AddressSpace, CallGraph, CgroupArg, RecordConfig, Sampling};
 
 use super::samples::SampleArgs;
+use super::synthesis::SynthesisArgs;
 
 #[derive(Args)]
 pub struct RecordArgs {
@@ -21,6 +22,8 @@ pub struct RecordArgs {
     sample: SampleArgs,
     #[command(flatten)]
     pub output: OutputArgs,
+    #[command(flatten)]
+    synthesis: SynthesisArgs,
     #[command(flatten)]
     pub run: RunArgs,
     /// The command to run and record: the first word that is not an option
@@ -375,6 +378,7 @@ impl RecordArgs {
             clockid: parsed(&sampling.clockid, options::parse_clockid)?,
             no_bpf_event: sampling.no_bpf_event,
             sample: self.sample.into_options()?,
+            synthesis: self.synthesis.synthesis()?,
             ring_pages: output
                 .mmap_pages
                 .as_deref()

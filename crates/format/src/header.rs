@@ -149,6 +149,10 @@ pub const MISC_MMAP_DATA: u16 = 1 << 13;
 /// (size, reserved bytes, 20 bytes of id) where the device, inode and
 /// generation would be (`attr.build_id`, Linux 5.12).
 pub const MISC_MMAP_BUILD_ID: u16 = 1 << 14;
+/// `PERF_RECORD_MISC_PROC_MAP_PARSE_TIMEOUT`: a synthesized MMAP2 after
+/// which the process's other maps were left out (reading them took too
+/// long, perf's `--proc-map-timeout`).
+pub const MISC_PROC_MAP_PARSE_TIMEOUT: u16 = 1 << 12;
 /// `PERF_RECORD_MISC_COMM_EXEC`
 pub const MISC_COMM_EXEC: u16 = 1 << 13;
 

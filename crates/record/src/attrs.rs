@@ -414,6 +414,7 @@ mod tests {
             attrs: Vec::new(),
             delay: None,
             overwrite: false,
+            synthesis: Default::default(),
             build_id_mmap: false,
             side_band_tracking: false,
             warnings: Vec::new(),

@@ -198,6 +198,8 @@ pub struct RecordConfig {
     pub overwrite: bool,
     /// What each sample carries besides the basics.
     pub sample: SampleOptions,
+    /// What is synthesized of the tasks before recording, and when.
+    pub synthesis: crate::options::Synthesis,
     /// `-v` given this many times: 2 prints each attr before opening it.
     pub verbose: u8,
     /// `--group`: all events in one group.
@@ -249,6 +251,7 @@ impl RecordConfig {
             command: Vec::new(),
             clockid: None,
             sample: SampleOptions::default(),
+            synthesis: crate::options::Synthesis::default(),
             verbose: 0,
             group: false,
             strict_freq: false,

@@ -56,6 +56,8 @@ pub struct Plan {
     pub delay: Option<Delay>,
     /// `--overwrite`: rings written backward, read only at snapshots.
     pub overwrite: bool,
+    /// What is synthesized of the tasks before recording, and when.
+    pub synthesis: crate::options::Synthesis,
     /// MMAP2 records carry build ids (`attr.build_id`).
     pub build_id_mmap: bool,
     /// The tasks' records (MMAP, COMM, FORK, EXIT) go to the VIP's
@@ -72,6 +74,12 @@ pub struct Plan {
 const FIXED_FDS: u64 = 64;
 
 impl Plan {
+    /// Whether the tasks are described at the end of each output (the
+    /// flight recorder's records are its last moments; `--tail-synthesize`).
+    pub fn synthesizes_at_end(&self) -> bool {
+        self.overwrite || self.synthesis.at_end
+    }
+
     /// The events the kernel's refusals changed from what was asked.
     pub fn changed_events(&self) -> Vec<crate::ChangedEvent> {
         let changed = self.events.iter().filter_map(|event| {
@@ -166,6 +174,7 @@ impl Plan {
             tracking,
             delay: config.delay,
             overwrite: config.overwrite,
+            synthesis: config.synthesis.clone(),
             build_id_mmap: build_id_mmap(config.sample.build_id_mmap, &mut warnings),
             side_band_tracking: config.overwrite && !config.no_bpf_event,
             warnings,

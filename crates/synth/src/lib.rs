@@ -63,6 +63,9 @@ pub struct SynthStats {
     /// Tasks that vanished or could not be read while walking `/proc`, and
     /// records too large to frame (over 64 KiB).
     pub skipped: u64,
+    /// Processes whose maps took longer to read than the timeout, so that
+    /// the rest of them were left out.
+    pub map_timeouts: u64,
 }
 
 impl SynthStats {
@@ -74,6 +77,7 @@ impl SynthStats {
         self.records += other.records;
         self.bytes += other.bytes;
         self.skipped += other.skipped;
+        self.map_timeouts += other.map_timeouts;
     }
 }
 
@@ -93,6 +97,8 @@ pub struct Synthesizer {
     data_maps: bool,
     build_ids: bool,
     held_workload: Option<i32>,
+    maps: bool,
+    map_timeout: Option<std::time::Duration>,
 }
 
 /// The name perf record gives its forked workload until the exec. Readers
@@ -110,7 +116,25 @@ impl Synthesizer {
             data_maps: false,
             build_ids: false,
             held_workload: None,
+            maps: true,
+            map_timeout: None,
         }
+    }
+
+    /// Describes the tasks' mappings too (the default), or only their
+    /// threads (perf's `--synth=task`).
+    pub fn with_maps(mut self, maps: bool) -> Self {
+        self.maps = maps;
+        self
+    }
+
+    /// Leaves out the rest of a process's maps once reading them took
+    /// longer than `timeout`, marking the last one described with
+    /// `PERF_RECORD_MISC_PROC_MAP_PARSE_TIMEOUT`, as perf's
+    /// `--proc-map-timeout` does (perf report then says how many).
+    pub fn with_map_timeout(mut self, timeout: Option<std::time::Duration>) -> Self {
+        self.map_timeout = timeout;
+        self
     }
 
     /// Give each file mapping the file's build id, as the kernel does with
@@ -194,6 +218,8 @@ impl Synthesizer {
             event_id: self.event_id,
             data_maps: self.data_maps,
             build_ids: self.build_ids,
+            maps: self.maps,
+            map_timeout: self.map_timeout,
             stats: SynthStats::default(),
             buf: Vec::with_capacity(FLUSH_AT * 2),
         }
@@ -209,6 +235,8 @@ struct Emitter<'a> {
     event_id: u64,
     data_maps: bool,
     build_ids: bool,
+    maps: bool,
+    map_timeout: Option<std::time::Duration>,
     stats: SynthStats,
     buf: Vec<u8>,
 }

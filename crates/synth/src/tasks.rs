@@ -8,7 +8,9 @@
 
 use crate::proc_maps;
 use crate::{Emitter, SynthStats, FLUSH_AT};
-use shardrec_format::header::{MISC_MMAP_BUILD_ID, MISC_MMAP_DATA, MISC_USER};
+use shardrec_format::header::{
+    MISC_MMAP_BUILD_ID, MISC_MMAP_DATA, MISC_PROC_MAP_PARSE_TIMEOUT, MISC_USER,
+};
 use shardrec_format::records::{comm, fork, mmap2};
 use shardrec_perfdata::build_id::read_build_id;
 use std::collections::HashMap;
@@ -159,7 +161,9 @@ impl Walker {
         }
         emitter.stats.processes += 1;
         emitter.stats.threads += described;
-        self.maps(emitter, tgid);
+        if emitter.maps {
+            self.maps(emitter, tgid);
+        }
     }
 
     /// Reads the status of `pid`'s process: tgid, ppid, whether the leader
@@ -222,6 +226,7 @@ impl Walker {
     /// One MMAP2 per executable mapping. A kernel thread's or a zombie's
     /// maps read empty; unreadable maps are counted as skipped.
     fn maps(&mut self, emitter: &mut Emitter, tgid: i32) {
+        let started = std::time::Instant::now();
         self.set_path(format_args!("/proc/{tgid}/maps"));
         let Ok(text) = self.maps.read_all(&self.path) else {
             emitter.stats.skipped += 1;
@@ -252,8 +257,17 @@ impl Walker {
                     misc |= MISC_MMAP_BUILD_ID;
                 }
             }
+            // As perf: the map at hand when the time is up is the last.
+            let timed_out = emitter.map_timeout.is_some_and(|t| started.elapsed() > t);
+            if timed_out {
+                misc |= MISC_PROC_MAP_PARSE_TIMEOUT;
+            }
             if emitter.push(mmap2(pid, pid, &mapping, misc), pid, pid) {
                 emitter.stats.maps += 1;
+            }
+            if timed_out {
+                emitter.stats.map_timeouts += 1;
+                break;
             }
         }
     }

@@ -75,8 +75,8 @@ impl RecordingOutput {
         meta: Meta,
     ) -> Result<RecordingOutput, RecordError> {
         // Merged as the rings fill unless the records are known only at
-        // a snapshot, or there is no output.
-        let live = !plan.overwrite && !config.no_merge;
+        // a snapshot, the tasks only at the end, or there is no output.
+        let live = !plan.synthesizes_at_end() && !config.no_merge;
         let windows = match &config.switch_output {
             Some(switch) => {
                 let output = config.merge_output();

@@ -83,7 +83,7 @@ impl Recording<'_> {
         if let Some(windows) = &self.output.windows {
             lost_by_event = windows.losses_since_open(&lost_by_event);
         }
-        if self.plan.overwrite {
+        if self.plan.synthesizes_at_end() {
             self.synthesize_at_end()?;
         }
         let stats = Stats {

@@ -26,7 +26,7 @@ impl Recording<'_> {
         self.send_all(shardrec_control::Command::Switch);
         self.pool.switched(&self.output.dir)?;
         let bpf = self.side_band.switched()?;
-        if self.plan.overwrite {
+        if self.plan.synthesizes_at_end() {
             self.synthesize_at_end()?;
         }
         let lost = self.pool.read_lost_counts(self.plan);

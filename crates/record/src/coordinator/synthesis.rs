@@ -8,7 +8,7 @@ use shardrec_synth::{Synthesizer, Tasks};
 
 use super::Recording;
 use crate::plan::Scope;
-use crate::RecordError;
+use crate::{say, RecordError};
 
 /// When `synth.shard` is written: at the start, at a switch of output
 /// (the new window's, with the state of the recording so far), or at a
@@ -34,12 +34,19 @@ impl Recording<'_> {
         let first = &self.pool.writers()[0].events.events[0];
         let sample_type = output.meta.events[first.spec].sample_type();
         let dwarf = matches!(self.plan.call_graph, crate::config::CallGraph::Dwarf(_));
+        let wanted = &self.plan.synthesis;
+        // With --tail-synthesize, nothing at the start: the kernel and the
+        // tasks at the end, and (--switch-output) at each window's start
+        // too, so the last window still names a workload gone by its end.
+        let describe = moment != Moment::Start || !wanted.at_end;
         // As the kernel's MMAP2 records: with build ids where they carry them.
         let mut synth = Synthesizer::new(sample_type, first.id)
             .with_data_maps(dwarf)
-            .with_build_ids(self.plan.build_id_mmap);
+            .with_build_ids(self.plan.build_id_mmap)
+            .with_maps(wanted.maps)
+            .with_map_timeout(wanted.map_timeout);
         let workload = self.workload.as_ref().map(|w| w.pid.as_raw());
-        if let (Some(pid), Moment::Start) = (workload, moment) {
+        if let (Some(pid), Moment::Start, true) = (workload, moment, describe && wanted.tasks) {
             synth = synth.with_held_workload(pid);
         }
         let path = output.dir.synth_path();
@@ -53,6 +60,7 @@ impl Recording<'_> {
         };
         let mut out = BufWriter::new(file);
         let tasks = match (&self.plan.scope, workload, moment) {
+            _ if !describe || !wanted.tasks => Tasks::Processes(Vec::new()),
             (Scope::SystemWide, _, _) => Tasks::All,
             (Scope::Threads(_), _, _) => Tasks::Processes(self.plan.pids.clone()),
             // At a switch: the workload and the processes it started.
@@ -66,17 +74,28 @@ impl Recording<'_> {
             path: path.clone(),
             source: e,
         };
-        std::thread::scope(|scope| {
+        let described = std::thread::scope(|scope| {
             let kernel = scope.spawn(|| {
                 let mut records = Vec::new();
-                synth.kernel(&mut records).map(|_| records)
+                if describe {
+                    synth.kernel(&mut records)?;
+                }
+                Ok::<_, std::io::Error>(records)
             });
-            synth.tasks(&tasks, &mut out)?;
+            let described = synth.tasks(&tasks, &mut out)?;
             let kernel = kernel.join().expect("kernel synthesis does not panic")?;
             out.write_all(&kernel)?;
-            out.write_all(existing_bpf)
+            out.write_all(existing_bpf)?;
+            Ok::<_, std::io::Error>(described)
         })
         .map_err(output_error)?;
+        if described.map_timeouts > 0 {
+            say::warning(&format!(
+                "the maps of {} processes took longer than --proc-map-timeout to read: \
+                 the rest of their maps were left out (perf report counts them too)",
+                described.map_timeouts
+            ));
+        }
         let file = out.into_inner().map_err(|e| output_error(e.into_error()))?;
         output.synth_bytes = file.metadata().map_or(0, |m| m.len());
         match output.sync_shards {

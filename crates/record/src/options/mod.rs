@@ -3,8 +3,10 @@
 //! recorder runs; each error names its option, in perf's spelling.
 
 mod samples;
+mod synthesis;
 
 pub use samples::{parse_branch_filter, parse_registers};
+pub use synthesis::{parse_map_timeout, parse_synth, Synthesis};
 
 use crate::config::{CallGraph, ControlSpec, Delay, Sampling};
 use crate::events::EventArg;
