@@ -3,19 +3,8 @@
 
 mod common;
 
-use std::process::Output;
 
 use common::*;
-
-fn merge(scratch: &Scratch) -> Output {
-    shardrec()
-        .arg("merge")
-        .arg(scratch.shards())
-        .arg("-o")
-        .arg(scratch.output())
-        .output()
-        .unwrap()
-}
 
 fn recorded(name: &str) -> (Scratch, Recording) {
     let scratch = Scratch::new(name);

@@ -44,13 +44,7 @@ fn a_two_gigabyte_recording_merges_in_bounded_memory() {
     );
     let samples: u64 = stats.cpus.iter().map(|c| c.samples).sum();
 
-    let mut merge = shardrec();
-    merge
-        .arg("merge")
-        .arg(scratch.shards())
-        .arg("-o")
-        .arg(scratch.output());
-    let output = run(merge);
+    let output = merge(&scratch);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{stderr}");
     assert!(stderr.contains(&format!("({samples} samples)")), "{stderr}");

@@ -106,15 +106,7 @@ fn tail_synthesize_describes_the_tasks_alive_at_the_end() {
         "tail-probe in synth.shard without and with"
     );
     // The output, merged after the stop, reads as perf's.
-    let merged = run({
-        let mut merge = shardrec();
-        merge
-            .arg("merge")
-            .arg(scratch.shards())
-            .arg("-o")
-            .arg(scratch.output());
-        merge
-    });
+    let merged = merge(&scratch);
     assert!(merged.status.success(), "{merged:?}");
     let report = perf(&["report", "--stdio", "--sort", "comm"], &scratch.output());
     assert_no_complaint(&report, "perf report of a --tail-synthesize recording");

@@ -127,6 +127,18 @@ pub fn record(scratch: &Scratch, args: &[&str]) -> Output {
     output
 }
 
+/// Runs `shardrec merge SHARDS -o OUT` on a scratch recording (whatever
+/// its outcome: the caller checks it).
+pub fn merge(scratch: &Scratch) -> Output {
+    let mut command = shardrec();
+    command
+        .arg("merge")
+        .arg(scratch.shards())
+        .arg("-o")
+        .arg(scratch.output());
+    run(command)
+}
+
 /// One record of a shard, decoded as far as the tests need.
 #[derive(Clone, Debug)]
 pub struct Rec {
