@@ -549,14 +549,7 @@ fn the_summary_says_when_an_event_was_recorded_otherwise_than_asked() {
     let Some((_serial, scratch)) = recording_test("changed-event") else {
         return;
     };
-    let mut command = shardrec();
-    command
-        .args(["record", "-e", "cycles", "-o"])
-        .arg(scratch.output())
-        .args(["--", load(), "spin", "0.1"]);
-    let recorded = run(command);
-    let stderr = String::from_utf8_lossy(&recorded.stderr);
-    assert!(recorded.status.success(), "{stderr}");
+    let stderr = record_and_merge(&scratch, &["-e", "cycles", "--", load(), "spin", "0.1"]);
     let evlist = perf(&["evlist"], &scratch.output());
     let evlist = String::from_utf8_lossy(&evlist.stdout);
     let name = evlist.lines().next().expect("an event").trim();
@@ -584,21 +577,17 @@ fn the_timestamp_boundary_is_always_recorded() {
     let Some((_serial, scratch)) = recording_test("timestamp-boundary") else {
         return;
     };
-    let mut command = shardrec();
-    command
-        .args([
-            "record",
-            "-B",
-            "--timestamp-boundary",
-            "-e",
-            "cpu-clock",
-            "-o",
-        ])
-        .arg(scratch.output())
-        .args(["--", load(), "spin", "0.2"]);
-    let recorded = run(command);
-    let stderr = String::from_utf8_lossy(&recorded.stderr);
-    assert!(recorded.status.success(), "{stderr}");
+    let args = [
+        "-B",
+        "--timestamp-boundary",
+        "-e",
+        "cpu-clock",
+        "--",
+        load(),
+        "spin",
+        "0.2",
+    ];
+    let stderr = record_and_merge(&scratch, &args);
     assert!(
         stderr.contains("--timestamp-boundary is not needed: shardrec always records"),
         "{stderr}"

@@ -117,21 +117,8 @@ fn a_map_timeout_leaves_out_the_rest_of_the_maps_and_says_so() {
     let Some((_serial, scratch)) = recording_test("map-timeout") else {
         return;
     };
-    let mut command = shardrec();
-    command
-        .args([
-            "record",
-            "--keep-shards",
-            "-a",
-            "--proc-map-timeout",
-            "0",
-            "-o",
-        ])
-        .arg(scratch.output())
-        .args(["--", "true"]);
-    let recorded = run(command);
-    let stderr = String::from_utf8_lossy(&recorded.stderr);
-    assert!(recorded.status.success(), "{stderr}");
+    let args = ["-a", "--proc-map-timeout", "0", "--", "true"];
+    let stderr = record_and_merge(&scratch, &args);
     let found = synthesized(&scratch.shards());
     // Each process with maps gets its first one only, marked.
     assert!(found.timed_out > 0);
