@@ -408,3 +408,155 @@ fn a_perf_record_of_shardrec_itself_reads_its_own_maps() {
     let maps = perf_in(&scratch.0, &["script", "--show-mmap-events"], &theirs);
     assert!(!maps.lines().any(|l| l.contains("MMAP2") && l.contains('<')));
 }
+
+/// A debuginfod server on 127.0.0.1 with one binary's debug info: what
+/// `DEBUGINFOD_URLS` names, and the paths asked for.
+struct DebuginfodServer {
+    url: String,
+    asked: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl DebuginfodServer {
+    /// Serves `debug` as the debug info of build id `id` (hex), 404 for
+    /// any other; runs until the test process ends.
+    fn start(id: &str, debug: Vec<u8>) -> DebuginfodServer {
+        use std::io::{BufRead, BufReader, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let asked = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (wanted, log) = (format!("/buildid/{id}/debuginfo"), asked.clone());
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let mut reader = BufReader::new(&stream);
+                let mut request = String::new();
+                let _ = reader.read_line(&mut request);
+                let path = request.split_whitespace().nth(1).unwrap_or("").to_string();
+                // The headers, up to the blank line.
+                let mut line = String::new();
+                while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
+                    line.clear();
+                }
+                let (status, body) = match path == wanted {
+                    true => ("200 OK", &debug[..]),
+                    false => ("404 Not Found", &b""[..]),
+                };
+                log.lock().unwrap().push(path);
+                let head = format!(
+                    "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                );
+                let mut stream = &stream;
+                let _ = stream.write_all(head.as_bytes());
+                let _ = stream.write_all(body);
+            }
+        });
+        DebuginfodServer { url, asked }
+    }
+}
+
+/// `objcopy ARGS`, which must succeed.
+fn objcopy(args: &[&Path]) {
+    let status = Command::new("objcopy").args(args).status().unwrap();
+    assert!(status.success(), "objcopy {args:?}");
+}
+
+#[test]
+fn debuginfod_puts_a_stripped_binarys_debug_info_in_the_cache_as_perf_does() {
+    let Some((_serial, scratch)) = recording_test("build-id-debuginfod") else {
+        return;
+    };
+    // The load binary split as distributions ship binaries: stripped, its
+    // symbols in a debug file only the server has.
+    let (binary, debug) = (
+        scratch.0.join("stripped-load"),
+        scratch.0.join("load.debug"),
+    );
+    objcopy(&[Path::new("--only-keep-debug"), Path::new(load()), &debug]);
+    objcopy(&[Path::new("--strip-all"), Path::new(load()), &binary]);
+    let id = build_id_of(&binary);
+    let server = DebuginfodServer::start(&id, std::fs::read(&debug).unwrap());
+    let by_symbol = ["report", "--stdio", "--sort", "sym"];
+    let cached_debug = |home: &Path| {
+        home.join(".debug")
+            .join(binary.to_str().unwrap().trim_start_matches('/'))
+            .join(&id)
+            .join("debug")
+    };
+
+    // Without --debuginfod, the stripped binary's functions have no name
+    // (the check below can fail).
+    let plain = scratch.0.join("home-plain");
+    record_binary(&scratch, &plain, &binary, &[]);
+    assert!(!cached_debug(&plain).exists());
+    let report = perf_in(&plain, &by_symbol, &scratch.output());
+    assert!(
+        !report.contains("hot_loop"),
+        "named without debug info?\n{report}"
+    );
+
+    let home = scratch.0.join("home");
+    let option = format!("--debuginfod={}", server.url);
+    let mut record = shardrec();
+    record
+        .env("HOME", &home)
+        .env("DEBUGINFOD_CACHE_PATH", scratch.0.join("debuginfod-cache"))
+        .env_remove("PERF_BUILDID_DIR")
+        .args(["record", "-e", "cpu-clock", "-o"])
+        .arg(scratch.output())
+        .args([&option, "--"])
+        .arg(&binary)
+        .args(["hot", "1"]);
+    let output = run(record);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(
+        server
+            .asked
+            .lock()
+            .unwrap()
+            .contains(&format!("/buildid/{id}/debuginfo")),
+        "the server was not asked: {:?}",
+        server.asked.lock().unwrap()
+    );
+    assert_eq!(
+        std::fs::read(cached_debug(&home)).unwrap(),
+        std::fs::read(&debug).unwrap(),
+        "{stderr}"
+    );
+    assert!(stderr.contains(" with debug info)"), "{stderr}");
+    // perf report finds the functions in the cached debug info.
+    let report = perf_in(&home, &by_symbol, &scratch.output());
+    assert!(
+        report.contains("hot_loop"),
+        "not named from the debug info:\n{report}"
+    );
+
+    // perf 6.12 (built with debuginfod) caches the same file in the same
+    // place.
+    let newer = Perf::backports();
+    if shardrec_testkit::require(newer.path.is_file(), "perf 6.12 unpacked by .ci/setup") {
+        // perf makes the cache in an existing home only.
+        let perf_home = scratch.0.join("home-perf");
+        std::fs::create_dir(&perf_home).unwrap();
+        let perf_data = scratch.0.join("perf-6.12.data");
+        let output = Command::new(&newer.path)
+            .env("HOME", &perf_home)
+            .env(
+                "DEBUGINFOD_CACHE_PATH",
+                scratch.0.join("debuginfod-cache-perf"),
+            )
+            .env_remove("PERF_BUILDID_DIR")
+            .args(["record", "-q", "-e", "cpu-clock", "-o"])
+            .arg(&perf_data)
+            .args([&option, "--"])
+            .arg(&binary)
+            .args(["hot", "1"])
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{output:?}");
+        assert_eq!(
+            std::fs::read(cached_debug(&perf_home)).unwrap(),
+            std::fs::read(cached_debug(&home)).unwrap()
+        );
+    }
+}

@@ -85,6 +85,7 @@ fn record(args: RecordArgs, command_line: &[String]) -> Result<ExitCode, Error> 
     let messages = Box::new(Messages {
         quiet: args.run.quiet,
     });
+    args.output.build_ids.set_debuginfod_urls();
     let config = args.into_config().map_err(RecordError::Usage)?;
     match shardrec_record::record(config, command_line, messages)? {
         Exit::Status(code) => Ok(ExitCode::from(code)),
@@ -94,6 +95,7 @@ fn record(args: RecordArgs, command_line: &[String]) -> Result<ExitCode, Error> 
 
 fn merge(args: &MergeArgs) -> Result<ExitCode, Error> {
     windows_are_merged_alone(&args.dir)?;
+    args.build_ids.set_debuginfod_urls();
     let options = shardrec_merge::MergeOptions {
         progress: !args.quiet,
         compression_level: args.compression.level().map_err(RecordError::Usage)?,

@@ -75,7 +75,6 @@ pub const OPTIONS: &[PerfOption] = &[
     opt(None, "aux-sample", Optional("opts"), "sample AUX area", Later),
     opt(None, "clang-opt", Required("clang options"), "options passed to clang when compiling BPF scriptlets", Moot(NO_SCRIPTLETS)),
     opt(None, "clang-path", Required("clang path"), "clang binary to use for compiling BPF scriptlets", Moot(NO_SCRIPTLETS)),
-    opt(None, "debuginfod", Optional("debuginfod urls"), "Enable debuginfod data retrieval", Later),
     opt(None, "exclude-perf", Flag, "don't record events from perf itself", Moot("shardrec never records its own processes")),
     opt(None, "mmap-flush", Required("number"), "Minimal number of bytes that is extracted from mmap data pages", Moot("shardrec's writers wake at a quarter ring and write whatever is there")),
     opt(None, "no-buffering", Flag, "collect data without buffering", Moot("shardrec writes a ring's data below the watermark within 1.25 s")),
@@ -85,7 +84,7 @@ pub const OPTIONS: &[PerfOption] = &[
     opt(None, "sample-identifier", Flag, "Record the sample identifier", Moot("shardrec's samples always carry their identifier")),
     opt(None, "switch-output-event", Required("switch output event"), "switch output event selector", Later),
     opt(None, "timestamp-boundary", Flag, "Record timestamp boundary (time of first/last samples)", Moot("shardrec always records the times of the first and last samples, even with -B (the merge reads every sample's time)")),
-    opt(None, "vmlinux", Required("file"), "vmlinux pathname", Later),
+    opt(None, "vmlinux", Required("file"), "vmlinux pathname", Moot("perf record reads it only for the prologues of BPF scriptlets, which newer perfs dropped; give it to perf report (-k/--vmlinux) for the kernel's symbols")),
 ];
 
 impl PerfOption {

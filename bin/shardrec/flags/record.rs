@@ -275,6 +275,9 @@ pub struct BuildIdArgs {
     /// Record build-id of all DSOs regardless of hits
     #[arg(long = "buildid-all")]
     buildid_all: bool,
+    /// Enable debuginfod data retrieval: the debug info of the binaries cached goes beside them in the build-id cache, from the servers in URLs (as DEBUGINFOD_URLS: space-separated), or in $DEBUGINFOD_URLS without URLs
+    #[arg(long = "debuginfod", value_name = "debuginfod urls", num_args = 0..=1, require_equals = true, default_missing_value = "system")]
+    debuginfod: Option<String>,
 }
 
 impl BuildIdArgs {
@@ -288,10 +291,23 @@ impl BuildIdArgs {
     }
 
     /// The build-id cache to add them to, as perf: none with -N or -B.
-    pub fn cache(&self) -> Option<PathBuf> {
+    pub fn cache(&self) -> Option<shardrec_merge::build_id_cache::BuildIdCache> {
         match self.no_buildid || self.no_buildid_cache {
             true => None,
-            false => shardrec_merge::build_id_cache::default_dir(),
+            false => Some(shardrec_merge::build_id_cache::BuildIdCache {
+                dir: shardrec_merge::build_id_cache::default_dir()?,
+                debuginfod: self.debuginfod.is_some(),
+            }),
+        }
+    }
+
+    /// `--debuginfod=URLS`: puts URLS in `DEBUGINFOD_URLS`, the only place
+    /// libdebuginfod reads its servers from (`system`, or no URLS, keeps
+    /// the variable as it is). Called while shardrec is one thread, before
+    /// anything starts: the workload sees the variable too, as under perf.
+    pub fn set_debuginfod_urls(&self) {
+        if let Some(urls) = self.debuginfod.as_deref().filter(|u| *u != "system") {
+            std::env::set_var("DEBUGINFOD_URLS", urls);
         }
     }
 }

@@ -101,7 +101,7 @@ pub struct MergeOptions {
     pub build_ids: BuildIds,
     /// The build-id cache to add them to (perf's `~/.debug`); `None`
     /// (`-N`) for none.
-    pub build_id_cache: Option<PathBuf>,
+    pub build_id_cache: Option<build_id_cache::BuildIdCache>,
     /// Free each shard's bytes once they are merged
     /// ([`shardrec_shard::merged_prefix`]): for a merge whose shards are
     /// deleted after it. Done only where it is safe and pays: without
@@ -336,8 +336,7 @@ impl Ending<'_> {
         finish(writer, &features)?;
         let mut report = self.report(written, build_ids.len());
         if let Some(cache) = &options.build_id_cache {
-            (report.cached_build_ids, report.cache_failures) =
-                build_id_cache::add(cache, &build_ids);
+            report.cached = build_id_cache::add(cache, &build_ids);
         }
         Ok(report)
     }

@@ -44,10 +44,9 @@ pub struct MergeReport {
     pub damage: Vec<(String, Damage)>,
     /// Build ids written.
     pub build_ids: usize,
-    /// Of which added to the build-id cache (or there already).
-    pub cached_build_ids: usize,
-    /// Why the others could not be added.
-    pub cache_failures: Vec<String>,
+    /// What went into the build-id cache (or was there already), and why
+    /// the rest did not.
+    pub cached: crate::build_id_cache::Cached,
     /// BPF programs whose info went into the header.
     pub bpf_programs: usize,
     /// Bytes after the last whole entry of the `bpf` file.
@@ -164,11 +163,11 @@ impl fmt::Display for MergeReport {
         if self.build_ids > 0 {
             writeln!(
                 f,
-                "  build ids: {} in the header, {} in the build-id cache",
-                self.build_ids, self.cached_build_ids
+                "  build ids: {} in the header, {} in the build-id cache ({} with debug info)",
+                self.build_ids, self.cached.binaries, self.cached.debug_info
             )?;
         }
-        for failure in &self.cache_failures {
+        for failure in &self.cached.failures {
             writeln!(f, "  build-id cache: {failure}")?;
         }
         if !self.left_out_of_pipe.is_empty() {

@@ -15,6 +15,8 @@
 //!   reads them;
 //! - [`cpu`]: CPU lists, the online set and pinning;
 //! - [`tracefs`]: finding (and mounting) tracefs, tracepoint ids and formats;
+//! - [`debuginfod`]: debug info by build id, through libdebuginfod loaded
+//!   when asked for;
 //! - [`stdout`]: standard output set aside while a recording into perf's
 //!   pipe format runs, and a signal when the stream's reader leaves.
 //!
@@ -34,6 +36,7 @@ mod attr;
 pub mod bpf;
 pub mod build_id_probe;
 pub mod cpu;
+pub mod debuginfod;
 mod event;
 pub mod fds;
 pub mod file_writes;
