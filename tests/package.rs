@@ -3,7 +3,8 @@
 //! 12 root of the test's own (an overlay on the minimal one `.ci/setup`
 //! makes, in a mount namespace that ends with the test), where the
 //! installed shardrec records a profile, `man shardrec-record` shows its
-//! page, and bash completes its options.
+//! page, and bash completes its options; zsh and fish complete them from
+//! the scripts the package installs.
 
 mod common;
 
@@ -147,5 +148,72 @@ fn the_package_installs_into_a_fresh_debian_records_and_has_its_man_page() {
     assert!(
         complete.trim_end().ends_with(" shardrec") && complete.starts_with("complete "),
         "complete -p shardrec: {complete}"
+    );
+}
+
+/// `shardrec generate SHELL` into `dir`; the script's path.
+fn completion_script(dir: &Path, shell: &str) -> PathBuf {
+    let output = run({
+        let mut generate = shardrec();
+        generate.args(["generate", shell]);
+        generate
+    });
+    assert!(output.status.success(), "{output:?}");
+    let path = dir.join(format!("shardrec.{shell}"));
+    std::fs::write(&path, &output.stdout).unwrap();
+    path
+}
+
+/// The package's zsh and fish completions (made as build-deb makes them)
+/// complete shardrec's commands and options in those shells.
+#[test]
+fn zsh_and_fish_complete_the_commands_and_options() {
+    let scratch = Scratch::new("completions");
+    let shells = ["zsh", "fish"].map(|shell| Path::new("/usr/bin").join(shell));
+    let found = shells.iter().all(|s| s.exists());
+    if !shardrec_testkit::require(found, "zsh and fish (installed by .ci/setup)") {
+        return;
+    }
+    // zsh: compinit, then the script registers _shardrec for shardrec,
+    // as `complete -p` shows bash's.
+    let zsh = completion_script(&scratch.0, "zsh");
+    let script = format!(
+        "autoload -Uz compinit && compinit -u -D && source {} && print -r -- $_comps[shardrec] && whence -f _shardrec",
+        zsh.display()
+    );
+    let output = run({
+        let mut shell = Command::new("zsh");
+        shell.args(["-f", "-c", &script]).env("HOME", &scratch.0);
+        shell
+    });
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{output:?}");
+    assert_eq!(stdout.lines().next(), Some("_shardrec"), "{stdout}");
+    assert!(stdout.contains("--switch-output"), "{stdout}");
+    // fish: what it offers after `shardrec ` and `shardrec record --switch-o`.
+    let fish = completion_script(&scratch.0, "fish");
+    let offered = |line: &str| {
+        let script = format!("source {}; complete -C '{line}'", fish.display());
+        let output = run({
+            let mut shell = Command::new("fish");
+            shell
+                .args(["--no-config", "-c", &script])
+                .env("HOME", &scratch.0);
+            shell
+        });
+        assert!(output.status.success(), "{output:?}");
+        String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .map(|l| l.split('\t').next().unwrap_or("").to_string())
+            .collect::<Vec<_>>()
+    };
+    let commands = offered("shardrec ");
+    for command in ["record", "merge", "archive"] {
+        assert!(commands.iter().any(|c| c == command), "{commands:?}");
+    }
+    let options = offered("shardrec record --switch-o");
+    assert!(
+        options.iter().any(|o| o == "--switch-output"),
+        "{options:?}"
     );
 }
