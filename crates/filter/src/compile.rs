@@ -14,7 +14,8 @@ use crate::counters::{self, SLOT_BYTES};
 use crate::parse::{Expr, Field, Op, Term, Value};
 
 /// `BPF_FUNC_*` helpers the terms call.
-mod helper {
+pub(crate) mod helper {
+    pub const MAP_LOOKUP_ELEM: i32 = 1;
     pub const GET_SMP_PROCESSOR_ID: i32 = 8;
     pub const GET_CURRENT_PID_TGID: i32 = 14;
     pub const GET_CURRENT_UID_GID: i32 = 15;
@@ -44,12 +45,12 @@ mod ctx {
 const KERNEL_BIT: i32 = 63;
 
 /// Registers.
-const R0: u8 = 0;
-const R1: u8 = 1;
-const R2: u8 = 2;
-const CTX: u8 = 6;
+pub(crate) const R0: u8 = 0;
+pub(crate) const R1: u8 = 1;
+pub(crate) const R2: u8 = 2;
+pub(crate) const CTX: u8 = 6;
 const VERDICT: u8 = 7;
-const FP: u8 = 10;
+pub(crate) const FP: u8 = 10;
 
 /// A compiled filter.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -156,8 +157,8 @@ fn test(asm: &mut Asm, term: &Term, otherwise: Label) {
     asm.jump_reg(fails, R0, R2, otherwise);
 }
 
-/// The field's value into r0.
-fn load_field(asm: &mut Asm, field: Field) {
+/// The field's value into r0 (the context in r6).
+pub(crate) fn load_field(asm: &mut Asm, field: Field) {
     let call = |id| insn::call_helper(id);
     let high_half = insn::alu64_imm(Alu::Rsh, R0, 32);
     let low_half = insn::mov32_reg(R0, R0);

@@ -23,6 +23,7 @@ pub mod compile;
 pub mod counters;
 mod names;
 mod parse;
+pub mod pinned;
 
 pub use compile::FilterProgram;
 pub use parse::{Expr, Field, FilterError, Op, Term, Value};

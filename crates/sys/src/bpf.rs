@@ -23,6 +23,7 @@
 //! ```
 
 mod btf;
+mod hash_map;
 mod info;
 pub mod insn;
 mod load;
@@ -33,6 +34,8 @@ pub mod test_programs;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
+pub use btf::KernelBtf;
+pub use hash_map::{pin, pinned, HashMap};
 pub use info::BpilArray;
 pub use load::{load_program, prog_type, LoadError, ProgramSpec};
 pub use mapped_array::MappedArray;

@@ -13,6 +13,7 @@ const HEADER_LEN: usize = 24;
 const TYPE_LEN: usize = 12;
 
 const KIND_INT: u32 = 1;
+const KIND_STRUCT: u32 = 4;
 const KIND_FUNC: u32 = 12;
 const KIND_FUNC_PROTO: u32 = 13;
 /// `BTF_INT_SIGNED` in an INT's encoding byte.
@@ -103,10 +104,14 @@ fn extra_len(kind: u32, vlen: usize) -> io::Result<usize> {
     })
 }
 
-/// Type names of a BTF blob, by type id.
+/// Type names of a BTF blob, by type id, and where each type's record
+/// starts (for its members).
 pub(crate) struct TypeNames<'a> {
     /// `name_off` of each type; index 0 is type 1 (type 0 is `void`).
     name_offs: Vec<u32>,
+    /// Where each type's `struct btf_type` starts in `types`.
+    starts: Vec<usize>,
+    types: &'a [u8],
     strings: &'a [u8],
 }
 
@@ -126,7 +131,7 @@ impl<'a> TypeNames<'a> {
         };
         let types = section(header(1)?, header(2)?)?;
         let strings = section(header(3)?, header(4)?)?;
-        let mut name_offs = Vec::new();
+        let (mut name_offs, mut starts) = (Vec::new(), Vec::new());
         let mut at = 0;
         while at < types.len() {
             let (name_off, info) = (u32_at(types, at), u32_at(types, at + 4));
@@ -134,18 +139,110 @@ impl<'a> TypeNames<'a> {
                 return Err(invalid("truncated type"));
             };
             name_offs.push(name_off);
+            starts.push(at);
             at += TYPE_LEN + extra_len((info >> 24) & 0x1f, (info & 0xffff) as usize)?;
         }
-        Ok(TypeNames { name_offs, strings })
+        Ok(TypeNames {
+            name_offs,
+            starts,
+            types,
+            strings,
+        })
     }
 
     /// The name of type `id`, if it exists.
     pub(crate) fn name(&self, id: u32) -> Option<&'a str> {
         let off = *self.name_offs.get((id as usize).checked_sub(1)?)? as usize;
+        self.string(off)
+    }
+
+    fn string(&self, off: usize) -> Option<&'a str> {
         let tail = self.strings.get(off..)?;
         let end = tail.iter().position(|&b| b == 0)?;
         std::str::from_utf8(&tail[..end]).ok()
     }
+
+    /// The `info` word of type `id`: kind in bits 24..29, vlen in 0..16,
+    /// `kind_flag` in bit 31.
+    fn info(&self, id: u32) -> Option<u32> {
+        u32_at(
+            self.types,
+            self.starts.get((id as usize).checked_sub(1)?)? + 4,
+        )
+    }
+
+    /// The id of the type of `kind` named `name`.
+    pub(crate) fn find(&self, kind: u32, name: &str) -> Option<u32> {
+        (1..=self.starts.len() as u32).find(|&id| {
+            self.info(id).is_some_and(|i| (i >> 24) & 0x1f == kind) && self.name(id) == Some(name)
+        })
+    }
+
+    /// The byte offset of member `member` in struct `id`.
+    pub(crate) fn member_offset(&self, id: u32, member: &str) -> Option<u32> {
+        let info = self.info(id)?;
+        if (info >> 24) & 0x1f != KIND_STRUCT {
+            return None;
+        }
+        let members = self.starts.get(id as usize - 1)? + TYPE_LEN;
+        // `struct btf_member`: name_off, type, offset (in bits; with
+        // kind_flag, the bitfield size is in the top 8 bits).
+        (0..(info & 0xffff) as usize)
+            .map(|i| members + 12 * i)
+            .find(|&at| {
+                u32_at(self.types, at).and_then(|off| self.string(off as usize)) == Some(member)
+            })
+            .and_then(|at| u32_at(self.types, at + 8))
+            .map(|bits| match info >> 31 {
+                1 => bits & 0xff_ffff,
+                _ => bits,
+            })
+            .filter(|bits| bits % 8 == 0)
+            .map(|bits| bits / 8)
+    }
+}
+
+/// The kernel's own BTF (`/sys/kernel/btf/vmlinux`), for the offsets and
+/// ids a program written without a compiler needs: the kernel's structs
+/// move between versions and builds, their BTF says where they are now.
+pub struct KernelBtf {
+    blob: Vec<u8>,
+}
+
+impl KernelBtf {
+    /// Where the kernel publishes it (`CONFIG_DEBUG_INFO_BTF`).
+    pub const PATH: &'static str = "/sys/kernel/btf/vmlinux";
+
+    /// Reads it; an error where the kernel has none.
+    pub fn load() -> io::Result<KernelBtf> {
+        Ok(KernelBtf {
+            blob: std::fs::read(Self::PATH)?,
+        })
+    }
+
+    /// The byte offset of `member` in `struct name`.
+    pub fn member_offset(&self, name: &str, member: &str) -> io::Result<u32> {
+        let types = TypeNames::parse(&self.blob)?;
+        types
+            .find(KIND_STRUCT, name)
+            .and_then(|id| types.member_offset(id, member))
+            .ok_or_else(|| not_found(&format!("struct {name} with a member {member}")))
+    }
+
+    /// The BTF id of kernel function `name` (for a kfunc call).
+    pub fn func_id(&self, name: &str) -> io::Result<u32> {
+        let types = TypeNames::parse(&self.blob)?;
+        types
+            .find(KIND_FUNC, name)
+            .ok_or_else(|| not_found(&format!("function {name}")))
+    }
+}
+
+fn not_found(what: &str) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::NotFound,
+        format!("the kernel's BTF has no {what}"),
+    )
 }
 
 #[cfg(test)]
@@ -165,6 +262,16 @@ mod tests {
         assert_eq!(u32_at(&btf.func_info, 8), Some(4));
         assert_eq!(u32_at(&btf.func_info, 12), Some(4));
         assert_eq!(btf.line_info.len(), 32);
+    }
+
+    #[test]
+    fn the_kernels_structs_have_their_members() {
+        let btf = KernelBtf::load().expect("the kernel's BTF, which shardrec's hosts have");
+        // `struct list_head { next; prev; }` has never moved.
+        assert_eq!(btf.member_offset("list_head", "prev").unwrap(), 8);
+        assert!(btf.member_offset("perf_event", "id").unwrap() > 0);
+        assert!(btf.member_offset("perf_event", "no_such_member").is_err());
+        assert!(btf.func_id("bpf_cast_to_kern_ctx").unwrap() > 0);
     }
 
     #[test]

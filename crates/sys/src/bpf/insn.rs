@@ -26,6 +26,16 @@ const LD_IMM64: u8 = 0x18;
 const PSEUDO_MAP_VALUE: u8 = 2;
 /// `BPF_LDX | BPF_MEM | BPF_DW`
 const LDX_DW: u8 = 0x79;
+/// `BPF_LDX | BPF_MEM | BPF_W`
+const LDX_W: u8 = 0x61;
+/// `BPF_STX | BPF_MEM | BPF_DW`
+const STX_DW: u8 = 0x7b;
+/// `BPF_PSEUDO_MAP_FD`: an `LD_IMM64` whose immediate is a map fd, the
+/// register then pointing at the map.
+const PSEUDO_MAP_FD: u8 = 1;
+/// `BPF_PSEUDO_KFUNC_CALL`: a call's src_reg for a kernel function, whose
+/// BTF id is the immediate.
+const PSEUDO_KFUNC_CALL: u8 = 2;
 /// `BPF_ST | BPF_MEM | BPF_DW`
 const ST_DW: u8 = 0x7a;
 /// `BPF_ALU | BPF_MOV | BPF_X`: 32-bit move, zeroing the upper half.
@@ -141,6 +151,21 @@ pub const fn ld_map_value(dst: Reg, offset: u32) -> [u64; 2] {
     ]
 }
 
+/// `dst = map` for the map whose fd the loader puts into the first
+/// immediate (a map argument of a helper): two instructions.
+pub const fn ld_map_fd(dst: Reg, fd: i32) -> [u64; 2] {
+    [
+        encode(LD_IMM64, dst, PSEUDO_MAP_FD, 0, fd),
+        encode(0, 0, 0, 0, 0),
+    ]
+}
+
+/// Call the kernel function whose id in the kernel's BTF is `btf_id` (a
+/// kfunc): arguments and result as a helper's.
+pub const fn call_kfunc(btf_id: u32) -> u64 {
+    encode(CALL, 0, PSEUDO_KFUNC_CALL, 0, btf_id as i32)
+}
+
 /// The instruction `insn` with its immediate replaced.
 pub const fn with_imm(insn: u64, imm: i32) -> u64 {
     let mut bytes = insn.to_ne_bytes();
@@ -155,6 +180,16 @@ pub const fn with_imm(insn: u64, imm: i32) -> u64 {
 /// `dst = *(u64 *)(src + off)`
 pub const fn ldx64(dst: Reg, src: Reg, off: i16) -> u64 {
     encode(LDX_DW, dst, src, off, 0)
+}
+
+/// `dst = *(u32 *)(src + off)`
+pub const fn ldx32(dst: Reg, src: Reg, off: i16) -> u64 {
+    encode(LDX_W, dst, src, off, 0)
+}
+
+/// `*(u64 *)(dst + off) = src`
+pub const fn stx64(dst: Reg, off: i16, src: Reg) -> u64 {
+    encode(STX_DW, dst, src, off, 0)
 }
 
 /// `*(u64 *)(dst + off) = imm`

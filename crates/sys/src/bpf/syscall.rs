@@ -200,3 +200,81 @@ pub(super) fn enable_stats() -> io::Result<OwnedFd> {
     // SAFETY: takes an enum value and returns a new descriptor or -errno.
     owned(unsafe { sys::bpf_enable_stats(sys::BPF_STATS_RUN_TIME) })
 }
+
+/// `BPF_MAP_CREATE`: a hash map of `max_entries` entries.
+pub(super) fn hash_map(
+    name: &CStr,
+    key_size: u32,
+    value_size: u32,
+    max_entries: u32,
+) -> io::Result<OwnedFd> {
+    let opts = sys::bpf_map_create_opts {
+        sz: size_of::<sys::bpf_map_create_opts>() as _,
+        ..Default::default()
+    };
+    // SAFETY: the name is NUL-terminated and `opts.sz` is its struct's size;
+    // returns a new descriptor or -errno.
+    owned(unsafe {
+        sys::bpf_map_create(
+            sys::BPF_MAP_TYPE_HASH,
+            name.as_ptr(),
+            key_size,
+            value_size,
+            max_entries,
+            &opts,
+        )
+    })
+}
+
+/// `BPF_MAP_UPDATE_ELEM`: `key` and `value` must be the map's sizes (the
+/// caller checks).
+pub(super) fn map_update(map: BorrowedFd<'_>, key: &[u8], value: &[u8]) -> io::Result<()> {
+    // SAFETY: the map reads key_size and value_size bytes from the two
+    // slices, which the caller sized so.
+    let ret = unsafe {
+        sys::bpf_map_update_elem(
+            map.as_raw_fd(),
+            key.as_ptr().cast(),
+            value.as_ptr().cast(),
+            sys::BPF_ANY.into(),
+        )
+    };
+    check(ret).map(drop)
+}
+
+/// `BPF_MAP_LOOKUP_ELEM` into `value`; `None` where the key is absent.
+pub(super) fn map_lookup(
+    map: BorrowedFd<'_>,
+    key: &[u8],
+    value: &mut [u8],
+) -> io::Result<Option<()>> {
+    // SAFETY: as map_update; the kernel writes value_size bytes to `value`.
+    let ret = unsafe {
+        sys::bpf_map_lookup_elem(
+            map.as_raw_fd(),
+            key.as_ptr().cast(),
+            value.as_mut_ptr().cast(),
+        )
+    };
+    unless_gone(check(ret).map(drop))
+}
+
+/// `BPF_MAP_DELETE_ELEM`; an absent key is not an error.
+pub(super) fn map_delete(map: BorrowedFd<'_>, key: &[u8]) -> io::Result<()> {
+    // SAFETY: the kernel reads key_size bytes from `key`.
+    let ret = unsafe { sys::bpf_map_delete_elem(map.as_raw_fd(), key.as_ptr().cast()) };
+    unless_gone(check(ret)).map(drop)
+}
+
+/// `BPF_OBJ_PIN`: the object stays loaded, named by `path` on a bpf file
+/// system, after every descriptor is closed.
+pub(super) fn obj_pin(object: BorrowedFd<'_>, path: &CStr) -> io::Result<()> {
+    // SAFETY: a NUL-terminated path; returns 0 or -errno.
+    check(unsafe { sys::bpf_obj_pin(object.as_raw_fd(), path.as_ptr()) }).map(drop)
+}
+
+/// `BPF_OBJ_GET`: a descriptor of the object pinned at `path`.
+pub(super) fn obj_get(path: &CStr) -> io::Result<OwnedFd> {
+    // SAFETY: a NUL-terminated path; returns a new descriptor or -errno.
+    owned(unsafe { sys::bpf_obj_get(path.as_ptr()) })
+}
