@@ -305,3 +305,68 @@ fn addr_filters_page_faults_by_their_address() {
         "faults above {limit:#x} (the stack, mmaps) were dropped"
     );
 }
+
+/// `--setup-filter pin`, as root, lets a regular user's recording filter
+/// in the kernel with the pinned program (its event ids as the keys,
+/// inherited by the workload's children); `unpin` removes it, after which
+/// the same recording is refused with what to do. All of it runs in a
+/// mount namespace of the test's own, with a bpf file system of its own
+/// on /sys/fs/bpf, so the host's is never touched.
+#[test]
+fn a_regular_user_filters_with_the_filter_root_pinned() {
+    let Some((_serial, scratch)) = recording_test("filter-pinned") else {
+        return;
+    };
+    std::fs::set_permissions(
+        &scratch.0,
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    let shardrec = env!("CARGO_BIN_EXE_shardrec");
+    let nobody = "setpriv --reuid=65534 --regid=65534 --clear-groups --";
+    // The workload: the load's busy loop in a child of sh, then sh's own.
+    let record = format!(
+        "{nobody} {shardrec} record -N -e cpu-clock:u --filter 'comm == shardrec-load' --keep-shards -o {out} -- \
+         sh -c '{load} hot 0.4; i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done'",
+        out = scratch.output().display(),
+        load = load(),
+    );
+    let script = format!(
+        "set -x; mount -t bpf bpf /sys/fs/bpf || exit 9
+         {shardrec} record --setup-filter pin || exit 10
+         {record} || exit 11
+         chown -R root: {dir}
+         {shardrec} record --setup-filter unpin || exit 12
+         test ! -e /sys/fs/bpf/shardrec_filter || exit 13
+         {record} -q && exit 14
+         exit 0",
+        dir = scratch.0.display(),
+    );
+    let output = run({
+        let mut unshare = Command::new("unshare");
+        unshare.args(["-m", "--propagation", "private", "sh", "-c", &script]);
+        unshare
+    });
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{:?}: {stderr}", output.status);
+    assert!(
+        stderr.contains("the sample filter is pinned in /sys/fs/bpf/shardrec_filter"),
+        "{stderr}"
+    );
+    // The user's recording kept the load's samples and only those, and
+    // counted what it dropped (sh's loop).
+    let counts = filter_counts(&scratch);
+    let kept_samples = samples(&scratch.output());
+    assert!(!kept_samples.is_empty());
+    assert!(kept_samples.iter().all(|s| s.comm == "shardrec-load"));
+    assert_eq!(counts.len(), 1, "{counts:?}");
+    let (_, kept, dropped) = &counts[0];
+    assert_eq!(*kept, kept_samples.len() as u64, "{counts:?}");
+    assert!(*dropped > 50, "{counts:?}");
+    // After unpin: refused, saying how to pin it.
+    assert!(
+        stderr
+            .contains("none is pinned: root can pin one with 'shardrec record --setup-filter pin'"),
+        "{stderr}"
+    );
+}

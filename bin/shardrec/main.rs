@@ -82,9 +82,14 @@ fn main() -> ExitCode {
 
 /// Records, then merges unless told not to; exits with the workload's status.
 fn record(args: RecordArgs, command_line: &[String]) -> Result<ExitCode, Error> {
-    let messages = Box::new(Messages {
+    let mut messages = Box::new(Messages {
         quiet: args.run.quiet,
     });
+    if let Some(action) = args.run.setup_filter() {
+        let said = shardrec_record::setup_filter(action)?;
+        messages.note(&format!("shardrec: {said}"));
+        return Ok(ExitCode::SUCCESS);
+    }
     args.output.build_ids.set_debuginfod_urls();
     let config = args.into_config().map_err(RecordError::Usage)?;
     match shardrec_record::record(config, command_line, messages)? {

@@ -353,6 +353,19 @@ pub struct RunArgs {
     /// Parse options then exit
     #[arg(long = "dry-run")]
     pub dry_run: bool,
+    /// Prepare BPF filter to be used by regular users: pin (as root) loads the sample filter into /sys/fs/bpf/shardrec_filter, after which --filter works for every user; unpin removes it. Nothing is recorded
+    #[arg(long = "setup-filter", value_name = "action", value_parser = ["pin", "unpin"])]
+    setup_filter: Option<String>,
+}
+
+impl RunArgs {
+    /// `--setup-filter`, when given.
+    pub fn setup_filter(&self) -> Option<shardrec_record::SetupFilter> {
+        self.setup_filter.as_deref().map(|action| match action {
+            "pin" => shardrec_record::SetupFilter::Pin,
+            _ => shardrec_record::SetupFilter::Unpin,
+        })
+    }
 }
 
 impl RecordArgs {

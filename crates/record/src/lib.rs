@@ -44,6 +44,7 @@ mod meta;
 mod negotiate;
 mod open;
 pub mod options;
+mod pinned_filter;
 mod pipe_mode;
 mod pipeline;
 mod plan;
@@ -67,6 +68,7 @@ pub use config::{
 pub use error::RecordError;
 pub use events::{CgroupArg, EventArg};
 pub use open::SideBandUnavailable;
+pub use pinned_filter::{setup as setup_filter, SetupFilter};
 pub use pipe_mode::{die_of_sigpipe, reader_left};
 pub use pipeline::{record, Exit};
 pub use reporter::Reporter;

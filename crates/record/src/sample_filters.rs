@@ -2,14 +2,18 @@
 //! programs compiled from the plan, loaded by the VIP (which makes every
 //! bpf(2) call) and handed back; attached here to every sampling event of
 //! every CPU before anything is enabled; their counters read at stop.
+//! A regular user's recording, which has no VIP and cannot load programs,
+//! attaches the pinned filter instead ([`crate::pinned_filter`]).
 
 use std::os::fd::{AsFd, OwnedFd};
+use std::rc::Rc;
 
-use shardrec_filter::{counters, FilterProgram};
+use shardrec_filter::{counters, pinned, FilterProgram};
 use shardrec_shard::{FilterCount, FilterStats};
 use shardrec_sys::bpf::MappedArray;
 
 use crate::open::CpuEvents;
+use crate::pinned_filter::PinnedFilter;
 use crate::plan::Plan;
 use crate::RecordError;
 
@@ -17,11 +21,35 @@ use crate::RecordError;
 pub struct ActiveFilter {
     /// The event's index in the plan.
     pub spec: usize,
-    /// The program; the events hold it too.
-    _prog: OwnedFd,
-    counters: MappedArray,
-    /// The CPUs the counters have a slot for.
-    slots: u32,
+    counters: Counters,
+}
+
+/// Where a filter counts what it kept and dropped.
+enum Counters {
+    /// Its own program's map, a slot per CPU.
+    Own {
+        /// The program; the events hold it too.
+        _prog: OwnedFd,
+        map: MappedArray,
+        /// The CPUs the map has a slot for.
+        slots: u32,
+    },
+    /// The pinned program's entry of each event (CPU, event id), removed
+    /// from the shared map when the filter goes.
+    Pinned {
+        filter: Rc<PinnedFilter>,
+        entries: Vec<(u32, u64)>,
+    },
+}
+
+impl Drop for Counters {
+    fn drop(&mut self) {
+        if let Counters::Pinned { filter, entries } = self {
+            for (_, id) in entries.iter() {
+                let _ = filter.filters.delete(&id.to_ne_bytes());
+            }
+        }
+    }
 }
 
 /// The plan's filters compiled, in [`Plan::sample_filters`] order, each
@@ -49,43 +77,104 @@ pub fn attach(
 ) -> Result<Vec<ActiveFilter>, RecordError> {
     let mut fds = fds.into_iter();
     let mut active = Vec::new();
-    for ((spec, filter), program) in plan.sample_filters().zip(programs) {
+    for ((spec, _), program) in plan.sample_filters().zip(programs) {
         let (Some(prog), Some(map)) = (fds.next(), fds.next()) else {
             return Err(RecordError::Kernel(
                 "the VIP handed over fewer --filter programs than it was given".into(),
             ));
         };
         let value_size = counters::value_size(program.slots);
-        let counters = MappedArray::map(map, value_size)
+        let map = MappedArray::map(map, value_size)
             .map_err(RecordError::system("mapping a --filter's counters"))?;
-        for event in cpus
-            .iter()
-            .flat_map(|c| &c.events)
-            .filter(|e| e.spec == spec)
-        {
-            event.event.set_bpf(prog.as_fd()).map_err(|e| {
-                RecordError::Kernel(format!(
-                    "attaching --filter '{}' to {}: {e}",
-                    filter.text, plan.events[spec].name
-                ))
-            })?;
+        for (_, event) in events_of(cpus, spec) {
+            event
+                .event
+                .set_bpf(prog.as_fd())
+                .map_err(attach_error(plan, spec))?;
         }
         active.push(ActiveFilter {
             spec,
-            _prog: prog,
-            counters,
-            slots: program.slots,
+            counters: Counters::Own {
+                _prog: prog,
+                map,
+                slots: program.slots,
+            },
         });
     }
     Ok(active)
+}
+
+/// Attaches the pinned program to each filtered event of every CPU, its
+/// filter written under the event's id first.
+pub fn attach_pinned(
+    plan: &Plan,
+    cpus: &[&CpuEvents],
+    filter: PinnedFilter,
+) -> Result<Vec<ActiveFilter>, RecordError> {
+    let filter = Rc::new(filter);
+    let mut active = Vec::new();
+    for (spec, sample_filter) in plan.sample_filters() {
+        let entry = pinned::entry(&sample_filter.expr)
+            .map_err(|e| RecordError::Usage(format!("--filter '{}': {e}", sample_filter.text)))?;
+        // Each entry written is removed again when `counters` drops, on
+        // an error on the way too.
+        let mut counters = Counters::Pinned {
+            filter: filter.clone(),
+            entries: Vec::new(),
+        };
+        if let Counters::Pinned { entries, .. } = &mut counters {
+            for (cpu, event) in events_of(cpus, spec) {
+                filter
+                    .filters
+                    .update(&event.id.to_ne_bytes(), &entry)
+                    .map_err(RecordError::system(
+                        "writing a --filter into the pinned filter's map",
+                    ))?;
+                entries.push((cpu, event.id));
+                event
+                    .event
+                    .set_bpf(filter.prog.as_fd())
+                    .map_err(attach_error(plan, spec))?;
+            }
+        }
+        active.push(ActiveFilter { spec, counters });
+    }
+    Ok(active)
+}
+
+/// The events of plan event `spec` on every CPU, with their CPU.
+fn events_of<'a>(
+    cpus: &'a [&CpuEvents],
+    spec: usize,
+) -> impl Iterator<Item = (u32, &'a crate::open::OpenEvent)> {
+    cpus.iter()
+        .flat_map(|c| c.events.iter().map(|e| (c.cpu, e)))
+        .filter(move |(_, e)| e.spec == spec)
+}
+
+fn attach_error(plan: &Plan, spec: usize) -> impl Fn(std::io::Error) -> RecordError + '_ {
+    move |e| {
+        let event = &plan.events[spec];
+        let text = event.sample_filter.as_ref().map_or("", |f| f.text.as_str());
+        RecordError::Kernel(format!(
+            "attaching --filter '{text}' to {}: {e}",
+            event.name
+        ))
+    }
 }
 
 impl ActiveFilter {
     /// What the filter kept and dropped on each CPU that ran it.
     pub fn stats(&self, plan: &Plan) -> FilterStats {
         let spec = &plan.events[self.spec];
-        let per_cpu = (0..self.slots)
-            .map(|cpu| (cpu, counters::read_slot(cpu, |at| self.counters.u64_at(at))))
+        let per_cpu: Vec<(u32, counters::Counts)> = match &self.counters {
+            Counters::Own { map, slots, .. } => (0..*slots)
+                .map(|cpu| (cpu, counters::read_slot(cpu, |at| map.u64_at(at))))
+                .collect(),
+            Counters::Pinned { filter, entries } => pinned_counts(filter, entries),
+        };
+        let per_cpu = per_cpu
+            .into_iter()
             .filter(|(_, c)| c.kept + c.dropped > 0)
             .map(|(cpu, c)| FilterCount {
                 cpu,
@@ -102,4 +191,19 @@ impl ActiveFilter {
             per_cpu,
         }
     }
+}
+
+/// The counts of the pinned filter's entries, summed by CPU (a CPU has an
+/// event for each thread of `-t`).
+fn pinned_counts(filter: &PinnedFilter, entries: &[(u32, u64)]) -> Vec<(u32, counters::Counts)> {
+    let mut by_cpu: std::collections::BTreeMap<u32, counters::Counts> = Default::default();
+    for (cpu, id) in entries {
+        if let Ok(Some(value)) = filter.filters.lookup(&id.to_ne_bytes()) {
+            let counts = pinned::entry_counts(&value);
+            let sum = by_cpu.entry(*cpu).or_default();
+            sum.kept += counts.kept;
+            sum.dropped += counts.dropped;
+        }
+    }
+    by_cpu.into_iter().collect()
 }

@@ -35,7 +35,7 @@ use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 pub use btf::KernelBtf;
-pub use hash_map::{pin, pinned, HashMap};
+pub use hash_map::{mount_bpffs, pin, pinned, HashMap, BPFFS};
 pub use info::BpilArray;
 pub use load::{load_program, prog_type, LoadError, ProgramSpec};
 pub use mapped_array::MappedArray;

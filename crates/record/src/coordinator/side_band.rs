@@ -12,6 +12,7 @@ use shardrec_sys::PerfEvent;
 use crate::helper_process::HelperProcess;
 use crate::live_merger::WatchedRing;
 use crate::open::{self, CpuEvents, SideBandEvents};
+use crate::pinned_filter::PinnedFilter;
 use crate::plan::Plan;
 use crate::sample_filters::{self, ActiveFilter};
 use crate::vip::{self, VipProcess};
@@ -26,6 +27,9 @@ pub(super) struct SideBand {
     /// `--no-bpf-event` (so no VIP either).
     events: Option<SideBandEvents>,
     vip: Option<VipProcess>,
+    /// Without side-band events (a regular user), the pinned filter that
+    /// `--filter` attaches instead of programs of its own.
+    pinned: Option<PinnedFilter>,
     /// The `--filter` programs on sampling events, attached.
     filters: Vec<ActiveFilter>,
 }
@@ -44,6 +48,7 @@ impl SideBand {
             let side_band = SideBand {
                 events: None,
                 vip: None,
+                pinned: None,
                 filters: Vec::new(),
             };
             Ok((side_band, warning))
@@ -62,14 +67,31 @@ impl SideBand {
                 SideBand {
                     events: Some(events),
                     vip: None,
+                    pinned: None,
                     filters: Vec::new(),
                 },
                 None,
             )),
-            Err(source) if filtered => Err(RecordError::SideBand {
-                needed_by: "--filter on a sampling event needs BPF (root, or CAP_BPF with CAP_PERFMON)".into(),
-                source,
-            }),
+            Err(source) if filtered => match PinnedFilter::open() {
+                Ok(pinned) => Ok((
+                    SideBand {
+                        events: None,
+                        vip: None,
+                        pinned: Some(pinned),
+                        filters: Vec::new(),
+                    },
+                    Some(format!(
+                        "BPF programs will not be captured: {}",
+                        shardrec_shard::with_causes(&source)
+                    )),
+                )),
+                Err(no_pinned) => Err(RecordError::SideBand {
+                    needed_by: format!(
+                        "--filter on a sampling event needs BPF (root, or CAP_BPF with CAP_PERFMON), or {no_pinned}"
+                    ),
+                    source,
+                }),
+            },
             Err(source) if plan.side_band_tracking => Err(RecordError::SideBand {
                 needed_by: "--overwrite streams the tasks' records through the side-band events (or use --no-bpf-event to keep them in the overwritten rings, as perf does)".into(),
                 source,
@@ -119,6 +141,9 @@ impl SideBand {
     ) -> Result<Vec<u8>, RecordError> {
         let programs = sample_filters::programs(plan)?;
         let Some(events) = &self.events else {
+            if let Some(pinned) = self.pinned.take() {
+                self.filters = sample_filters::attach_pinned(plan, cpus, pinned)?;
+            }
             return Ok(Vec::new());
         };
         let (vip, records, fds) = vip::spawn(events, dir, &programs, windows)?;

@@ -18,7 +18,8 @@ pub struct HashMap {
 }
 
 impl HashMap {
-    /// Creates one of `max_entries` entries.
+    /// Creates one of at most `max_entries` entries, allocated as they
+    /// are added.
     pub fn create(
         name: &str,
         key_size: u32,
@@ -75,6 +76,38 @@ impl HashMap {
         self.check(key, self.value_size)?;
         syscall::map_delete(self.fd(), key)
     }
+}
+
+/// `BPF_FS_MAGIC`: `statfs`'s type of a bpf file system.
+const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
+
+/// Where bpf file systems are mounted by convention.
+pub const BPFFS: &str = "/sys/fs/bpf";
+
+/// Mounts a bpf file system on [`BPFFS`] where none is; true when it
+/// mounted one.
+pub fn mount_bpffs() -> io::Result<bool> {
+    // f_type's width is the architecture's (i64 here, u32 on some).
+    #[allow(clippy::unnecessary_cast)]
+    let mounted = nix::sys::statfs::statfs(BPFFS)
+        .is_ok_and(|fs| fs.filesystem_type().0 as i64 == BPF_FS_MAGIC);
+    if mounted {
+        return Ok(false);
+    }
+    nix::mount::mount(
+        Some("bpf"),
+        BPFFS,
+        Some("bpf"),
+        nix::mount::MsFlags::empty(),
+        None::<&str>,
+    )
+    .map_err(|e| {
+        io::Error::new(
+            io::Error::from(e).kind(),
+            format!("mounting a bpf file system on {BPFFS}: {e}"),
+        )
+    })?;
+    Ok(true)
 }
 
 fn c_path(path: &Path) -> io::Result<CString> {

@@ -201,7 +201,8 @@ pub(super) fn enable_stats() -> io::Result<OwnedFd> {
     owned(unsafe { sys::bpf_enable_stats(sys::BPF_STATS_RUN_TIME) })
 }
 
-/// `BPF_MAP_CREATE`: a hash map of `max_entries` entries.
+/// `BPF_MAP_CREATE`: a hash map of at most `max_entries` entries, each
+/// allocated when it is added (`BPF_F_NO_PREALLOC`).
 pub(super) fn hash_map(
     name: &CStr,
     key_size: u32,
@@ -210,6 +211,7 @@ pub(super) fn hash_map(
 ) -> io::Result<OwnedFd> {
     let opts = sys::bpf_map_create_opts {
         sz: size_of::<sys::bpf_map_create_opts>() as _,
+        map_flags: sys::BPF_F_NO_PREALLOC,
         ..Default::default()
     };
     // SAFETY: the name is NUL-terminated and `opts.sz` is its struct's size;
