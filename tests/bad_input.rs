@@ -491,8 +491,8 @@ fn perf_options_are_options_not_the_command() {
         ),
         ("-z=99", "-z: compression level '99' must be in [1, 22]"),
         (
-            "--switch-output-event=sched:sched_switch",
-            "perf record's --switch-output-event is not supported by shardrec yet",
+            "--switch-output-event=cpu-clock/period=",
+            "--switch-output-event cpu-clock/period=: event syntax error",
         ),
     ] {
         let output = run(&scratch, &[&[option][..], &touch].concat());
@@ -526,6 +526,19 @@ fn perf_options_are_options_not_the_command() {
         return;
     }
     let _serial = serial();
+    // An event this machine does not have, found when the plan is made
+    // (tracefs needs root): refused as -e's, before the command runs.
+    let output = run(
+        &scratch,
+        &[&["--switch-output-event=no:such_event"][..], &touch].concat(),
+    );
+    assert_refused(
+        &output,
+        &scratch,
+        "--switch-output-event: event 'no:such_event' not found",
+    );
+    assert_eq!(output.status.code(), Some(2));
+    assert!(!ran.exists(), "--switch-output-event: the command ran");
     let output = run(
         &scratch,
         &[&["-q", "--aio", "-e", "cpu-clock"][..], &touch].concat(),

@@ -255,3 +255,115 @@ fn the_background_merges_are_not_in_the_syscall_tracepoints() {
     }
     assert!(writes >= 40, "the workload's 40 writes, at least: {writes}");
 }
+
+#[test]
+fn each_switch_output_event_hit_switches_and_each_output_reads_alone() {
+    let Some((_serial, scratch)) = recording_test("switch-event") else {
+        return;
+    };
+    // Each window a new busy process; then a `sleep`, whose one
+    // clock_nanosleep is a hit (timeout waits without one).
+    let script = "for i in 1 2 3; do timeout 0.3 sh -c 'while :; do :; done'; sleep 0.2; done";
+    let (stderr, outputs) = record_switching(
+        &scratch,
+        &[
+            "-F",
+            "999",
+            "--switch-output-event",
+            "syscalls:sys_enter_clock_nanosleep",
+            "--",
+            "sh",
+            "-c",
+            script,
+        ],
+    );
+    let dumps = stderr.matches("[ shardrec record: Dump ").count();
+    assert_eq!(dumps, 4, "three hits and the end: {stderr}");
+    // It selects --switch-output=signal, as in perf: every output, the
+    // last too, is named with its time.
+    assert_eq!(outputs.len(), 4, "{outputs:?}");
+    assert!(
+        !scratch.output().exists(),
+        "perf.data itself is not written"
+    );
+    // The first three windows each hold one busy loop of 0.3 s; the last
+    // only the last sleep (no sample, which perf report refuses to show).
+    for output in &outputs[..3] {
+        let report = perf(&["report", "--stdio", "--sort", "comm"], output);
+        assert_no_complaint(&report, &output.display().to_string());
+        let busy = samples(output).iter().filter(|s| s.comm == "sh").count();
+        assert!(busy > 100, "{}: {busy} samples of sh", output.display());
+    }
+    let last = &outputs[3];
+    assert_no_complaint(&perf(&["script"], last), &last.display().to_string());
+    samples_by_linux_perf_data(last);
+}
+
+#[test]
+fn the_switch_output_event_is_not_recorded() {
+    let Some((_serial, scratch)) = recording_test("switch-event-unrecorded") else {
+        return;
+    };
+    let (_, outputs) = record_switching(
+        &scratch,
+        &[
+            "-e",
+            "syscalls:sys_enter_write",
+            "--switch-output-event=syscalls:sys_enter_clock_nanosleep",
+            "--",
+            "sh",
+            "-c",
+            "for i in 1 2; do echo $i > /dev/null; sleep 0.1; done",
+        ],
+    );
+    assert_eq!(outputs.len(), 3, "two hits and the end: {outputs:?}");
+    let mut writes = 0;
+    for output in &outputs {
+        let evlist = perf(&["evlist"], output);
+        let events = String::from_utf8_lossy(&evlist.stdout);
+        assert!(
+            events.contains("sys_enter_write") && !events.contains("nanosleep"),
+            "{}: {events}",
+            output.display()
+        );
+        for sample in samples(output) {
+            assert_eq!(sample.event, "syscalls:sys_enter_write", "{sample:?}");
+            writes += 1;
+        }
+    }
+    assert_eq!(writes, 2, "the workload's two writes");
+}
+
+#[test]
+fn the_recorders_own_activity_does_not_switch() {
+    let Some((_serial, scratch)) = recording_test("switch-event-own") else {
+        return;
+    };
+    // Each switch renames the window's finished output (rename(2)): were
+    // the recorder's own renames hits, the workload's one rename would
+    // switch again and again (about eight times a second).
+    let from = scratch.0.join("from");
+    std::fs::write(&from, b"").unwrap();
+    let rename = format!(
+        "perl -e 'rename \"{0}\", \"{0}.renamed\"'; sleep 1.5",
+        from.display()
+    );
+    let (stderr, _) = record_switching(
+        &scratch,
+        &[
+            "-a",
+            "-e",
+            "cpu-clock",
+            "--switch-output-event",
+            "syscalls:sys_enter_rename",
+            "--",
+            "sh",
+            "-c",
+            &rename,
+        ],
+    );
+    let dumps = stderr.matches("[ shardrec record: Dump ").count();
+    // The workload's hit and the end; a rename elsewhere on the host
+    // meanwhile (system-wide) may add one or two.
+    assert!((2..=4).contains(&dumps), "{dumps} outputs: {stderr}");
+}

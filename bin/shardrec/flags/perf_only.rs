@@ -82,7 +82,6 @@ pub const OPTIONS: &[PerfOption] = &[
     opt(None, "off-cpu", Flag, "Enable off-cpu analysis", Later),
     opt(None, "sample-cpu", Flag, "Record the sample cpu", Moot(ALWAYS)),
     opt(None, "sample-identifier", Flag, "Record the sample identifier", Moot("shardrec's samples always carry their identifier")),
-    opt(None, "switch-output-event", Required("switch output event"), "switch output event selector", Later),
     opt(None, "timestamp-boundary", Flag, "Record timestamp boundary (time of first/last samples)", Moot("shardrec always records the times of the first and last samples, even with -B (the merge reads every sample's time)")),
     opt(None, "vmlinux", Required("file"), "vmlinux pathname", Moot("perf record reads it only for the prologues of BPF scriptlets, which newer perfs dropped; give it to perf report (-k/--vmlinux) for the kernel's symbols")),
 ];

@@ -145,6 +145,9 @@ pub struct OutputArgs {
     /// Switch output when receiving SIGUSR2 (signal) or cross a size or time threshold: each window becomes FILE.TIMESTAMP, merged in the background
     #[arg(long = "switch-output", value_name = "signal or size[BKMG] or time[smhd]", num_args = 0..=1, require_equals = true, default_missing_value = "signal")]
     switch_output: Option<String>,
+    /// switch output event selector (-e's syntax; not recorded): each hit switches the output as SIGUSR2 does, auto-selecting --switch-output=signal when --switch-output is not given
+    #[arg(long = "switch-output-event", value_name = "switch output event")]
+    switch_output_event: Vec<String>,
     /// use overwrite mode: a flight recorder; each SIGUSR2 (or `snapshot` on --control) writes the rings' newest records to FILE.TIMESTAMP, the stop to FILE
     #[arg(long = "overwrite")]
     overwrite: bool,
@@ -218,10 +221,12 @@ impl OutputArgs {
             return Err("--keep-last keeps what the writers stream to disk; --overwrite streams nothing: use one".into());
         }
         // --overwrite and --keep-last snapshot on the signal, as
-        // --switch-output does.
+        // --switch-output does; --switch-output-event selects it, as in
+        // perf (its events switch whatever else ends the windows).
+        let event = !self.switch_output_event.is_empty();
         let trigger = match (
             self.switch_output.as_deref(),
-            self.overwrite || keep_last.is_some(),
+            self.overwrite || keep_last.is_some() || event,
         ) {
             (Some(trigger), _) => options::parse_switch_trigger(trigger)?,
             (None, true) => shardrec_record::SwitchTrigger::Signal,
@@ -235,6 +240,7 @@ impl OutputArgs {
         let option = match (&self.switch_output, keep_last) {
             (Some(_), _) => "--switch-output",
             (None, Some(_)) => "--keep-last",
+            (None, None) if event => "--switch-output-event",
             (None, None) => "--overwrite",
         };
         if self.kcore || self.no_merge {
@@ -247,9 +253,21 @@ impl OutputArgs {
             merge: Default::default(),
             keep_shards: self.keep_shards,
             quiet: false,
-            last_unstamped: self.switch_output.is_none(),
+            // perf names every output of a --switch-output recording
+            // (which --switch-output-event selects) with its time.
+            last_unstamped: self.switch_output.is_none() && (keep_last.is_some() || !event),
             keep_last,
         }))
+    }
+}
+
+impl OutputArgs {
+    /// Each `--switch-output-event`, parsed as `-e` is.
+    fn switch_output_events(&self) -> Result<Vec<shardrec_record::EventArg>, String> {
+        self.switch_output_event
+            .iter()
+            .map(|e| options::parse_switch_output_event(e))
+            .collect()
     }
 }
 
@@ -374,6 +392,7 @@ impl RecordArgs {
         let (events, targets, sampling) = (self.events, self.targets, self.sampling);
         let (output, run) = (self.output, self.run);
         let switch_output = output.switch_output()?;
+        let switch_output_events = output.switch_output_events()?;
         let merge = shardrec_merge::MergeOptions {
             progress: !run.quiet,
             compression_level: output.compression.level()?,
@@ -429,6 +448,7 @@ impl RecordArgs {
                 .map(|s| options::parse_size(s).map_err(|e| format!("--max-size {s}: {e}")))
                 .transpose()?,
             switch_output,
+            switch_output_events,
             overwrite: output.overwrite,
             verbose: run.verbose,
             quiet: run.quiet,

@@ -398,6 +398,7 @@ mod tests {
         events.push(EventSpec::tracking_dummy());
         Plan {
             tracking: events.len() - 1,
+            switch_events: Vec::new(),
             events,
             cpus: vec![0],
             scope: Scope::SystemWide,

@@ -191,6 +191,9 @@ pub struct RecordConfig {
     pub max_size: Option<u64>,
     /// `--switch-output`: a perf.data per window of the recording.
     pub switch_output: Option<SwitchOutput>,
+    /// `--switch-output-event`: events, not recorded, each hit of which
+    /// switches the output as SIGUSR2 does.
+    pub switch_output_events: Vec<EventArg>,
     /// `--overwrite`: a flight recorder. The rings are written backward by
     /// the kernel over their oldest records and not read while recording;
     /// a snapshot (SIGUSR2, `snapshot` on `--control`, and the stop) copies
@@ -247,6 +250,7 @@ impl RecordConfig {
             kcore: false,
             max_size: None,
             switch_output: None,
+            switch_output_events: Vec::new(),
             overwrite: false,
             command: Vec::new(),
             clockid: None,

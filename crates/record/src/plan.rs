@@ -52,6 +52,9 @@ pub struct Plan {
     pub attrs: Vec<Attr>,
     /// The event that carries the side-band (mmap, comm, task records).
     pub tracking: usize,
+    /// `--switch-output-event`: opened beside the recorded events, not
+    /// recorded ([`crate::switch_output::event_trigger`]).
+    pub switch_events: Vec<EventSpec>,
     /// `-D`: the events start counting late, or when told.
     pub delay: Option<Delay>,
     /// `--overwrite`: rings written backward, read only at snapshots.
@@ -100,7 +103,8 @@ impl Plan {
             Scope::Threads(tids) => tids.len(),
             _ => 1,
         };
-        (self.cpus.len() * (self.events.len() * tasks + 1)) as u64
+        let events = self.events.len() + self.switch_events.len();
+        (self.cpus.len() * (events * tasks + 1)) as u64
     }
 
     /// Makes sure the coordinator may hold all its descriptors: raises the
@@ -136,6 +140,7 @@ impl Plan {
             // perf's --group: every event in the first one's group.
             events.iter_mut().skip(1).for_each(|e| e.leader = Some(0));
         }
+        let switch_events = resolve_switch_events(config)?;
         let (scope, pids) = resolve_scope(config, &mut warnings)?;
         if scope != Scope::SystemWide && events.iter().any(|e| e.cgroup.is_some()) {
             return Err(RecordError::Usage(
@@ -172,6 +177,7 @@ impl Plan {
             sample: config.sample.clone(),
             attrs: Vec::new(),
             tracking,
+            switch_events,
             delay: config.delay,
             overwrite: config.overwrite,
             synthesis: config.synthesis.clone(),
@@ -251,6 +257,20 @@ fn resolve_events(config: &RecordConfig) -> Result<Vec<EventSpec>, RecordError> 
         true => Ok(vec![EventSpec::default_event(&crate::host::cpu_vendor())]),
         false => Ok(specs),
     }
+}
+
+/// `--switch-output-event`'s events, which switch a `--switch-output`
+/// recording (the command line implies one).
+fn resolve_switch_events(config: &RecordConfig) -> Result<Vec<EventSpec>, RecordError> {
+    if config.switch_output_events.is_empty() {
+        return Ok(Vec::new());
+    }
+    if config.switch_output.is_none() {
+        return Err(RecordError::Usage(
+            "--switch-output-event switches the output: it needs --switch-output".into(),
+        ));
+    }
+    crate::switch_output::event_trigger::resolve(&config.switch_output_events)
 }
 
 /// `PERF_FORMAT_LOST`, read_format bit 4.

@@ -24,6 +24,9 @@ pub enum Wake {
     Switch,
     /// The `--control` channel has something to read.
     Control,
+    /// A `--switch-output-event` event was hit (or hung up): its rings
+    /// say whose hits they were.
+    SwitchEvent,
     /// Nothing happened within the timeout.
     Timeout,
 }
@@ -54,11 +57,14 @@ impl Signals {
         Ok(Signals { fd })
     }
 
-    /// Waits up to `timeout_ms` for a signal, or for `control` to be readable.
+    /// Waits up to `timeout_ms` for a signal, for `control` to be
+    /// readable, or for one of the `--switch-output-event` events in
+    /// `switch_events` to report.
     pub fn wait(
         &mut self,
         timeout_ms: u16,
         control: Option<BorrowedFd<'_>>,
+        switch_events: &[BorrowedFd<'_>],
     ) -> Result<Wake, RecordError> {
         loop {
             if let Some(info) = self
@@ -76,16 +82,17 @@ impl Signals {
             }
             let mut fds = vec![PollFd::new(self.fd.as_fd(), PollFlags::POLLIN)];
             fds.extend(control.map(|fd| PollFd::new(fd, PollFlags::POLLIN)));
+            let first_event = fds.len();
+            fds.extend(
+                switch_events
+                    .iter()
+                    .map(|&fd| PollFd::new(fd, PollFlags::POLLIN)),
+            );
+            let ready = |fd: &PollFd| fd.revents().is_some_and(|r| !r.is_empty());
             match poll(&mut fds, PollTimeout::from(timeout_ms)) {
                 Ok(0) => return Ok(Wake::Timeout),
-                Ok(_)
-                    if fds
-                        .get(1)
-                        .and_then(PollFd::revents)
-                        .is_some_and(|r| !r.is_empty()) =>
-                {
-                    return Ok(Wake::Control)
-                }
+                Ok(_) if control.is_some() && ready(&fds[1]) => return Ok(Wake::Control),
+                Ok(_) if fds[first_event..].iter().any(ready) => return Ok(Wake::SwitchEvent),
                 Ok(_) | Err(nix::errno::Errno::EINTR) => continue,
                 Err(e) => return Err(RecordError::system("waiting for signals")(e.into())),
             }

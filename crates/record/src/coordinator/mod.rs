@@ -33,6 +33,7 @@ use crate::plan::{Plan, Scope};
 use crate::say;
 use crate::signals::Signals;
 use crate::summary::RecordReport;
+use crate::switch_output::event_trigger::EventTrigger;
 use crate::workload::Workload;
 use crate::writers::{self, WriterOptions};
 use crate::{RecordConfig, RecordError};
@@ -83,6 +84,8 @@ struct Recording<'a> {
     side_band: SideBand,
     output: RecordingOutput,
     counting: Counting,
+    /// `--switch-output-event`'s events.
+    switch_trigger: Option<EventTrigger>,
     /// Stopping: a writer that ends now has drained, or was told to quit.
     stopping: bool,
 }
@@ -101,6 +104,7 @@ impl<'a> Recording<'a> {
         let workload_pid = workload.as_ref().map(|w| w.pid.as_raw());
         let target_pid = workload_pid.filter(|_| plan.scope == Scope::Workload);
         let (cpus, tasks) = open::open_all(plan, attrs, target_pid)?;
+        let switch_trigger = EventTrigger::open(plan, &tasks)?;
         let (side_band, warning) = SideBand::open(config, plan)?;
         if let Some(warning) = warning {
             say::warning(&warning);
@@ -128,6 +132,7 @@ impl<'a> Recording<'a> {
             side_band,
             output,
             counting,
+            switch_trigger,
             stopping: false,
         })
     }
@@ -212,7 +217,8 @@ impl<'a> Recording<'a> {
 
     /// Sets each tracepoint's filter: the user's `--filter`, and the
     /// recorder's own processes left out, so a syscall tracepoint does not
-    /// record the writers' own io_uring calls.
+    /// record the writers' own io_uring calls (nor a switch trigger the
+    /// switch's own).
     fn exclude_recorder(&self) -> Result<(), RecordError> {
         let own = self
             .output
@@ -222,6 +228,9 @@ impl<'a> Recording<'a> {
             .map(|pid| format!("common_pid != {pid}"))
             .collect::<Vec<_>>()
             .join(" && ");
+        if let Some(trigger) = &self.switch_trigger {
+            trigger.set_filter(&own)?;
+        }
         for cpu in self.pool.cpus() {
             for event in &cpu.events {
                 let spec = &self.plan.events[event.spec];
@@ -246,6 +255,9 @@ impl<'a> Recording<'a> {
     /// (enable_on_exec); the writers are running by then.
     fn enable(&mut self) -> Result<(), RecordError> {
         self.pool.start()?;
+        if let Some(trigger) = &self.switch_trigger {
+            trigger.enable(self.plan)?;
+        }
         if let Some(workload) = self.workload.as_mut() {
             workload.start()?;
         }

@@ -32,12 +32,12 @@ impl Recording<'_> {
                 vip_told = true;
                 continue;
             }
-            match signals.wait(1000, None)? {
+            match signals.wait(1000, None, &[])? {
                 Wake::Stop(_) => self.send_all(Command::Quit),
                 Wake::Child => {
                     self.reap_children();
                 }
-                Wake::Control | Wake::Timeout | Wake::Switch => {}
+                Wake::Control | Wake::Timeout | Wake::Switch | Wake::SwitchEvent => {}
             }
         }
         self.end_workload();

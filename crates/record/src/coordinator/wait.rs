@@ -21,7 +21,11 @@ impl Recording<'_> {
     ) -> Result<(StopReason, Option<RecordError>), RecordError> {
         loop {
             let tick = self.counting.tick_ms(self.output.tick_ms(TICK_MS));
-            match signals.wait(tick, self.counting.control_fd())? {
+            let switch_events = self
+                .switch_trigger
+                .as_mut()
+                .map_or_else(Vec::new, |t| t.fds());
+            match signals.wait(tick, self.counting.control_fd(), &switch_events)? {
                 Wake::Stop(signal) => {
                     return Ok((StopReason::Signal(signal.as_str().to_string()), None))
                 }
@@ -41,6 +45,7 @@ impl Recording<'_> {
                     }
                 }
                 Wake::Switch => self.output.switch_asked |= self.output.switches_on_signal(),
+                Wake::SwitchEvent => self.output.switch_asked |= self.switch_event_hit(),
             }
             self.counting.count_when_due(self.plan, &self.pool);
             self.pool.flush_quiet_rings();
@@ -73,6 +78,19 @@ impl Recording<'_> {
             }
         }
         asked.stop
+    }
+
+    /// A `--switch-output-event` reported: whether some hit was not the
+    /// recorder's own. It switches whatever else ends the windows (a
+    /// size, a time), and snapshots `--overwrite` and `--keep-last` as
+    /// SIGUSR2 does.
+    fn switch_event_hit(&mut self) -> bool {
+        let own = &self.output.meta.recorder_pids;
+        let hit = self
+            .switch_trigger
+            .as_mut()
+            .is_some_and(|t| t.take_hits(own));
+        hit && self.output.windows.is_some()
     }
 
     /// `-p`/`-t`: whether every process followed has ended.

@@ -34,9 +34,15 @@ pub struct EventArg {
 impl EventArg {
     /// Parses one `-e` value; the error names what is wrong in it.
     pub fn parse(text: &str) -> Result<EventArg, String> {
+        EventArg::parse_for("-e", text)
+    }
+
+    /// Parses the value of `option`, which takes `-e`'s syntax; the error
+    /// names the option and what is wrong in the value.
+    pub fn parse_for(option: &str, text: &str) -> Result<EventArg, String> {
         Ok(EventArg {
             text: text.to_string(),
-            groups: grammar::parse(text).map_err(|e| format!("-e {text}: {e}"))?,
+            groups: grammar::parse(text).map_err(|e| format!("{option} {text}: {e}"))?,
             filter: None,
         })
     }

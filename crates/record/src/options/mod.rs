@@ -61,6 +61,11 @@ pub fn parse_events(text: &str) -> Result<EventArg, String> {
     EventArg::parse(text)
 }
 
+/// Parses one `--switch-output-event`: `-e`'s syntax.
+pub fn parse_switch_output_event(text: &str) -> Result<EventArg, String> {
+    EventArg::parse_for("--switch-output-event", text)
+}
+
 /// Parses `-F`: a frequency in Hz, or `max`.
 pub fn parse_frequency(text: &str) -> Result<Sampling, String> {
     match text {

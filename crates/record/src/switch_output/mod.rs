@@ -22,6 +22,7 @@
 //! TIME of the recording. A snapshot (SIGUSR2, `snapshot` on
 //! `--control`, the stop) joins the windows kept into one perf.data.
 
+pub mod event_trigger;
 mod merger;
 
 use std::collections::VecDeque;

@@ -240,6 +240,13 @@ impl Attr {
         self.raw.__bindgen_anon_2.wakeup_watermark = bytes;
     }
 
+    /// Wake pollers after every `count` samples (not bytes: the
+    /// watermark bit is cleared).
+    pub fn set_wakeup_events(&mut self, count: u32) {
+        self.raw.set_watermark(0);
+        self.raw.__bindgen_anon_2.wakeup_events = count;
+    }
+
     /// Copy user registers (`regs` mask) and `stack_bytes` of user stack into
     /// each sample, for DWARF unwinding.
     pub fn set_user_stack(&mut self, regs: u64, stack_bytes: u32) {
