@@ -184,15 +184,36 @@ pub(crate) fn load_field(asm: &mut Asm, field: Field) {
 /// that differ from `name` (its first `name.len()` bytes when `prefix`,
 /// else all 16, the NUL padding included).
 fn comm_mismatch(asm: &mut Asm, name: &[u8], prefix: bool) {
+    let (want, mask) = comm_words(name, prefix);
+    load_comm(asm);
+    for (reg, i) in [(R0, 0), (R1, 1)] {
+        asm.push(&insn::ld_imm64(R2, mask[i]));
+        asm.push(&[insn::alu64_reg(Alu::And, reg, R2)]);
+        asm.push(&insn::ld_imm64(R2, want[i]));
+        asm.push(&[insn::alu64_reg(Alu::Xor, reg, R2)]);
+    }
+    asm.push(&[insn::alu64_reg(Alu::Or, R0, R1)]);
+}
+
+/// A `comm` term's name and mask as the two words each a program
+/// compares the task's name with: the name NUL-padded to 16 bytes; the
+/// mask all ones, or over the name's bytes only for a prefix.
+pub(crate) fn comm_words(name: &[u8], prefix: bool) -> ([u64; 2], [u64; 2]) {
     let mut want = [0u8; 16];
     want[..name.len()].copy_from_slice(name);
     let mut mask = [0xffu8; 16];
     if prefix {
         mask[name.len()..].fill(0);
     }
-    let word = |bytes: &[u8; 16], i: usize| {
-        u64::from_ne_bytes(bytes[i * 8..i * 8 + 8].try_into().expect("8 bytes"))
+    let words = |bytes: &[u8; 16]| {
+        [0, 1].map(|i| u64::from_ne_bytes(bytes[i * 8..i * 8 + 8].try_into().expect("8 bytes")))
     };
+    (words(&want), words(&mask))
+}
+
+/// The task's name into a zeroed 16 bytes of stack at fp-16, its two
+/// words then in r0 and r1.
+pub(crate) fn load_comm(asm: &mut Asm) {
     asm.push(&[
         insn::st64_imm(FP, -16, 0),
         insn::st64_imm(FP, -8, 0),
@@ -203,11 +224,4 @@ fn comm_mismatch(asm: &mut Asm, name: &[u8], prefix: bool) {
         insn::ldx64(R0, FP, -16),
         insn::ldx64(R1, FP, -8),
     ]);
-    for (reg, i) in [(R0, 0), (R1, 1)] {
-        asm.push(&insn::ld_imm64(R2, word(&mask, i)));
-        asm.push(&[insn::alu64_reg(Alu::And, reg, R2)]);
-        asm.push(&insn::ld_imm64(R2, word(&want, i)));
-        asm.push(&[insn::alu64_reg(Alu::Xor, reg, R2)]);
-    }
-    asm.push(&[insn::alu64_reg(Alu::Or, R0, R1)]);
 }

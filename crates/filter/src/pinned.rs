@@ -20,11 +20,13 @@
 
 use std::io;
 
+use std::os::fd::{AsRawFd, OwnedFd};
+
 use shardrec_sys::bpf::insn::{self, Alu, Cond};
-use shardrec_sys::bpf::KernelBtf;
+use shardrec_sys::bpf::{self, prog_type, HashMap, KernelBtf, ProgramSpec};
 
 use crate::asm::{Asm, Label};
-use crate::compile::{helper, load_field, CTX, FP, R0, R1, R2};
+use crate::compile::{comm_words, helper, load_comm, load_field, CTX, FP, R0, R1, R2};
 use crate::counters::Counts;
 use crate::parse::{Expr, Field, Op, Term, Value};
 
@@ -148,6 +150,21 @@ pub fn program(layout: &KernelLayout) -> (Vec<u64>, usize) {
     (asm.finish(), map_ref)
 }
 
+/// Loads the program with `map` (made with [`KEY_SIZE`] and
+/// [`VALUE_SIZE`]) as its filters.
+pub fn load(layout: &KernelLayout, map: &HashMap) -> io::Result<OwnedFd> {
+    let (mut insns, map_ref) = program(layout);
+    insns[map_ref] = insn::with_imm(insns[map_ref], map.fd().as_raw_fd());
+    bpf::load_program(&ProgramSpec {
+        prog_type: prog_type::PERF_EVENT,
+        name: "shardrec_pinned",
+        insns: &insns,
+        // bpf_cast_to_kern_ctx, like every kfunc, is for GPL programs.
+        license: "GPL",
+        func_names: &[],
+    })
+}
+
 /// Looks up the entry of the event (or its parent) into r7, its slot
 /// count into r8; returns 1 (keep) where there is none.
 fn find_entry(asm: &mut Asm, layout: &KernelLayout) -> usize {
@@ -259,16 +276,7 @@ fn test_slot(asm: &mut Asm, at: i16, drop: Label) {
 /// r0 = the bits of the task's name that differ from the slot's, under
 /// the slot's mask (the name's words at +8, +16; the mask's at +24, +32).
 fn comm_mismatch(asm: &mut Asm, at: i16) {
-    asm.push(&[
-        insn::st64_imm(FP, -16, 0),
-        insn::st64_imm(FP, -8, 0),
-        insn::mov64_reg(R1, FP),
-        insn::add64_imm(R1, -16),
-        insn::mov64_imm(R2, 16),
-        insn::call_helper(helper::GET_CURRENT_COMM),
-        insn::ldx64(R0, FP, -16),
-        insn::ldx64(R1, FP, -8),
-    ]);
+    load_comm(asm);
     for (reg, word) in [(R0, 0), (R1, 8)] {
         asm.push(&[
             insn::ldx64(R2, ENTRY, at + 24 + word),
@@ -348,20 +356,8 @@ fn term_slot(term: &Term) -> [u8; SLOT_BYTES] {
     match &term.value {
         Value::Number(n) => words[0] = *n,
         Value::Comm { name, prefix } => {
-            let (mut want, mut mask) = ([0u8; 16], [0xffu8; 16]);
-            want[..name.len()].copy_from_slice(name);
-            if *prefix {
-                mask[name.len()..].fill(0);
-            }
-            let word = |bytes: &[u8; 16], i: usize| {
-                u64::from_ne_bytes(bytes[i * 8..i * 8 + 8].try_into().expect("8 bytes"))
-            };
-            words = [
-                word(&want, 0),
-                word(&want, 1),
-                word(&mask, 0),
-                word(&mask, 1),
-            ];
+            let (want, mask) = comm_words(name, *prefix);
+            words = [want[0], want[1], mask[0], mask[1]];
         }
     }
     let mut slot = [0u8; SLOT_BYTES];

@@ -2,13 +2,13 @@
 //! attached to a sampling event of this thread, run on each overflow with
 //! the entry the test writes under the event's id.
 
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 use shardrec_filter::pinned::{self, KernelLayout};
 use shardrec_filter::SampleFilter;
 use shardrec_sys::abi::PERF_COUNT_SW_CPU_CLOCK;
-use shardrec_sys::bpf::{self, insn, prog_type, HashMap, KernelBtf, ProgramSpec};
+use shardrec_sys::bpf::{self, HashMap, KernelBtf};
 use shardrec_sys::{Attr, PerfEvent, Target};
 
 /// The program loaded against a fresh map.
@@ -16,16 +16,7 @@ fn load() -> (OwnedFd, HashMap) {
     let btf = KernelBtf::load().expect("the kernel's BTF");
     let layout = KernelLayout::read(&btf).expect("the kernel's layout");
     let map = HashMap::create("shardrec_test", pinned::KEY_SIZE, pinned::VALUE_SIZE, 8).unwrap();
-    let (mut insns, map_ref) = pinned::program(&layout);
-    insns[map_ref] = insn::with_imm(insns[map_ref], map.fd().as_raw_fd());
-    let spec = ProgramSpec {
-        prog_type: prog_type::PERF_EVENT,
-        name: "shardrec_pinned",
-        insns: &insns,
-        license: "GPL",
-        func_names: &[],
-    };
-    let prog = bpf::load_program(&spec).unwrap_or_else(|e| panic!("{e}"));
+    let prog = pinned::load(&layout, &map).unwrap_or_else(|e| panic!("{e}"));
     (prog, map)
 }
 
@@ -105,7 +96,8 @@ fn pinned_objects_outlive_their_descriptors() {
     let again = bpf::pinned(&dir.join("program")).unwrap();
     assert_eq!(bpf::prog_id(again.as_fd()).unwrap(), id);
     let map = HashMap::pinned(&dir.join("filters"), pinned::KEY_SIZE, pinned::VALUE_SIZE).unwrap();
-    let counts = run(&again, &map, "user");
+    let tid = nix::unistd::gettid().as_raw();
+    let counts = run(&again, &map, &format!("tid == {tid}"));
     assert!(counts.kept > 100 && counts.dropped == 0, "{counts:?}");
     drop((again, map));
     mount(&["umount", path]);

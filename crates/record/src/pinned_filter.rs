@@ -11,12 +11,12 @@
 //! enabled, reads their counts at the stop and removes them.
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use shardrec_filter::pinned::{self, KernelLayout};
-use shardrec_sys::bpf::{self, insn, prog_type, HashMap, KernelBtf, ProgramSpec};
+use shardrec_sys::bpf::{self, HashMap, KernelBtf};
 
 use crate::RecordError;
 
@@ -87,7 +87,9 @@ fn pin(dir: &Path) -> Result<String, RecordError> {
     .map_err(RecordError::system(
         "--setup-filter pin: creating the filters map",
     ))?;
-    let prog = load(&layout, &map)?;
+    let prog = pinned::load(&layout, &map).map_err(RecordError::system(
+        "--setup-filter pin: loading the program",
+    ))?;
     let pinned = || -> io::Result<()> {
         std::fs::create_dir(dir)?;
         std::fs::set_permissions(dir, PermissionsExt::from_mode(0o755))?;
@@ -120,23 +122,6 @@ fn pin(dir: &Path) -> Result<String, RecordError> {
         said.push_str(&format!("; but {why}"));
     }
     Ok(said)
-}
-
-/// The program, loaded with `map` as its filters.
-fn load(layout: &KernelLayout, map: &HashMap) -> Result<OwnedFd, RecordError> {
-    let (mut insns, map_ref) = pinned::program(layout);
-    insns[map_ref] = insn::with_imm(insns[map_ref], map.fd().as_raw_fd());
-    let spec = ProgramSpec {
-        prog_type: prog_type::PERF_EVENT,
-        name: "shardrec_pinned",
-        insns: &insns,
-        // bpf_cast_to_kern_ctx, like every kfunc, is for GPL programs.
-        license: "GPL",
-        func_names: &[],
-    };
-    bpf::load_program(&spec).map_err(RecordError::system(
-        "--setup-filter pin: loading the program",
-    ))
 }
 
 /// Why a regular user could not reach the pinned objects, if so.
