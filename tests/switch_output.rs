@@ -263,7 +263,8 @@ fn each_switch_output_event_hit_switches_and_each_output_reads_alone() {
     };
     // Each window a new busy process; then a `sleep`, whose one
     // clock_nanosleep is a hit (timeout waits without one).
-    let script = "for i in 1 2 3; do timeout 0.3 sh -c 'while :; do :; done'; sleep 0.2; done";
+    // Each sleep (0.5 s, more than a switch takes on a busy host) is a hit.
+    let script = "for i in 1 2 3; do timeout 0.3 sh -c 'while :; do :; done'; sleep 0.5; done";
     let (stderr, outputs) = record_switching(
         &scratch,
         &[
@@ -313,7 +314,10 @@ fn the_switch_output_event_is_not_recorded() {
             "--",
             "sh",
             "-c",
-            "for i in 1 2; do echo $i > /dev/null; sleep 0.1; done",
+            // Hits 0.5 s apart, the end 0.5 s after the last: more than a
+            // switch takes on a busy host, so each hit is a switch of its
+            // own and the end comes after them.
+            "for i in 1 2; do echo $i > /dev/null; sleep 0.5; done",
         ],
     );
     assert_eq!(outputs.len(), 3, "two hits and the end: {outputs:?}");
