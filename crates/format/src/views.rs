@@ -235,6 +235,112 @@ pub fn tracing_data_len(record: &[u8]) -> Option<u32> {
     u32_at(record, BODY)
 }
 
+/// `PERF_SAMPLE_*` bits a sample's fields before its raw data depend on.
+mod sample_bit {
+    pub const READ: u64 = 1 << 4;
+    pub const CALLCHAIN: u64 = 1 << 5;
+    pub const PERIOD: u64 = 1 << 8;
+    pub const RAW: u64 = 1 << 10;
+    /// The u64 fields that come before `READ`, in the kernel's order:
+    /// IDENTIFIER, IP, TID, TIME, ADDR, ID, STREAM_ID, CPU, PERIOD.
+    pub const FIXED: [u64; 9] = [
+        1 << 16,
+        1,
+        1 << 1,
+        1 << 2,
+        1 << 3,
+        1 << 6,
+        1 << 9,
+        1 << 7,
+        PERIOD,
+    ];
+}
+
+/// The `PERF_SAMPLE_RAW` bytes of a `PERF_RECORD_SAMPLE` whose attr has
+/// `sample_type` (as the kernel pads them: to a multiple of 8 with the
+/// size before them). `None` without `RAW`, with `READ` (whose size
+/// `read_format` decides, which no raw-data event of shardrec's has), or
+/// for a record too short.
+pub fn sample_raw(sample_type: u64, record: &[u8]) -> Option<&[u8]> {
+    if sample_type & sample_bit::RAW == 0 || sample_type & sample_bit::READ != 0 {
+        return None;
+    }
+    let fixed = sample_bit::FIXED
+        .iter()
+        .filter(|&&bit| sample_type & bit != 0)
+        .count();
+    let mut at = BODY + 8 * fixed;
+    if sample_type & sample_bit::CALLCHAIN != 0 {
+        at += 8 + 8 * usize::try_from(u64_at(record, at)?).ok()?;
+    }
+    let size = u32_at(record, at)? as usize;
+    record.get(at + 4..at + 4 + size)
+}
+
+/// One wait as shardrec's off-CPU program writes it into a BPF output
+/// event (`crates/bpf/src/bpf/off_cpu.bpf.c`, `struct wait`): who waited,
+/// how long, and where, its stacks as they were when the wait began.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OffCpuWait<'a> {
+    /// The process (tgid).
+    pub pid: u32,
+    /// The thread.
+    pub tid: u32,
+    /// When it began (`bpf_ktime_get_ns`).
+    pub start: u64,
+    /// How long it lasted, ns.
+    pub period: u64,
+    /// The task's cgroup (v2) id.
+    pub cgroup: u64,
+    /// The task's state as it went to sleep (`TASK_INTERRUPTIBLE` 1,
+    /// `TASK_UNINTERRUPTIBLE` 2).
+    pub state: u32,
+    kernel: &'a [u8],
+    user: &'a [u8],
+}
+
+impl<'a> OffCpuWait<'a> {
+    /// Bytes before the frames.
+    const HEADER: usize = 40;
+
+    /// Reads the raw data of one sample.
+    pub fn parse(raw: &'a [u8]) -> Option<OffCpuWait<'a>> {
+        let count = |at| {
+            Some(usize::from(u16::from_ne_bytes(
+                raw.get(at..at + 2)?.try_into().ok()?,
+            )))
+        };
+        let (kernel, user) = (count(36)?, count(38)?);
+        let frames = raw.get(Self::HEADER..Self::HEADER + 8 * (kernel + user))?;
+        Some(OffCpuWait {
+            pid: u32_at(raw, 0)?,
+            tid: u32_at(raw, 4)?,
+            start: u64_at(raw, 8)?,
+            period: u64_at(raw, 16)?,
+            cgroup: u64_at(raw, 24)?,
+            state: u32_at(raw, 32)?,
+            kernel: &frames[..8 * kernel],
+            user: &frames[8 * kernel..],
+        })
+    }
+
+    /// The kernel's frames, innermost first.
+    pub fn kernel_frames(&self) -> impl Iterator<Item = u64> + 'a {
+        frames(self.kernel)
+    }
+
+    /// The user's frames, innermost first.
+    pub fn user_frames(&self) -> impl Iterator<Item = u64> + 'a {
+        frames(self.user)
+    }
+}
+
+fn frames(bytes: &[u8]) -> impl Iterator<Item = u64> + '_ {
+    bytes
+        .chunks_exact(8)
+        .map(|b| u64::from_ne_bytes(b.try_into().expect("8 bytes")))
+}
+
 /// The bytes of `field` before its NUL.
 fn c_string(field: &[u8]) -> Option<&[u8]> {
     field.get(..field.iter().position(|&b| b == 0)?)
@@ -365,5 +471,48 @@ mod tests {
         let mut cut = samples.clone();
         set_size(&mut cut, 8);
         assert_eq!(header(&cut).size, 8);
+    }
+
+    #[test]
+    fn an_off_cpu_wait_reads_back_from_a_samples_raw_data() {
+        // TID, TIME, a callchain of two, then the raw data.
+        let sample_type = 1 << 1 | 1 << 2 | sample_bit::CALLCHAIN | sample_bit::RAW;
+        let mut raw = Vec::new();
+        for word in [7u32, 8] {
+            raw.extend_from_slice(&word.to_ne_bytes());
+        }
+        for word in [100u64, 250, 9] {
+            raw.extend_from_slice(&word.to_ne_bytes());
+        }
+        raw.extend_from_slice(&1u32.to_ne_bytes());
+        raw.extend_from_slice(&2u16.to_ne_bytes());
+        raw.extend_from_slice(&1u16.to_ne_bytes());
+        for frame in [0xffff_ffff_8100_0000u64, 0xffff_ffff_8100_0010, 0x40_1000] {
+            raw.extend_from_slice(&frame.to_ne_bytes());
+        }
+        let sample = RecordBuilder::new(RecordType::SAMPLE, 0)
+            .u32(7)
+            .u32(8)
+            .u64(12345)
+            .u64(2)
+            .u64(1)
+            .u64(2)
+            .u32(raw.len() as u32)
+            .bytes(&raw)
+            .pad()
+            .finish_untrailed()
+            .unwrap();
+        let read = sample_raw(sample_type, &sample).unwrap();
+        assert_eq!(&read[..raw.len()], &raw[..]);
+        let wait = OffCpuWait::parse(read).unwrap();
+        assert_eq!(
+            (wait.pid, wait.tid, wait.start, wait.period),
+            (7, 8, 100, 250)
+        );
+        assert_eq!((wait.cgroup, wait.state), (9, 1));
+        assert_eq!(wait.kernel_frames().count(), 2);
+        assert_eq!(wait.user_frames().collect::<Vec<_>>(), [0x40_1000]);
+        assert!(sample_raw(sample_type | sample_bit::READ, &sample).is_none());
+        assert!(OffCpuWait::parse(&raw[..50]).is_none());
     }
 }

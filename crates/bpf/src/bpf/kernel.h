@@ -1,0 +1,49 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * The few kernel types shardrec's BPF programs read, with
+ * preserve_access_index: libbpf relocates each field access to where the
+ * running kernel's BTF puts it (CO-RE), so no vmlinux.h of one kernel
+ * is needed to build them.
+ */
+#ifndef SHARDREC_KERNEL_H
+#define SHARDREC_KERNEL_H
+
+typedef unsigned char __u8;
+typedef unsigned short __u16;
+typedef unsigned int __u32;
+typedef unsigned long long __u64;
+typedef signed int __s32;
+typedef signed long long __s64;
+typedef __u16 __be16;
+typedef __u32 __be32;
+typedef __u32 __wsum;
+typedef _Bool bool;
+#define true 1
+#define false 0
+
+enum bpf_map_type {
+	BPF_MAP_TYPE_HASH = 1,
+	BPF_MAP_TYPE_ARRAY = 2,
+	BPF_MAP_TYPE_PERF_EVENT_ARRAY = 4,
+	BPF_MAP_TYPE_PERCPU_ARRAY = 6,
+	BPF_MAP_TYPE_TASK_STORAGE = 29,
+};
+
+enum {
+	BPF_ANY = 0,
+	BPF_NOEXIST = 1,
+	BPF_F_NO_PREALLOC = 1,
+	BPF_LOCAL_STORAGE_GET_F_CREATE = 1,
+	BPF_F_USER_STACK = 256,
+};
+
+#define BPF_F_CURRENT_CPU 0xffffffffULL
+
+struct task_struct {
+	unsigned int __state;
+	int pid;
+	int tgid;
+	struct task_struct *real_parent;
+} __attribute__((preserve_access_index));
+
+#endif

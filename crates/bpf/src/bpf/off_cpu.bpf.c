@@ -1,0 +1,190 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Off-CPU time, written as each wait ends.
+ *
+ * At sched_switch, a followed task that goes to sleep (interruptible or
+ * not; a preempted task is runnable, not waiting) gets its wait started
+ * in its task storage: the time, its state, its cgroup, and its kernel
+ * and user stacks as they are at that moment (where it waits). When the
+ * task is switched in again, the wait is complete: it is written, with
+ * its length, to the BPF output event of the CPU it resumes on, whose
+ * ring that CPU's writer streams like any other. Nothing is gathered in a
+ * map that could fill: a wait shorter than the threshold is dropped, the
+ * others are in the recording as soon as they end.
+ */
+#include "kernel.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+
+#define TASK_INTERRUPTIBLE 0x0001
+#define TASK_UNINTERRUPTIBLE 0x0002
+/* Frames kept of each stack: the kernel's PERF_MAX_STACK_DEPTH. */
+#define MAX_FRAMES 127
+
+/*
+ * One wait, as it is written: the header, then the kernel's frames, then
+ * the user's (nr_kernel + nr_user of them, the rest not written).
+ * shardrec_bpf::off_cpu::Wait reads it; keep the two alike.
+ */
+struct wait {
+	__u32 pid;
+	__u32 tid;
+	/* When it began, ns of the perf clock (bpf_ktime_get_ns). */
+	__u64 start;
+	/* How long it lasted, ns. */
+	__u64 period;
+	__u64 cgroup;
+	__u32 state;
+	__u16 nr_kernel;
+	__u16 nr_user;
+	__u64 frames[2 * MAX_FRAMES];
+};
+
+#define HEADER_BYTES (sizeof(struct wait) - sizeof(((struct wait *)0)->frames))
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct wait);
+} waits SEC(".maps");
+
+/* The BPF output event of each CPU, set by the loader. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERF_EVENT_ARRAY);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, sizeof(__u32));
+} output SEC(".maps");
+
+/* With `follow_all` unset, the processes (tgids) followed. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, sizeof(__u8));
+	__uint(max_entries, 65536);
+} followed SEC(".maps");
+
+/* Processes never followed: the recorder's own. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, sizeof(__u8));
+	__uint(max_entries, 1024);
+} ignored SEC(".maps");
+
+/* Waits written, and waits shorter than the threshold, per CPU. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, sizeof(__u64));
+	__uint(max_entries, 3);
+} counts SEC(".maps");
+
+enum { WRITTEN, SHORT, FAILED };
+
+/* Every task but the ignored, rather than the followed processes. */
+const volatile bool follow_all = false;
+/* The children of a followed process are followed (not with -i). */
+const volatile bool follow_children = true;
+/* Waits shorter than this are not written. */
+const volatile __u64 threshold_ns = 0;
+
+static void count(__u32 which)
+{
+	__u64 *n = bpf_map_lookup_elem(&counts, &which);
+
+	if (n)
+		__sync_fetch_and_add(n, 1);
+}
+
+static bool is_followed(struct task_struct *task)
+{
+	__u32 tgid = BPF_CORE_READ(task, tgid);
+
+	if (bpf_map_lookup_elem(&ignored, &tgid))
+		return false;
+	return follow_all || bpf_map_lookup_elem(&followed, &tgid);
+}
+
+/* `prev` goes off CPU: a wait begins where it sleeps. */
+static void wait_begins(void *ctx, struct task_struct *prev, __u32 state)
+{
+	struct wait *wait;
+	long bytes;
+	__u32 kernel;
+
+	if (!(state & (TASK_INTERRUPTIBLE | TASK_UNINTERRUPTIBLE)) || !is_followed(prev))
+		return;
+	wait = bpf_task_storage_get(&waits, prev, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!wait)
+		return;
+	wait->pid = BPF_CORE_READ(prev, tgid);
+	wait->tid = BPF_CORE_READ(prev, pid);
+	wait->state = state;
+	wait->cgroup = bpf_get_current_cgroup_id();
+	/* prev is still the current task: the stacks are its own. */
+	bytes = bpf_get_stack(ctx, wait->frames, MAX_FRAMES * sizeof(__u64), 0);
+	kernel = bytes > 0 ? bytes / sizeof(__u64) : 0;
+	/*
+	 * At most MAX_FRAMES (127, all ones), and said so in a way the
+	 * verifier sees on the register the next call uses: clang would
+	 * otherwise test a copy, or drop the mask it knows changes nothing.
+	 */
+	barrier_var(kernel);
+	kernel &= MAX_FRAMES;
+	wait->nr_kernel = kernel;
+	bytes = bpf_get_stack(ctx, &wait->frames[kernel], MAX_FRAMES * sizeof(__u64),
+			      BPF_F_USER_STACK);
+	wait->nr_user = bytes > 0 ? bytes / sizeof(__u64) : 0;
+	wait->start = bpf_ktime_get_ns();
+}
+
+/* `next` comes back on CPU: its wait, if it had one, is over. */
+static void wait_ends(void *ctx, struct task_struct *next)
+{
+	struct wait *wait = bpf_task_storage_get(&waits, next, 0, 0);
+	__u64 size;
+
+	if (!wait || !wait->start)
+		return;
+	wait->period = bpf_ktime_get_ns() - wait->start;
+	if (wait->period < threshold_ns) {
+		wait->start = 0;
+		count(SHORT);
+		return;
+	}
+	size = HEADER_BYTES + (__u64)(wait->nr_kernel + wait->nr_user) * sizeof(__u64);
+	if (size > sizeof(*wait))
+		size = sizeof(*wait);
+	if (bpf_perf_event_output(ctx, &output, BPF_F_CURRENT_CPU, wait, size))
+		count(FAILED);
+	else
+		count(WRITTEN);
+	wait->start = 0;
+}
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(off_cpu_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
+	     unsigned int prev_state)
+{
+	wait_begins(ctx, prev, prev_state);
+	wait_ends(ctx, next);
+	return 0;
+}
+
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(off_cpu_fork, struct task_struct *parent, struct task_struct *child)
+{
+	__u32 parent_tgid = BPF_CORE_READ(parent, tgid);
+	__u32 child_tgid = BPF_CORE_READ(child, tgid);
+	__u8 yes = 1;
+
+	if (follow_all || !follow_children || parent_tgid == child_tgid)
+		return 0;
+	if (bpf_map_lookup_elem(&followed, &parent_tgid))
+		bpf_map_update_elem(&followed, &child_tgid, &yes, BPF_NOEXIST);
+	return 0;
+}
+
+char LICENSE[] SEC("license") = "GPL";

@@ -1,0 +1,132 @@
+//! Off-CPU time (`--off-cpu`): `src/bpf/off_cpu.bpf.c` on the
+//! `sched_switch` tracepoint notes where and when a followed task goes to
+//! sleep, and when it is switched in again writes the wait, with its
+//! length and both stacks, to the BPF output event of that CPU
+//! (`format::views::OffCpuWait` reads it back).
+
+use std::io;
+use std::mem::MaybeUninit;
+use std::os::fd::{AsRawFd, BorrowedFd};
+
+use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
+use libbpf_rs::{MapCore, MapFlags, OpenObject};
+
+use crate::skel::{OffCpuSkel, OffCpuSkelBuilder};
+
+/// Whose waits are written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Settings {
+    /// Every task's but the ignored processes' (a CPU-wide recording),
+    /// rather than the followed processes' only.
+    pub follow_all: bool,
+    /// A followed process's children are followed too (not with `-i`).
+    pub follow_children: bool,
+    /// Waits shorter than this (ns) are not written.
+    pub threshold_ns: u64,
+}
+
+/// What the program did, over every CPU.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Waits written.
+    pub written: u64,
+    /// Waits shorter than the threshold, not written.
+    pub short: u64,
+    /// Waits the output event refused (its ring was full).
+    pub failed: u64,
+}
+
+/// The program, loaded (and attached once [`OffCpu::attach`] is called).
+pub struct OffCpu<'obj> {
+    skel: OffCpuSkel<'obj>,
+}
+
+/// libbpf's errors as I/O errors, with what was being done.
+fn context(what: &'static str) -> impl FnOnce(libbpf_rs::Error) -> io::Error {
+    move |error| io::Error::other(format!("{what}: {error}"))
+}
+
+impl<'obj> OffCpu<'obj> {
+    /// Opens and loads the program with `settings`, in `storage` (which
+    /// libbpf's object lives in for as long as the program).
+    pub fn load(
+        storage: &'obj mut MaybeUninit<OpenObject>,
+        settings: &Settings,
+    ) -> io::Result<OffCpu<'obj>> {
+        let mut open = OffCpuSkelBuilder::default()
+            .open(storage)
+            .map_err(context("opening the off-CPU program"))?;
+        let rodata = open
+            .maps
+            .rodata_data
+            .as_deref_mut()
+            .ok_or_else(|| io::Error::other("the off-CPU program has no settings"))?;
+        rodata.follow_all = settings.follow_all;
+        rodata.follow_children = settings.follow_children;
+        rodata.threshold_ns = settings.threshold_ns;
+        let skel = open
+            .load()
+            .map_err(context("loading the off-CPU program"))?;
+        Ok(OffCpu { skel })
+    }
+
+    /// Makes `event` (a `PERF_COUNT_SW_BPF_OUTPUT` event on `cpu`) where
+    /// the waits that end on `cpu` are written.
+    pub fn write_to(&self, cpu: u32, event: BorrowedFd<'_>) -> io::Result<()> {
+        let fd = event.as_raw_fd();
+        self.skel
+            .maps
+            .output
+            .update(&cpu.to_ne_bytes(), &fd.to_ne_bytes(), MapFlags::ANY)
+            .map_err(context("setting an off-CPU output event"))
+    }
+
+    /// Follows process `pid` (and, with `follow_children`, the processes
+    /// it starts from now on).
+    pub fn follow(&self, pid: u32) -> io::Result<()> {
+        self.skel
+            .maps
+            .followed
+            .update(&pid.to_ne_bytes(), &[1], MapFlags::ANY)
+            .map_err(context("following a process off CPU"))
+    }
+
+    /// Never writes the waits of process `pid` (the recorder's own).
+    pub fn ignore(&self, pid: u32) -> io::Result<()> {
+        self.skel
+            .maps
+            .ignored
+            .update(&pid.to_ne_bytes(), &[1], MapFlags::ANY)
+            .map_err(context("leaving a process out of off-CPU time"))
+    }
+
+    /// Attaches it to `sched_switch` (and `sched_process_fork`): waits are
+    /// written from now on.
+    pub fn attach(&mut self) -> io::Result<()> {
+        self.skel
+            .attach()
+            .map_err(context("attaching the off-CPU program"))
+    }
+
+    /// What it wrote and left out so far.
+    pub fn counts(&self) -> io::Result<Counts> {
+        let sum = |which: u32| -> io::Result<u64> {
+            let per_cpu = self
+                .skel
+                .maps
+                .counts
+                .lookup_percpu(&which.to_ne_bytes(), MapFlags::ANY)
+                .map_err(context("reading the off-CPU counts"))?
+                .unwrap_or_default();
+            Ok(per_cpu
+                .iter()
+                .filter_map(|value| Some(u64::from_ne_bytes(value.get(..8)?.try_into().ok()?)))
+                .sum())
+        };
+        Ok(Counts {
+            written: sum(0)?,
+            short: sum(1)?,
+            failed: sum(2)?,
+        })
+    }
+}
