@@ -20,8 +20,11 @@ import os
 from dataclasses import dataclass
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SHARDREC = os.path.join(ROOT, "target", "release", "shardrec")
-LOAD = os.path.join(ROOT, "target", "release", "shardrec-load")
+# The release build's binaries; SHARDREC_BENCH_BUILD=debug runs the debug
+# build's (bench/smoke, which measures nothing, in CI).
+BUILD = os.environ.get("SHARDREC_BENCH_BUILD", "release")
+SHARDREC = os.path.join(ROOT, "target", BUILD, "shardrec")
+LOAD = os.path.join(ROOT, "target", BUILD, "shardrec-load")
 RING = ["-m", "1024"]
 
 RECORDERS = {

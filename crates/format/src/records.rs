@@ -181,6 +181,61 @@ pub fn bpf_event(event_type: u16, flags: u16, id: u32, tag: [u8; 8]) -> RecordBu
         .u64(u64::from_ne_bytes(tag))
 }
 
+/// The `sample_type` of perf's `offcpu-time` event (`OFFCPU_SAMPLE_TYPES`
+/// in perf's `util/off_cpu.h`): IDENTIFIER, IP, TID, TIME, ID, CPU,
+/// PERIOD, CALLCHAIN, CGROUP.
+pub const OFF_CPU_SAMPLE_TYPE: u64 =
+    1 << 16 | 1 | 1 << 1 | 1 << 2 | 1 << 6 | 1 << 7 | 1 << 8 | 1 << 5 | 1 << 21;
+
+/// `PERF_CONTEXT_KERNEL` and `PERF_CONTEXT_USER`: a callchain's markers
+/// before the kernel's frames and the user's.
+const CONTEXT_KERNEL: u64 = -128i64 as u64;
+const CONTEXT_USER: u64 = -512i64 as u64;
+
+/// One off-CPU wait as a sample of perf's `offcpu-time` event (event id
+/// `id`): the waiting thread, the wait's length as the period, when it
+/// ended (`time`, on `cpu`), its cgroup, and the kernel's then the user's
+/// frames where it waited. The ip is the innermost user frame (perf's
+/// is too), or the kernel's for a kernel thread.
+pub fn off_cpu_sample(
+    wait: &crate::views::OffCpuWait<'_>,
+    id: u64,
+    time: u64,
+    cpu: u32,
+) -> Option<Vec<u8>> {
+    let kernel: Vec<u64> = wait.kernel_frames().collect();
+    let user: Vec<u64> = wait.user_frames().collect();
+    let (ip, misc) = match (user.first(), kernel.first()) {
+        (Some(&ip), _) => (ip, crate::header::MISC_USER),
+        (None, Some(&ip)) => (ip, crate::header::MISC_KERNEL),
+        (None, None) => (0, crate::header::MISC_USER),
+    };
+    let mut chain = Vec::with_capacity(kernel.len() + user.len() + 2);
+    if !kernel.is_empty() {
+        chain.push(CONTEXT_KERNEL);
+        chain.extend(&kernel);
+    }
+    if !user.is_empty() {
+        chain.push(CONTEXT_USER);
+        chain.extend(&user);
+    }
+    let mut record = RecordBuilder::new(RecordType::SAMPLE, misc)
+        .u64(id)
+        .u64(ip)
+        .u32(wait.pid)
+        .u32(wait.tid)
+        .u64(time)
+        .u64(id)
+        .u32(cpu)
+        .u32(0)
+        .u64(wait.period)
+        .u64(chain.len() as u64);
+    for frame in chain {
+        record = record.u64(frame);
+    }
+    record.u64(wait.cgroup).finish_untrailed()
+}
+
 /// The fields of a `PERF_RECORD_BPF_EVENT`: (type, id, tag).
 pub fn parse_bpf_event(record: &[u8]) -> Option<(u16, u32, [u8; 8])> {
     let type_ = u16::from_ne_bytes(record.get(8..10)?.try_into().ok()?);
@@ -276,5 +331,57 @@ mod tests {
         // header 8 + addr 8 + len/type/flags 8 + name 28+NUL padded to 32 + id 8
         assert_eq!(sym.len(), 64);
         assert_eq!(&sym[24..51], b"bpf_prog_0011223344556677_f");
+    }
+
+    #[test]
+    fn an_off_cpu_wait_becomes_perfs_offcpu_time_sample() {
+        let mut raw = Vec::new();
+        raw.extend_from_slice(&7u32.to_ne_bytes());
+        raw.extend_from_slice(&8u32.to_ne_bytes());
+        for word in [100u64, 250, 9] {
+            raw.extend_from_slice(&word.to_ne_bytes());
+        }
+        raw.extend_from_slice(&1u32.to_ne_bytes());
+        raw.extend_from_slice(&1u16.to_ne_bytes());
+        raw.extend_from_slice(&2u16.to_ne_bytes());
+        for frame in [0xffff_ffff_8100_0000u64, 0x40_1000, 0x40_2000] {
+            raw.extend_from_slice(&frame.to_ne_bytes());
+        }
+        let wait = crate::views::OffCpuWait::parse(&raw).unwrap();
+        let record = off_cpu_sample(&wait, 42, 5000, 3).unwrap();
+        let words: Vec<u64> = record
+            .chunks_exact(8)
+            .map(|w| u64::from_ne_bytes(w.try_into().unwrap()))
+            .collect();
+        let header = RecordHeader::parse(&record).unwrap();
+        assert_eq!(
+            (header.type_, header.misc),
+            (RecordType::SAMPLE, crate::header::MISC_USER)
+        );
+        assert_eq!(header.size as usize, record.len());
+        // identifier, ip (the innermost user frame), pid/tid, time, id,
+        // cpu, period, the callchain of 2 markers and 3 frames, cgroup.
+        assert_eq!(&words[1..3], [42, 0x40_1000]);
+        assert_eq!(words[3], 8 << 32 | 7);
+        assert_eq!(&words[4..8], [5000, 42, 3, 250]);
+        assert_eq!(words[8], 5);
+        assert_eq!(
+            &words[9..14],
+            [
+                CONTEXT_KERNEL,
+                0xffff_ffff_8100_0000,
+                CONTEXT_USER,
+                0x40_1000,
+                0x40_2000
+            ]
+        );
+        assert_eq!(words[14], 9);
+        assert_eq!(words.len(), 15);
+        let layout = SampleIdLayout::new(OFF_CPU_SAMPLE_TYPE);
+        let id = layout.parse(&record, RecordType::SAMPLE).unwrap();
+        assert_eq!(
+            (id.pid, id.tid, id.time, id.id, id.cpu),
+            (7, 8, 5000, 42, 3)
+        );
     }
 }
