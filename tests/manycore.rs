@@ -361,6 +361,22 @@ fn every_loss_is_accounted_for() {
 /// loads feature probes of its own, which the VIP sees too.
 const WORKLOAD_PROGRAMS: [&str; 2] = ["_shardrec_zero", "_shardrec_call"];
 
+/// crates/bpf's in-kernel capture, run in the guest (whose kernel has the
+/// kprobes it attaches with): 100 programs unloaded as soon as they load,
+/// every one captured whole, and a kept one's image the bpf(2) one.
+#[test]
+fn the_in_kernel_capture_catches_every_short_lived_program_on_the_older_kernel() {
+    let Some(guest) = Guest::from_env() else {
+        return;
+    };
+    let output = guest.text("capture.txt");
+    assert!(
+        output.contains("test result: ok. 1 passed"),
+        "the capture test in the guest:\n{output}"
+    );
+    eprintln!("in-kernel capture in the guest: 100 of 100 programs unloaded at once, whole");
+}
+
 #[test]
 fn every_bpf_program_of_the_workload_is_seen() {
     let Some(guest) = Guest::from_env() else {

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use libbpf_cargo::SkeletonBuilder;
 
-const PROGRAMS: [&str; 1] = ["off_cpu"];
+const PROGRAMS: [&str; 2] = ["off_cpu", "capture"];
 
 fn main() {
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));

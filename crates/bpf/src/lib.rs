@@ -5,7 +5,8 @@
 //! and later, with `CONFIG_DEBUG_INFO_BTF`).
 //!
 //! - [`off_cpu`]: off-CPU time, each wait written to a BPF output event as
-//!   it ends.
+//!   it ends;
+//! - [`capture`]: every BPF program captured in the kernel as it loads.
 //!
 //! The sample filters (`shardrec-filter`) are not here: they are compiled
 //! at run time from the user's expression, with no compiler at all.
@@ -20,6 +21,7 @@
 //! # Ok::<(), std::io::Error>(())
 //! ```
 
+pub mod capture;
 pub mod off_cpu;
 
 /// The skeletons libbpf-cargo generates: code of its own, held to its
@@ -31,5 +33,10 @@ pub mod off_cpu;
     unsafe_op_in_unsafe_fn
 )]
 mod skel {
-    include!(concat!(env!("OUT_DIR"), "/off_cpu.skel.rs"));
+    pub mod off_cpu {
+        include!(concat!(env!("OUT_DIR"), "/off_cpu.skel.rs"));
+    }
+    pub mod capture {
+        include!(concat!(env!("OUT_DIR"), "/capture.skel.rs"));
+    }
 }

@@ -11,7 +11,7 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags, OpenObject};
 
-use crate::skel::{OffCpuSkel, OffCpuSkelBuilder};
+use crate::skel::off_cpu::{OffCpuSkel, OffCpuSkelBuilder};
 
 /// Whose waits are written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -7,6 +7,9 @@
  */
 #ifndef SHARDREC_KERNEL_H
 #define SHARDREC_KERNEL_H
+/* This stands in for vmlinux.h: libbpf's headers then name the kernel's
+ * struct pt_regs fields (di, si), not user space's (rdi, rsi). */
+#define __VMLINUX_H__
 
 typedef unsigned char __u8;
 typedef unsigned short __u16;
@@ -26,6 +29,7 @@ enum bpf_map_type {
 	BPF_MAP_TYPE_ARRAY = 2,
 	BPF_MAP_TYPE_PERF_EVENT_ARRAY = 4,
 	BPF_MAP_TYPE_PERCPU_ARRAY = 6,
+	BPF_MAP_TYPE_RINGBUF = 27,
 	BPF_MAP_TYPE_TASK_STORAGE = 29,
 };
 
@@ -44,6 +48,32 @@ struct task_struct {
 	int pid;
 	int tgid;
 	struct task_struct *real_parent;
+} __attribute__((preserve_access_index));
+
+struct pt_regs {
+	unsigned long r15, r14, r13, r12, bp, bx, r11, r10, r9, r8, ax, cx, dx, si, di, orig_ax, ip, cs, flags, sp, ss;
+} __attribute__((preserve_access_index));
+
+struct btf {
+	__u32 id;
+} __attribute__((preserve_access_index));
+
+struct bpf_prog;
+
+struct bpf_prog_aux {
+	__u32 id;
+	__u32 func_cnt;
+	char name[16];
+	struct bpf_prog **func;
+	struct btf *btf;
+} __attribute__((preserve_access_index));
+
+struct bpf_prog {
+	__u32 len;
+	__u32 jited_len;
+	__u8 tag[8];
+	struct bpf_prog_aux *aux;
+	void *bpf_func;
 } __attribute__((preserve_access_index));
 
 #endif
