@@ -10,6 +10,7 @@ use std::io;
 use std::mem::MaybeUninit;
 use std::time::Duration;
 
+use crate::context;
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{OpenObject, RingBufferBuilder};
 
@@ -119,10 +120,6 @@ impl Captured {
 /// is called).
 pub struct Capture<'obj> {
     skel: CaptureSkel<'obj>,
-}
-
-fn context(what: &'static str) -> impl FnOnce(libbpf_rs::Error) -> io::Error {
-    move |error| io::Error::other(format!("{what}: {error}"))
 }
 
 impl<'obj> Capture<'obj> {

@@ -24,6 +24,11 @@
 pub mod capture;
 pub mod off_cpu;
 
+/// libbpf's errors as I/O errors, with what was being done.
+fn context(what: &'static str) -> impl FnOnce(libbpf_rs::Error) -> std::io::Error {
+    move |error| std::io::Error::other(format!("{what}: {error}"))
+}
+
 /// The skeletons libbpf-cargo generates: code of its own, held to its
 /// own conventions rather than this workspace's lints.
 #[allow(

@@ -8,6 +8,7 @@ use std::io;
 use std::mem::MaybeUninit;
 use std::os::fd::{AsRawFd, BorrowedFd};
 
+use crate::context;
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags, OpenObject};
 
@@ -39,11 +40,6 @@ pub struct Counts {
 /// The program, loaded (and attached once [`OffCpu::attach`] is called).
 pub struct OffCpu<'obj> {
     skel: OffCpuSkel<'obj>,
-}
-
-/// libbpf's errors as I/O errors, with what was being done.
-fn context(what: &'static str) -> impl FnOnce(libbpf_rs::Error) -> io::Error {
-    move |error| io::Error::other(format!("{what}: {error}"))
 }
 
 impl<'obj> OffCpu<'obj> {
@@ -84,20 +80,12 @@ impl<'obj> OffCpu<'obj> {
     /// Follows process `pid` (and, with `follow_children`, the processes
     /// it starts from now on).
     pub fn follow(&self, pid: u32) -> io::Result<()> {
-        self.skel
-            .maps
-            .followed
-            .update(&pid.to_ne_bytes(), &[1], MapFlags::ANY)
-            .map_err(context("following a process off CPU"))
+        mark(&self.skel.maps.followed, pid).map_err(context("following a process off CPU"))
     }
 
     /// Never writes the waits of process `pid` (the recorder's own).
     pub fn ignore(&self, pid: u32) -> io::Result<()> {
-        self.skel
-            .maps
-            .ignored
-            .update(&pid.to_ne_bytes(), &[1], MapFlags::ANY)
-            .map_err(context("leaving a process out of off-CPU time"))
+        mark(&self.skel.maps.ignored, pid).map_err(context("leaving a process out of off-CPU time"))
     }
 
     /// Attaches it to `sched_switch` (and `sched_process_fork`): waits are
@@ -129,4 +117,9 @@ impl<'obj> OffCpu<'obj> {
             failed: sum(2)?,
         })
     }
+}
+
+/// Puts process `pid` in one of the program's sets (a map of pids).
+fn mark(set: &dyn MapCore, pid: u32) -> libbpf_rs::Result<()> {
+    set.update(&pid.to_ne_bytes(), &[1], MapFlags::ANY)
 }

@@ -10,14 +10,12 @@ use std::time::Duration;
 
 use shardrec_bpf::off_cpu::{OffCpu, Settings};
 use shardrec_format::header::RecordType;
-use shardrec_format::sample_id::{CPU, TID, TIME};
+use shardrec_format::sample_id::{CPU, RAW, TID, TIME};
 use shardrec_format::views::{sample_raw, OffCpuWait};
 use shardrec_format::walk::RecordWalker;
 use shardrec_sys::abi::PERF_COUNT_SW_BPF_OUTPUT;
 use shardrec_sys::{Attr, PerfEvent, RingBuffer, Target};
 
-/// `PERF_SAMPLE_RAW`.
-const RAW: u64 = 1 << 10;
 const SAMPLE_TYPE: u64 = TID | TIME | CPU | RAW;
 
 /// A BPF output event and its ring on every online CPU.

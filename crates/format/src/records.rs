@@ -184,8 +184,10 @@ pub fn bpf_event(event_type: u16, flags: u16, id: u32, tag: [u8; 8]) -> RecordBu
 /// The `sample_type` of perf's `offcpu-time` event (`OFFCPU_SAMPLE_TYPES`
 /// in perf's `util/off_cpu.h`): IDENTIFIER, IP, TID, TIME, ID, CPU,
 /// PERIOD, CALLCHAIN, CGROUP.
-pub const OFF_CPU_SAMPLE_TYPE: u64 =
-    1 << 16 | 1 | 1 << 1 | 1 << 2 | 1 << 6 | 1 << 7 | 1 << 8 | 1 << 5 | 1 << 21;
+pub const OFF_CPU_SAMPLE_TYPE: u64 = {
+    use crate::sample_id::{CALLCHAIN, CGROUP, CPU, ID, IDENTIFIER, IP, PERIOD, TID, TIME};
+    IDENTIFIER | IP | TID | TIME | ID | CPU | PERIOD | CALLCHAIN | CGROUP
+};
 
 /// `PERF_CONTEXT_KERNEL` and `PERF_CONTEXT_USER`: a callchain's markers
 /// before the kernel's frames and the user's.

@@ -26,6 +26,16 @@ pub const CPU: u64 = 1 << 7;
 pub const STREAM_ID: u64 = 1 << 9;
 /// `PERF_SAMPLE_IDENTIFIER`
 pub const IDENTIFIER: u64 = 1 << 16;
+/// `PERF_SAMPLE_READ`
+pub const READ: u64 = 1 << 4;
+/// `PERF_SAMPLE_CALLCHAIN`
+pub const CALLCHAIN: u64 = 1 << 5;
+/// `PERF_SAMPLE_PERIOD`
+pub const PERIOD: u64 = 1 << 8;
+/// `PERF_SAMPLE_RAW`
+pub const RAW: u64 = 1 << 10;
+/// `PERF_SAMPLE_CGROUP`
+pub const CGROUP: u64 = 1 << 21;
 
 /// The fields a sample starts with, in the kernel's order (the rest of a
 /// sample is not needed here).

@@ -5,6 +5,7 @@
 //! trusted).
 
 use crate::header::{RecordHeader, RecordType, MISC_MMAP_BUILD_ID};
+use crate::sample_id as sample_bit;
 use crate::{u32_at, u64_at};
 
 /// Where the fields after the 8-byte header begin.
@@ -235,26 +236,18 @@ pub fn tracing_data_len(record: &[u8]) -> Option<u32> {
     u32_at(record, BODY)
 }
 
-/// `PERF_SAMPLE_*` bits a sample's fields before its raw data depend on.
-mod sample_bit {
-    pub const READ: u64 = 1 << 4;
-    pub const CALLCHAIN: u64 = 1 << 5;
-    pub const PERIOD: u64 = 1 << 8;
-    pub const RAW: u64 = 1 << 10;
-    /// The u64 fields that come before `READ`, in the kernel's order:
-    /// IDENTIFIER, IP, TID, TIME, ADDR, ID, STREAM_ID, CPU, PERIOD.
-    pub const FIXED: [u64; 9] = [
-        1 << 16,
-        1,
-        1 << 1,
-        1 << 2,
-        1 << 3,
-        1 << 6,
-        1 << 9,
-        1 << 7,
-        PERIOD,
-    ];
-}
+/// The u64 fields a sample has before `READ`, in the kernel's order.
+const FIXED_BEFORE_READ: [u64; 9] = [
+    sample_bit::IDENTIFIER,
+    sample_bit::IP,
+    sample_bit::TID,
+    sample_bit::TIME,
+    sample_bit::ADDR,
+    sample_bit::ID,
+    sample_bit::STREAM_ID,
+    sample_bit::CPU,
+    sample_bit::PERIOD,
+];
 
 /// The `PERF_SAMPLE_RAW` bytes of a `PERF_RECORD_SAMPLE` whose attr has
 /// `sample_type` (as the kernel pads them: to a multiple of 8 with the
@@ -265,7 +258,7 @@ pub fn sample_raw(sample_type: u64, record: &[u8]) -> Option<&[u8]> {
     if sample_type & sample_bit::RAW == 0 || sample_type & sample_bit::READ != 0 {
         return None;
     }
-    let fixed = sample_bit::FIXED
+    let fixed = FIXED_BEFORE_READ
         .iter()
         .filter(|&&bit| sample_type & bit != 0)
         .count();
@@ -476,7 +469,8 @@ mod tests {
     #[test]
     fn an_off_cpu_wait_reads_back_from_a_samples_raw_data() {
         // TID, TIME, a callchain of two, then the raw data.
-        let sample_type = 1 << 1 | 1 << 2 | sample_bit::CALLCHAIN | sample_bit::RAW;
+        let sample_type =
+            sample_bit::TID | sample_bit::TIME | sample_bit::CALLCHAIN | sample_bit::RAW;
         let mut raw = Vec::new();
         for word in [7u32, 8] {
             raw.extend_from_slice(&word.to_ne_bytes());
