@@ -75,12 +75,19 @@ fn follow_group_sampler(plan: &Plan, attrs: &mut [Attr], index: usize) {
     attrs[index].set_sample_type(layout);
 }
 
-fn build_one(plan: &Plan, index: usize, ring_bytes: usize) -> Attr {
-    let spec = &plan.events[index];
+/// The event as the user spelled it: its type, config and modifiers,
+/// before what a recording adds (samples, tracking, enabling).
+pub fn event_attr(plan: &Plan, spec: &EventSpec) -> Attr {
     let mut attr = Attr::new(spec.type_, spec.config());
     attr.set_configs(spec.configs.config1, spec.configs.config2);
     attr.set_bp_type(spec.bp_type);
     set_modifiers(&mut attr, plan, spec);
+    attr
+}
+
+fn build_one(plan: &Plan, index: usize, ring_bytes: usize) -> Attr {
+    let spec = &plan.events[index];
+    let mut attr = event_attr(plan, spec);
     attr.set_flag(Flag::Inherit, spec.terms.inherit.unwrap_or(plan.inherit));
     let mut sample_type = BASE_SAMPLE_TYPE | sample_bits(plan, spec);
     set_sample_contents(&mut attr, plan, spec);

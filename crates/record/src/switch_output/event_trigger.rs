@@ -182,10 +182,7 @@ fn sample_pid(sample: &[u8]) -> Option<i32> {
 /// A switch event's attr: the event as the user spelled it, sampling every
 /// hit (or its own `period=`), waking its reader at each sample.
 fn attr(plan: &Plan, spec: &EventSpec) -> Attr {
-    let mut attr = Attr::new(spec.type_, spec.config());
-    attr.set_configs(spec.configs.config1, spec.configs.config2);
-    attr.set_bp_type(spec.bp_type);
-    attr.set_exclude(spec.modifiers.exclude_user, spec.modifiers.exclude_kernel);
+    let mut attr = crate::attrs::event_attr(plan, spec);
     attr.set_period(spec.terms.period.unwrap_or(1));
     attr.set_sample_type(SAMPLE_TYPE);
     attr.set_wakeup_events(1);
