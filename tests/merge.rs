@@ -2,8 +2,6 @@
 
 mod common;
 
-use std::collections::HashMap;
-
 use common::*;
 use shardrec_format::header::{RecordHeader, RecordType};
 
@@ -44,7 +42,7 @@ fn a_cpu_clock_recording_reads_cleanly_everywhere() {
         "perf script times go back"
     );
 
-    let layouts: HashMap<_, _> = shards.meta.layouts();
+    let layouts = shards.meta.layouts();
     let raw = raw_times(&file, &layouts);
     let timed: Vec<u64> = raw.iter().filter_map(|(_, t)| *t).collect();
     assert!(

@@ -3,15 +3,15 @@
 
 #![allow(dead_code)]
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::{Mutex, MutexGuard};
 
 use shardrec_format::header::{RecordHeader, RecordType};
+use shardrec_format::layouts::Layouts;
 use shardrec_format::views::lost_count;
 use shardrec_format::walk::{End, RecordWalker};
-use shardrec_format::{SampleId, SampleIdLayout};
+use shardrec_format::SampleId;
 use shardrec_shard::{scan::ShardBytes, Meta, RecordingDir};
 
 pub use shardrec_testkit::require_root;
@@ -204,14 +204,14 @@ impl Recording {
 
 /// Walks a shard, asserting it is a clean sequence of records whose ids
 /// all belong to the recording.
-pub fn read_shard(path: &Path, layouts: &HashMap<u64, SampleIdLayout>) -> Vec<Rec> {
+pub fn read_shard(path: &Path, layouts: &Layouts) -> Vec<Rec> {
     let bytes = ShardBytes::open(path).unwrap();
     let mut walker = RecordWalker::new(bytes.bytes());
     let mut records = Vec::new();
     for record in walker.by_ref() {
         let type_ = record.header.type_;
         let raw_id = shardrec_format::sample_id::identifier(record.bytes, type_).unwrap();
-        let layout = layouts.get(&raw_id).unwrap_or_else(|| {
+        let layout = layouts.get(raw_id).unwrap_or_else(|| {
             panic!(
                 "{}: record of type {type_} has unknown id {raw_id}",
                 path.display()
@@ -361,10 +361,7 @@ pub fn record_and_merge(scratch: &Scratch, args: &[&str]) -> String {
 
 /// A perf.data's data section walked raw: every record's type and time
 /// (None for records without one: rounds, init).
-pub fn raw_times(
-    file: &Path,
-    layouts: &HashMap<u64, SampleIdLayout>,
-) -> Vec<(RecordType, Option<u64>)> {
+pub fn raw_times(file: &Path, layouts: &Layouts) -> Vec<(RecordType, Option<u64>)> {
     let bytes = std::fs::read(file).unwrap();
     let mut walker = RecordWalker::new(data_section(&bytes));
     let records = walker
@@ -373,7 +370,7 @@ pub fn raw_times(
             let type_ = r.header.type_;
             let time = type_.is_kernels().then(|| {
                 let id = shardrec_format::sample_id::identifier(r.bytes, type_).unwrap();
-                layouts[&id].parse(r.bytes, type_).unwrap().time
+                layouts.get(id).unwrap().parse(r.bytes, type_).unwrap().time
             });
             (type_, time)
         })
@@ -535,7 +532,8 @@ pub fn samples(file: &Path) -> Vec<Sample> {
 /// ip, when there).
 pub fn samples_with(file: &Path, fields: &str) -> Vec<Sample> {
     let with_addr = fields.contains("addr");
-    let output = perf(&["script", "-F", fields], file);
+    // -G: a callchain would add lines.
+    let output = perf(&["script", "-G", "-F", fields], file);
     String::from_utf8_lossy(&output.stdout)
         .lines()
         .filter(|l| !l.trim().is_empty())

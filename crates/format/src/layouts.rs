@@ -1,14 +1,51 @@
 //! Finding a record's fields in a recording of several events: each kernel
 //! id has the `sample_id` layout of its event's `sample_type`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use crate::header::RecordType;
 use crate::sample_id::{body_end, identifier, padded_identifier};
 use crate::SampleIdLayout;
 
-/// The layout of each kernel id of a recording.
-pub type Layouts = HashMap<u64, SampleIdLayout>;
+/// The layout of each kernel id of a recording, and which ids are
+/// shardrec's off-CPU output events, whose samples are raw waits that the
+/// merge writes as perf's `offcpu-time` samples.
+#[derive(Clone, Debug, Default)]
+pub struct Layouts {
+    by_id: HashMap<u64, SampleIdLayout>,
+    off_cpu: HashSet<u64>,
+}
+
+impl Layouts {
+    /// Id `id`'s records are laid out as `layout` says.
+    pub fn insert(&mut self, id: u64, layout: SampleIdLayout) {
+        self.by_id.insert(id, layout);
+    }
+
+    /// Id `id` is an off-CPU output event's.
+    pub fn mark_off_cpu(&mut self, id: u64) {
+        self.off_cpu.insert(id);
+    }
+
+    /// The layout of id `id`'s records.
+    pub fn get(&self, id: u64) -> Option<SampleIdLayout> {
+        self.by_id.get(&id).copied()
+    }
+
+    /// Whether id `id`'s samples are off-CPU waits.
+    pub fn is_off_cpu(&self, id: u64) -> bool {
+        self.off_cpu.contains(&id)
+    }
+}
+
+impl<const N: usize> From<[(u64, SampleIdLayout); N]> for Layouts {
+    fn from(layouts: [(u64, SampleIdLayout); N]) -> Layouts {
+        Layouts {
+            by_id: HashMap::from(layouts),
+            off_cpu: HashSet::new(),
+        }
+    }
+}
 
 /// Reads records' `sample_id` fields (time, pid, ...) with the layout of
 /// their event, remembering the last id's layout (consecutive records
@@ -23,7 +60,8 @@ pub struct FieldReader<'a> {
 impl<'a> FieldReader<'a> {
     /// A reader over the recording's layouts.
     pub fn new(layouts: &'a Layouts) -> Self {
-        let mut trailer_sizes: Vec<usize> = layouts.values().map(|l| l.trailer_size()).collect();
+        let mut trailer_sizes: Vec<usize> =
+            layouts.by_id.values().map(|l| l.trailer_size()).collect();
         trailer_sizes.sort_unstable();
         trailer_sizes.dedup();
         FieldReader {
@@ -49,7 +87,7 @@ impl<'a> FieldReader<'a> {
         self.trailer_sizes
             .iter()
             .filter_map(|&size| padded_identifier(record, type_, size))
-            .find(|id| self.layouts.contains_key(id))
+            .find(|&id| self.layouts.get(id).is_some())
     }
 
     /// The record's length without kernel padding after its trailer (only
@@ -60,7 +98,7 @@ impl<'a> FieldReader<'a> {
         }
         match self
             .identifier(record, type_)
-            .and_then(|id| self.layouts.get(&id))
+            .and_then(|id| self.layouts.get(id))
         {
             Some(layout) => layout.true_len(record, type_),
             None => record.len(),
@@ -70,6 +108,17 @@ impl<'a> FieldReader<'a> {
     /// The record's identifying fields.
     pub fn sample_id(&mut self, record: &[u8], type_: RecordType) -> Option<crate::SampleId> {
         self.layout(record, type_)?.parse(record, type_)
+    }
+
+    /// The layout of a sample of an off-CPU output event, whose raw data
+    /// is a wait ([`crate::records::off_cpu_sample_of_output`]); `None`
+    /// for any other sample.
+    pub fn off_cpu_layout(&mut self, sample: &[u8]) -> Option<SampleIdLayout> {
+        let id = identifier(sample, RecordType::SAMPLE)?;
+        match self.layouts.is_off_cpu(id) {
+            true => self.layout(sample, RecordType::SAMPLE),
+            false => None,
+        }
     }
 
     /// A sample's pid and ip (see [`SampleIdLayout::sample_pid_ip`]).
@@ -85,7 +134,7 @@ impl<'a> FieldReader<'a> {
         match self.last {
             Some((last, layout)) if last == id => Some(layout),
             _ => {
-                let layout = *self.layouts.get(&id)?;
+                let layout = self.layouts.get(id)?;
                 self.last = Some((id, layout));
                 Some(layout)
             }

@@ -189,6 +189,26 @@ pub const OFF_CPU_SAMPLE_TYPE: u64 = {
     IDENTIFIER | IP | TID | TIME | ID | CPU | PERIOD | CALLCHAIN | CGROUP
 };
 
+/// The attr perf.data gives shardrec's off-CPU output event, whose
+/// `kernel_attr` has the kernel write raw waits: perf's `offcpu-time`
+/// event, a `PERF_COUNT_SW_BPF_OUTPUT` event (as the kernel's is) with
+/// perf's sample type. Its samples' trailer fields (TID, TIME, ID, CPU,
+/// IDENTIFIER) are the kernel attr's, so its LOST records read the same.
+pub fn off_cpu_attr(kernel_attr: &[u8]) -> Vec<u8> {
+    crate::views::AttrBytes(kernel_attr).with_sample_type(OFF_CPU_SAMPLE_TYPE)
+}
+
+/// The `offcpu-time` sample of a wait the off-CPU program wrote into an
+/// output event whose samples are laid out as `layout` says (its
+/// `sample_type` has TIME, CPU and RAW): `None` for a record that holds
+/// no wait.
+pub fn off_cpu_sample_of_output(layout: &crate::SampleIdLayout, record: &[u8]) -> Option<Vec<u8>> {
+    let fields = layout.parse(record, RecordType::SAMPLE)?;
+    let raw = crate::views::sample_raw(layout.sample_type(), record)?;
+    let wait = crate::views::OffCpuWait::parse(raw)?;
+    off_cpu_sample(&wait, fields.id, fields.time, fields.cpu)
+}
+
 /// `PERF_CONTEXT_KERNEL` and `PERF_CONTEXT_USER`: a callchain's markers
 /// before the kernel's frames and the user's.
 const CONTEXT_KERNEL: u64 = -128i64 as u64;

@@ -96,6 +96,11 @@ impl SampleIdLayout {
         }
     }
 
+    /// The `sample_type` it lays out.
+    pub fn sample_type(&self) -> u64 {
+        self.sample_type
+    }
+
     /// A sample's pid and ip alone, as [`SampleIdLayout::parse`] would
     /// give them (0 when not recorded), read at their fixed offsets: the
     /// merge asks this of every sample to find the binaries it hits.

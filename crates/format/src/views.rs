@@ -211,6 +211,15 @@ impl AttrBytes<'_> {
         u64_at(self.0, 24).unwrap_or(0)
     }
 
+    /// The same attr with another `sample_type`.
+    pub fn with_sample_type(&self, sample_type: u64) -> Vec<u8> {
+        let mut attr = self.0.to_vec();
+        if let Some(field) = attr.get_mut(24..32) {
+            field.copy_from_slice(&sample_type.to_ne_bytes());
+        }
+        attr
+    }
+
     /// Whether MMAP2 records carry build ids instead of device and inode
     /// (the `build_id` bit, 34, of the flags word at 40).
     pub fn build_id_mmap(&self) -> bool {
@@ -287,7 +296,7 @@ pub struct OffCpuWait<'a> {
     pub cgroup: u64,
     /// The task's state as it went to sleep (`TASK_INTERRUPTIBLE` 1,
     /// `TASK_UNINTERRUPTIBLE` 2).
-    pub state: u32,
+    pub state: u16,
     kernel: &'a [u8],
     user: &'a [u8],
 }
@@ -303,7 +312,7 @@ impl<'a> OffCpuWait<'a> {
                 raw.get(at..at + 2)?.try_into().ok()?,
             )))
         };
-        let (kernel, user) = (count(36)?, count(38)?);
+        let (skip, kernel, user) = (count(34)?, count(36)?, count(38)?);
         let frames = raw.get(Self::HEADER..Self::HEADER + 8 * (kernel + user))?;
         Some(OffCpuWait {
             pid: u32_at(raw, 0)?,
@@ -311,8 +320,9 @@ impl<'a> OffCpuWait<'a> {
             start: u64_at(raw, 8)?,
             period: u64_at(raw, 16)?,
             cgroup: u64_at(raw, 24)?,
-            state: u32_at(raw, 32)?,
-            kernel: &frames[..8 * kernel],
+            state: count(32)? as u16,
+            // The frames above __schedule's are the program's own.
+            kernel: &frames[8 * skip.min(kernel)..8 * kernel],
             user: &frames[8 * kernel..],
         })
     }
@@ -478,10 +488,11 @@ mod tests {
         for word in [100u64, 250, 9] {
             raw.extend_from_slice(&word.to_ne_bytes());
         }
-        raw.extend_from_slice(&1u32.to_ne_bytes());
-        raw.extend_from_slice(&2u16.to_ne_bytes());
-        raw.extend_from_slice(&1u16.to_ne_bytes());
-        for frame in [0xffff_ffff_8100_0000u64, 0xffff_ffff_8100_0010, 0x40_1000] {
+        // State 1; the first of the two kernel frames is the program's.
+        for half in [1u16, 1, 2, 1] {
+            raw.extend_from_slice(&half.to_ne_bytes());
+        }
+        for frame in [0xffff_ffff_c000_0000u64, 0xffff_ffff_8100_0010, 0x40_1000] {
             raw.extend_from_slice(&frame.to_ne_bytes());
         }
         let sample = RecordBuilder::new(RecordType::SAMPLE, 0)
@@ -504,7 +515,8 @@ mod tests {
             (7, 8, 100, 250)
         );
         assert_eq!((wait.cgroup, wait.state), (9, 1));
-        assert_eq!(wait.kernel_frames().count(), 2);
+        let kernel: Vec<u64> = wait.kernel_frames().collect();
+        assert_eq!(kernel, [0xffff_ffff_8100_0010]);
         assert_eq!(wait.user_frames().collect::<Vec<_>>(), [0x40_1000]);
         assert!(sample_raw(sample_type | sample_bit::READ, &sample).is_none());
         assert!(OffCpuWait::parse(&raw[..50]).is_none());

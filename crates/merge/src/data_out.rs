@@ -9,6 +9,7 @@ use std::os::unix::fs::FileExt;
 use shardrec_control::fault::{Fault, Site};
 use shardrec_format::header::{RecordHeader, RecordType};
 use shardrec_format::layouts::{FieldReader, Layouts};
+use shardrec_format::{records, SampleIdLayout};
 use shardrec_perfdata::compressed::{self, RecordCompressor, Totals};
 use shardrec_perfdata::pipe::PipeWriter;
 use shardrec_perfdata::PerfDataWriter;
@@ -274,42 +275,78 @@ impl<'a, S: RecordSink> RecordWriter<'a, S> {
     /// One record read from a shard (validated when the shard was opened).
     pub fn put(&mut self, record: &[u8]) -> io::Result<()> {
         match self.observe(record) {
-            None => self.out.record(record),
-            Some(trimmed) => self.out.record(&trimmed),
+            Going::AsIs => self.out.record(record),
+            Going::Changed(changed) => self.out.record(&changed),
+            Going::Dropped => Ok(()),
         }
     }
 
-    /// Records read from shards, in order: those that need no trimming
-    /// go out together, as they are.
+    /// Records read from shards, in order: those that go as they are go
+    /// out together.
     pub fn put_all(&mut self, records: &[&[u8]]) -> io::Result<()> {
         let mut whole = 0;
         for (i, record) in records.iter().enumerate() {
-            if let Some(trimmed) = self.observe(record) {
-                self.out.records(&records[whole..i])?;
-                self.out.record(&trimmed)?;
-                whole = i + 1;
+            let going = self.observe(record);
+            if matches!(going, Going::AsIs) {
+                continue;
             }
+            self.out.records(&records[whole..i])?;
+            if let Going::Changed(changed) = going {
+                self.out.record(&changed)?;
+            }
+            whole = i + 1;
         }
         self.out.records(&records[whole..])
     }
 
-    /// Counts `record` and watches it for the binaries it hits; a copy
-    /// without the padding the kernel left after its trailer, if it has
-    /// some.
-    fn observe(&mut self, record: &[u8]) -> Option<Vec<u8>> {
+    /// Counts `record`, watches it for the binaries it hits, and says how
+    /// it goes out: without the padding the kernel left after its
+    /// trailer, or, a wait of the off-CPU program, as perf's
+    /// `offcpu-time` sample (dropped if it holds none).
+    fn observe(&mut self, record: &[u8]) -> Going {
         let header = RecordHeader::parse(record).expect("validated");
+        if header.type_ == RecordType::SAMPLE {
+            if let Some(layout) = self.fields.off_cpu_layout(record) {
+                return self.observe_off_cpu(&layout, record);
+            }
+        }
         let fields = &mut self.fields;
         self.hits
             .observe(header, record, || fields.sample_pid_ip(record));
         self.records += 1;
         let len = self.fields.true_len(record, header.type_);
         if len == record.len() {
-            return None;
+            return Going::AsIs;
         }
         let mut trimmed = record[..len].to_vec();
         shardrec_format::views::set_size(&mut trimmed, len as u16);
-        Some(trimmed)
+        Going::Changed(trimmed)
     }
+
+    fn observe_off_cpu(&mut self, layout: &SampleIdLayout, record: &[u8]) -> Going {
+        // Only the off-CPU program writes into these events, a wait each
+        // time: a sample without one was not written by it, and perf
+        // would misread it under the offcpu-time attr.
+        let Some(sample) = records::off_cpu_sample_of_output(layout, record) else {
+            return Going::Dropped;
+        };
+        let header = RecordHeader::parse(&sample).expect("built whole");
+        let written = SampleIdLayout::new(records::OFF_CPU_SAMPLE_TYPE);
+        self.hits
+            .observe(header, &sample, || written.sample_pid_ip(&sample));
+        self.records += 1;
+        Going::Changed(sample)
+    }
+}
+
+/// How a record read from a shard goes out.
+enum Going {
+    /// As it is.
+    AsIs,
+    /// Changed (trimmed, or made perf's).
+    Changed(Vec<u8>),
+    /// Not at all.
+    Dropped,
 }
 
 impl<S: RecordSink> crate::live::RoundSink for RecordWriter<'_, S> {

@@ -92,12 +92,14 @@ fn event_desc(meta: &Meta) -> (Feature, Vec<u8>) {
         .iter()
         .map(|e| e.ids.iter().map(|&(_, id)| id).collect())
         .collect();
+    let attrs: Vec<_> = meta.events.iter().map(|e| e.header_attr()).collect();
     let events: Vec<EventDesc> = meta
         .events
         .iter()
         .zip(&ids)
-        .map(|(e, ids)| EventDesc {
-            attr: &e.attr,
+        .zip(&attrs)
+        .map(|((e, ids), attr)| EventDesc {
+            attr,
             name: &e.name,
             ids,
         })

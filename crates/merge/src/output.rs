@@ -258,7 +258,7 @@ pub fn attrs(meta: &Meta) -> Vec<AttrEntry> {
     meta.events
         .iter()
         .map(|event| AttrEntry {
-            attr: event.attr.clone(),
+            attr: event.header_attr().into_owned(),
             ids: event.ids.iter().map(|&(_, id)| id).collect(),
         })
         .collect()

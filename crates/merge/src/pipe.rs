@@ -85,12 +85,14 @@ pub(crate) fn open(out: File, meta: &Meta, features: &[(Feature, Vec<u8>)]) -> i
         .iter()
         .map(|e| e.ids.iter().map(|&(_, id)| id).collect())
         .collect();
+    let attrs: Vec<_> = meta.events.iter().map(|e| e.header_attr()).collect();
     let events: Vec<PipeEvent> = meta
         .events
         .iter()
         .zip(&ids)
-        .map(|(event, ids)| PipeEvent {
-            attr: &event.attr,
+        .zip(&attrs)
+        .map(|((event, ids), attr)| PipeEvent {
+            attr,
             ids,
             name: &event.name,
         })

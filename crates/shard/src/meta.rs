@@ -66,6 +66,11 @@ pub struct EventMeta {
     /// of a group (`{a,b}`).
     #[serde(default)]
     pub leader: Option<usize>,
+    /// shardrec's off-CPU output events (`--off-cpu`): the kernel's samples
+    /// are raw waits, which perf.data has as perf's `offcpu-time` samples
+    /// ([`EventMeta::header_attr`]).
+    #[serde(default)]
+    pub off_cpu: bool,
 }
 
 impl EventMeta {
@@ -86,7 +91,17 @@ impl EventMeta {
             .collect()
     }
 
-    /// The attr's `sample_type`.
+    /// The attr perf.data's header gives the event: the one the kernel
+    /// was given, but for the off-CPU event, whose samples the merge
+    /// writes as perf's.
+    pub fn header_attr(&self) -> std::borrow::Cow<'_, [u8]> {
+        match self.off_cpu {
+            true => shardrec_format::records::off_cpu_attr(&self.attr).into(),
+            false => self.attr.as_slice().into(),
+        }
+    }
+
+    /// The attr's `sample_type`, as the kernel writes the samples.
     pub fn sample_type(&self) -> u64 {
         AttrBytes(&self.attr).sample_type()
     }
@@ -331,11 +346,14 @@ pub fn dropped(lost_in_ring: u64, lost_counted: u64, lost_samples: u64) -> u64 {
 impl Meta {
     /// The sample-id layout of each kernel id, to find any record's fields.
     pub fn layouts(&self) -> Layouts {
-        let mut layouts = HashMap::new();
+        let mut layouts = Layouts::default();
         for event in &self.events {
             let layout = SampleIdLayout::new(event.sample_type());
             for &(_, id) in &event.ids {
                 layouts.insert(id, layout);
+                if event.off_cpu {
+                    layouts.mark_off_cpu(id);
+                }
             }
         }
         layouts
