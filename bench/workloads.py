@@ -37,6 +37,12 @@ RECORDERS = {
     "perf-z": ["perf", "record", "-z"],
     "shardrec-z": [SHARDREC, "record", "-z"],
     "shardrec-filter": [SHARDREC, "record"],
+    # The off-CPU workload's: where and how long tasks wait, as perf 6.1
+    # users record it without a BPF-built perf (every context switch with
+    # its callchain), and as shardrec records it (one sample per wait).
+    "perf-sched-switch": ["perf", "record", "-e", "sched:sched_switch", "-g"],
+    "shardrec-sched-switch": [SHARDREC, "record", "-e", "sched:sched_switch", "-g"],
+    "shardrec-off-cpu": [SHARDREC, "record", "-e", "dummy", "--off-cpu"],
 }
 # Options a recorder adds after the workload's (which end with the -e its
 # --filter follows): shardrec keeps the crowd's target in the kernel.
@@ -54,8 +60,11 @@ class Workload:
     idle: int = 0  # idle processes present during the run
     ring: list = None  # ring size options, when not RING
     extra: tuple = ()  # recorders run for this workload only
+    only: tuple = ()  # the recorders of a workload that runs no other
 
     def recorders(self):
+        if self.only:
+            return ["none"] + list(self.only)
         return EVERY_WORKLOAD + list(self.extra)
 
 
@@ -141,6 +150,13 @@ def workloads(scale, smoke):
             ["-a", "-g", "-F", "10000", "-e", "cpu-clock"],
             ["crowd", "16", str(size(200, 10))],
             extra=("shardrec-filter",),
+        ),
+        Workload(
+            "off-cpu",
+            "a context-switch storm: perf bench sched messaging -g 10 (400 processes), its waits recorded",
+            ["-a"],
+            ["run", "perf", "bench", "sched", "messaging", "-g", "10", "-l", str(size(2_000, 20))],
+            only=("perf-sched-switch", "shardrec-sched-switch", "shardrec-off-cpu"),
         ),
         Workload(
             "startup",

@@ -377,6 +377,30 @@ fn the_in_kernel_capture_catches_every_short_lived_program_on_the_older_kernel()
     eprintln!("in-kernel capture in the guest: 100 of 100 programs unloaded at once, whole");
 }
 
+/// `--off-cpu` on the guest's 6.1 kernel, where Debian's perf records
+/// none: a 300 ms sleep and a 700 ms pipe wait, 30% and 70% (±5 points)
+/// of the thread's off-CPU time in the guest perf's report.
+#[test]
+fn off_cpu_time_is_recorded_on_the_older_kernel() {
+    let Some(guest) = Guest::from_env() else {
+        return;
+    };
+    let stderr = guest.text("offcpu.stderr");
+    assert_eq!(guest.text("offcpu.rc").trim(), "0", "{stderr}");
+    let report = guest.text("offcpu.report");
+    let share = |symbol: &str| -> f64 {
+        let line = report.lines().find(|l| l.trim_end().ends_with(symbol));
+        let share = line.and_then(|l| l.trim().split('%').next()?.parse().ok());
+        share.unwrap_or_else(|| panic!("no {symbol} in the guest's report:\n{report}"))
+    };
+    let (sleep, read) = (share("waits::sleep_wait"), share("waits::pipe_wait"));
+    assert!(
+        (sleep - 30.0).abs() <= 5.0 && (read - 70.0).abs() <= 5.0,
+        "{report}"
+    );
+    eprintln!("off-CPU in the guest: sleep {sleep}%, pipe read {read}%");
+}
+
 #[test]
 fn every_bpf_program_of_the_workload_is_seen() {
     let Some(guest) = Guest::from_env() else {

@@ -434,3 +434,53 @@ fn samply_shows_the_workloads_threads_and_name() {
     let with_samples = threads.iter().filter(|(_, n)| *n > 0).count();
     assert_eq!(with_samples, 1, "{threads:?}");
 }
+
+#[test]
+fn samply_shows_each_off_cpu_wait_with_its_stack() {
+    let Some((_serial, scratch)) = recording_test("readers-samply-off-cpu") else {
+        return;
+    };
+    let found = Command::new(samply()).arg("--version").output().is_ok();
+    if !shardrec_testkit::require(found, "samply (.ci/setup builds it)") {
+        return;
+    }
+    let load = load();
+    let args = [
+        "-e",
+        "dummy",
+        "--off-cpu",
+        "--",
+        load,
+        "waits",
+        "100",
+        "100",
+    ];
+    record_and_merge(&scratch, &args);
+    let json = scratch.0.join("profile.json");
+    let output = Command::new(samply())
+        .args(["import", "--save-only", "-o"])
+        .arg(&json)
+        .arg(scratch.output())
+        .output()
+        .expect("samply runs");
+    assert!(output.status.success(), "{output:?}");
+    let profile: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    // samply makes the samples of an event other than the one it
+    // profiles (cpu-clock, cycles) markers of their thread, with a stack.
+    let threads = profile["threads"].as_array().unwrap();
+    let main = threads.iter().find(|t| t["name"] == "shardrec-load");
+    let markers = main.unwrap_or_else(|| panic!("{threads:?}"))["markers"]["data"]
+        .as_array()
+        .unwrap();
+    let with_stack = markers
+        .iter()
+        .filter(|m| m["cause"]["stack"].is_u64())
+        .count();
+    assert!(with_stack >= 2, "{markers:?}");
+    let strings = profile.to_string();
+    assert!(
+        strings.contains("\"offcpu-time\""),
+        "no offcpu-time in {strings}"
+    );
+}

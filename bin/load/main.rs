@@ -28,6 +28,10 @@
 //! - `forks N`: runs `/bin/true` N times, one spawning thread per CPU;
 //! - `idle N SECONDS`: keeps N idle child processes for at most SECONDS,
 //!   printing `ready` once they exist; they die with it;
+//! - `waits SLEEP_MS READ_MS [SPIN_MS]`: the main thread runs, sleeps in
+//!   `sleep_wait`, then waits on a pipe in `pipe_wait` (see `waits.rs`);
+//! - `run CMD ARGS...`: runs CMD and waits for it (so `--report` times a
+//!   workload of another program, `perf bench sched messaging` say);
 //! - `rusage FILE CMD ARGS...`: runs CMD and writes its wait4 usage to FILE
 //!   (see `rusage.rs`), exiting with its status.
 //!
@@ -44,6 +48,7 @@ mod bpf;
 mod procs;
 mod report;
 mod rusage;
+mod waits;
 
 fn main() -> ExitCode {
     let mut start = report::Start::now();
@@ -168,14 +173,36 @@ fn run(words: &[&str], timed: &mut report::Start) -> Result<(), String> {
             (Ok(n), Ok(secs)) => procs::idle(n, Duration::from_secs_f64(secs)),
             _ => Err(format!("bad count '{n}' or seconds '{secs}'")),
         },
+        ["run", command @ ..] if !command.is_empty() => {
+            let status = std::process::Command::new(command[0])
+                .args(&command[1..])
+                .status()
+                .map_err(|e| format!("running {}: {e}", command[0]))?;
+            match status.success() {
+                true => Ok(()),
+                false => Err(format!("{} ended with {status}", command[0])),
+            }
+        }
+        ["waits", times @ ..] if (2..=3).contains(&times.len()) => {
+            let ms: Vec<u64> = times.iter().filter_map(|t| t.parse().ok()).collect();
+            match ms[..] {
+                [sleep, read] => waits::run(Duration::ZERO, millis(sleep), millis(read)),
+                [sleep, read, spin] => waits::run(millis(spin), millis(sleep), millis(read)),
+                _ => Err(format!("bad milliseconds in {times:?}")),
+            }
+        }
         _ => Err(concat!(
             "usage: shardrec-load [--report FILE] syscalls N | syscalls-for SECONDS | syscalls-paced N SECONDS | syscalls-busy N | spin SECONDS",
             " | burn MILLIONS | burn-for SECONDS | hot SECONDS | bpf-churn N | bpf-hold SECONDS | bpf-hot SECONDS [LOAD_CPU RUN_CPU]",
-            " | forks N | crowd N MILLIONS | idle N SECONDS | threads SECONDS",
+            " | forks N | crowd N MILLIONS | idle N SECONDS | threads SECONDS | waits SLEEP_MS READ_MS [SPIN_MS] | run CMD ARGS...",
             " | rusage FILE CMD ARGS..."
         )
         .to_string()),
     }
+}
+
+fn millis(ms: u64) -> Duration {
+    Duration::from_millis(ms)
 }
 
 /// A duration in seconds, as the workloads of fixed time take it.

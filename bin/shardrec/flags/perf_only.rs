@@ -79,7 +79,6 @@ pub const OPTIONS: &[PerfOption] = &[
     opt(None, "mmap-flush", Required("number"), "Minimal number of bytes that is extracted from mmap data pages", Moot("shardrec's writers wake at a quarter ring and write whatever is there")),
     opt(None, "no-buffering", Flag, "collect data without buffering", Moot("shardrec writes a ring's data below the watermark within 1.25 s")),
     opt(None, "num-thread-synthesize", Required("n"), "number of threads to run for event synthesis", Moot("shardrec picks the synthesis threads from the CPUs and processes")),
-    opt(None, "off-cpu", Flag, "Enable off-cpu analysis", Later),
     opt(None, "sample-cpu", Flag, "Record the sample cpu", Moot(ALWAYS)),
     opt(None, "sample-identifier", Flag, "Record the sample identifier", Moot("shardrec's samples always carry their identifier")),
     opt(None, "timestamp-boundary", Flag, "Record timestamp boundary (time of first/last samples)", Moot("shardrec always records the times of the first and last samples, even with -B (the merge reads every sample's time)")),

@@ -116,6 +116,9 @@ struct SamplingArgs {
     /// do not record bpf events
     #[arg(long = "no-bpf-event")]
     no_bpf_event: bool,
+    /// Enable off-cpu analysis: where and how long tasks wait, as the offcpu-time event, each wait written as it ends (needs BPF with BTF)
+    #[arg(long = "off-cpu")]
+    off_cpu: bool,
 }
 
 #[derive(Args)]
@@ -425,6 +428,7 @@ impl RecordArgs {
             strict_freq: sampling.strict_freq,
             clockid: parsed(&sampling.clockid, options::parse_clockid)?,
             no_bpf_event: sampling.no_bpf_event,
+            off_cpu: sampling.off_cpu,
             sample: self.sample.into_options()?,
             synthesis: self.synthesis.synthesis()?,
             ring_pages: output

@@ -10,7 +10,8 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 
 use crate::context;
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
-use libbpf_rs::{MapCore, MapFlags, OpenObject};
+pub use libbpf_rs::OpenObject;
+use libbpf_rs::{MapCore, MapFlags};
 
 use crate::skel::off_cpu::{OffCpuSkel, OffCpuSkelBuilder};
 
@@ -22,6 +23,8 @@ pub struct Settings {
     pub follow_all: bool,
     /// A followed process's children are followed too (not with `-i`).
     pub follow_children: bool,
+    /// [`OffCpu::follow`] names threads (`-t`), not processes.
+    pub follow_threads: bool,
     /// Waits shorter than this (ns) are not written.
     pub threshold_ns: u64,
 }
@@ -33,8 +36,12 @@ pub struct Counts {
     pub written: u64,
     /// Waits shorter than the threshold, not written.
     pub short: u64,
-    /// Waits the output event refused (its ring was full).
+    /// Waits the output event refused (its ring was full; the kernel
+    /// counts them lost on the event too).
     pub failed: u64,
+    /// Waits that ended on a CPU not recorded, or while the output events
+    /// were off (before the workload's exec, after the stop).
+    pub unrecorded: u64,
 }
 
 /// The program, loaded (and attached once [`OffCpu::attach`] is called).
@@ -59,7 +66,12 @@ impl<'obj> OffCpu<'obj> {
             .ok_or_else(|| io::Error::other("the off-CPU program has no settings"))?;
         rodata.follow_all = settings.follow_all;
         rodata.follow_children = settings.follow_children;
+        rodata.follow_threads = settings.follow_threads;
         rodata.threshold_ns = settings.threshold_ns;
+        if let Some((start, end)) = text_of("__schedule") {
+            rodata.schedule_start = start;
+            rodata.schedule_end = end;
+        }
         let skel = open
             .load()
             .map_err(context("loading the off-CPU program"))?;
@@ -78,12 +90,13 @@ impl<'obj> OffCpu<'obj> {
     }
 
     /// Follows process `pid` (and, with `follow_children`, the processes
-    /// it starts from now on).
+    /// it starts from now on), or thread `pid` with `follow_threads`.
     pub fn follow(&self, pid: u32) -> io::Result<()> {
         mark(&self.skel.maps.followed, pid).map_err(context("following a process off CPU"))
     }
 
-    /// Never writes the waits of process `pid` (the recorder's own).
+    /// Never writes the waits of process `pid` (the recorder's own), nor
+    /// of the processes it starts from now on.
     pub fn ignore(&self, pid: u32) -> io::Result<()> {
         mark(&self.skel.maps.ignored, pid).map_err(context("leaving a process out of off-CPU time"))
     }
@@ -115,6 +128,7 @@ impl<'obj> OffCpu<'obj> {
             written: sum(0)?,
             short: sum(1)?,
             failed: sum(2)?,
+            unrecorded: sum(3)?,
         })
     }
 }
@@ -122,4 +136,26 @@ impl<'obj> OffCpu<'obj> {
 /// Puts process `pid` in one of the program's sets (a map of pids).
 fn mark(set: &dyn MapCore, pid: u32) -> libbpf_rs::Result<()> {
     set.update(&pid.to_ne_bytes(), &[1], MapFlags::ANY)
+}
+
+/// Where the kernel's function `name` is, from `/proc/kallsyms`: its
+/// address to the next symbol's. `None` where addresses are hidden.
+fn text_of(name: &str) -> Option<(u64, u64)> {
+    let kallsyms = std::fs::read_to_string("/proc/kallsyms").ok()?;
+    let symbols = kallsyms.lines().filter_map(|line| {
+        let mut fields = line.split_ascii_whitespace();
+        let address = u64::from_str_radix(fields.next()?, 16).ok()?;
+        Some((address, fields.nth(1)?))
+    });
+    let mut start = None;
+    let mut addresses = Vec::new();
+    for (address, symbol) in symbols {
+        if symbol == name {
+            start = Some(address);
+        }
+        addresses.push(address);
+    }
+    let start = start.filter(|&a| a != 0)?;
+    let end = addresses.into_iter().filter(|&a| a > start).min()?;
+    Some((start, end))
 }

@@ -68,6 +68,7 @@ fn each_wait_is_written_as_it_ends_with_its_stacks() {
     let settings = Settings {
         follow_all: false,
         follow_children: true,
+        follow_threads: false,
         threshold_ns: 0,
     };
     let mut off_cpu = OffCpu::load(&mut storage, &settings).unwrap_or_else(|e| panic!("{e}"));

@@ -82,6 +82,23 @@ pub struct VipStats {
     /// Side-band records the kernel dropped because a VIP ring was full
     /// (its LOST records): apart from the sampling rings' losses.
     pub lost: u64,
+    /// What `--off-cpu`'s program did, when it ran.
+    pub off_cpu: Option<OffCpuStats>,
+}
+
+/// What became of the waits `--off-cpu`'s program saw end, over every CPU.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct OffCpuStats {
+    /// Written into a CPU's ring.
+    pub written: u64,
+    /// Shorter than the threshold, not written.
+    pub short: u64,
+    /// Refused by a full ring (the kernel counts them lost on the event).
+    pub failed: u64,
+    /// Ended where or when nothing was recorded: on a CPU not recorded,
+    /// before the workload's exec, after the stop.
+    pub unrecorded: u64,
 }
 
 /// A report longer than this is not one (the VIP's `Ready` carries the

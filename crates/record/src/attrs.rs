@@ -87,6 +87,9 @@ pub fn event_attr(plan: &Plan, spec: &EventSpec) -> Attr {
 
 fn build_one(plan: &Plan, index: usize, ring_bytes: usize) -> Attr {
     let spec = &plan.events[index];
+    if spec.is_off_cpu() {
+        return off_cpu_attr(plan, index, ring_bytes);
+    }
     let mut attr = event_attr(plan, spec);
     attr.set_flag(Flag::Inherit, spec.terms.inherit.unwrap_or(plan.inherit));
     let mut sample_type = BASE_SAMPLE_TYPE | sample_bits(plan, spec);
@@ -95,19 +98,49 @@ fn build_one(plan: &Plan, index: usize, ring_bytes: usize) -> Attr {
     sample_type = set_sampling(&mut attr, plan, spec, sample_type);
     sample_type = set_call_graph(&mut attr, plan, spec, sample_type);
     attr.set_sample_type(sample_type);
-    attr.set_sample_id_all();
-    if let Some(clockid) = plan.clockid {
-        attr.set_clock(clockid);
-    }
+    set_clock_and_ring(&mut attr, plan, ring_bytes);
     if index == plan.tracking {
         set_tracking(&mut attr, plan);
     }
     set_enabling(&mut attr, plan, spec);
+    attr
+}
+
+/// What every event of a CPU's ring shares: the trailer on every record,
+/// the clock and the ring's direction and wakeups.
+fn set_clock_and_ring(attr: &mut Attr, plan: &Plan, ring_bytes: usize) {
+    attr.set_sample_id_all();
+    if let Some(clockid) = plan.clockid {
+        attr.set_clock(clockid);
+    }
     match plan.overwrite {
         // Never read as it fills: no wakeups, as perf's.
         true => attr.set_flag(Flag::WriteBackward, true),
         false => attr.set_wakeup_watermark(wakeup_watermark(ring_bytes)),
     }
+}
+
+/// What the kernel writes of a wait into `--off-cpu`'s output event: who,
+/// when and where it ended, its id (so a LOST record's trailer is perf's
+/// `offcpu-time` one), and the wait itself as raw data, which the merge
+/// makes perf's sample (`shardrec_format::records::off_cpu_sample`).
+pub const OFF_CPU_OUTPUT_SAMPLE_TYPE: u64 = (abi::PERF_SAMPLE_IDENTIFIER
+    | abi::PERF_SAMPLE_TID
+    | abi::PERF_SAMPLE_TIME
+    | abi::PERF_SAMPLE_ID
+    | abi::PERF_SAMPLE_CPU
+    | abi::PERF_SAMPLE_RAW) as u64;
+
+/// `--off-cpu`'s output event on a CPU: every wait the program writes is
+/// a sample; it follows no task (the program picks the tasks), and is
+/// enabled with the CPU's other events, into whose ring it writes.
+fn off_cpu_attr(plan: &Plan, index: usize, ring_bytes: usize) -> Attr {
+    let mut attr = event_attr(plan, &plan.events[index]);
+    attr.set_period(1);
+    let sample_type = set_read_format(&mut attr, plan, index, OFF_CPU_OUTPUT_SAMPLE_TYPE);
+    attr.set_sample_type(sample_type);
+    set_clock_and_ring(&mut attr, plan, ring_bytes);
+    attr.set_flag(Flag::Disabled, true);
     attr
 }
 

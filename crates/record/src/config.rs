@@ -211,6 +211,9 @@ pub struct RecordConfig {
     pub strict_freq: bool,
     /// `--no-bpf-event`: no capture of BPF programs.
     pub no_bpf_event: bool,
+    /// `--off-cpu`: the waits of the recorded tasks, as perf's
+    /// `offcpu-time` event.
+    pub off_cpu: bool,
     /// `-G`: cgroups for the events given before each.
     pub cgroups: Vec<CgroupArg>,
     /// `-q`: no messages but errors.
@@ -260,6 +263,7 @@ impl RecordConfig {
             group: false,
             strict_freq: false,
             no_bpf_event: false,
+            off_cpu: false,
             cgroups: Vec::new(),
             quiet: false,
             delay: None,

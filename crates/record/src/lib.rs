@@ -42,6 +42,7 @@ mod kcore;
 pub mod live_merger;
 mod meta;
 mod negotiate;
+mod off_cpu;
 mod open;
 pub mod options;
 mod pinned_filter;

@@ -35,8 +35,12 @@ pub(crate) fn initial_meta(
                         .map(|e| (c.cpu, e.id))
                 })
                 .collect(),
-            threads: threads.to_vec(),
+            threads: match spec.is_off_cpu() {
+                true => vec![-1],
+                false => threads.to_vec(),
+            },
             leader: spec.leader,
+            off_cpu: spec.is_off_cpu(),
         })
         .collect();
     Meta {

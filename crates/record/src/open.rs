@@ -236,11 +236,30 @@ fn open_cpu(
         event: owner,
         id,
     }];
-    for (spec, event, target) in opened {
+    for (spec, event, target) in opened.chain(open_cpu_wide(plan, attrs, cpu)?) {
         let event = joined(plan, &events[0].event, spec, event, target)?;
         events.push(event);
     }
     Ok(CpuEvents { cpu, events, ring })
+}
+
+/// The events that follow no task but the whole CPU, whoever is
+/// recorded: `--off-cpu`'s output event, which its program writes into
+/// for whichever task it picks.
+fn open_cpu_wide(
+    plan: &Plan,
+    attrs: &[Attr],
+    cpu: u32,
+) -> Result<Vec<(usize, PerfEvent, Target)>, RecordError> {
+    let target = Target::cpu(cpu);
+    plan.off_cpu()
+        .map(|spec| {
+            let event = crate::negotiate::open_one(&plan.events[spec], &attrs[spec], target, None)
+                .map_err(|e| open_error(&plan.events[spec], target, e))?;
+            Ok((spec, event, target))
+        })
+        .into_iter()
+        .collect()
 }
 
 /// An event that writes into `owner`'s ring.
@@ -285,7 +304,10 @@ fn open_task(
     target: Target,
 ) -> Result<Vec<(usize, PerfEvent)>, (usize, io::Error)> {
     let mut opened: Vec<(usize, PerfEvent)> = Vec::with_capacity(attrs.len());
-    for (spec, attr) in attrs.iter().enumerate() {
+    // The off-CPU event, last of all (so no leader's index moves), is
+    // the CPU's, not the task's.
+    let per_task = plan.off_cpu().unwrap_or(attrs.len());
+    for (spec, attr) in attrs.iter().enumerate().take(per_task) {
         let leader = plan.events[spec].leader.map(|l| &opened[l].1);
         let event = crate::negotiate::open_one(&plan.events[spec], attr, target, leader)
             .map_err(|e| (spec, e))?;

@@ -72,6 +72,25 @@ pub struct Plan {
     pub warnings: Vec<String>,
 }
 
+/// `--off-cpu` needs the VIP, which loads its program, and the kernel's
+/// BTF, where the program finds the fields it reads.
+fn check_off_cpu(config: &RecordConfig) -> Result<(), RecordError> {
+    if config.no_bpf_event {
+        return Err(RecordError::Usage(
+            "--off-cpu's program is loaded by the VIP, which --no-bpf-event turns off".into(),
+        ));
+    }
+    if !std::path::Path::new(KERNEL_BTF).exists() {
+        return Err(RecordError::Kernel(format!(
+            "--off-cpu needs the kernel's BTF ({KERNEL_BTF}: a kernel built with CONFIG_DEBUG_INFO_BTF)"
+        )));
+    }
+    Ok(())
+}
+
+/// Where the running kernel describes its types.
+const KERNEL_BTF: &str = "/sys/kernel/btf/vmlinux";
+
 /// Descriptors the coordinator holds besides its events: shard files,
 /// pipes to each helper, the signalfd, tracefs and /proc reads, std streams.
 const FIXED_FDS: u64 = 64;
@@ -156,6 +175,11 @@ impl Plan {
             }
             false => 0,
         };
+        if config.off_cpu {
+            check_off_cpu(config)?;
+            // Last, as perf adds it.
+            events.push(EventSpec::off_cpu());
+        }
         let cpus = resolve_cpus(config, &scope)?;
         let sampling = resolve_sampling(config, &mut warnings)?;
         let ring_pages = config.ring_pages.unwrap_or_else(default_ring_pages);
@@ -190,6 +214,11 @@ impl Plan {
         plan.attrs = attrs;
         plan.check_sample_filters()?;
         Ok(plan)
+    }
+
+    /// `--off-cpu`'s event, by index.
+    pub fn off_cpu(&self) -> Option<usize> {
+        self.events.iter().position(EventSpec::is_off_cpu)
     }
 
     /// The events with a sample filter, by index.

@@ -134,6 +134,13 @@ impl fmt::Display for RecordReport {
                     bpf.lost
                 )?;
             }
+            if let Some(waits) = &bpf.off_cpu {
+                writeln!(
+                    f,
+                    "  off-CPU: {} waits written, {} lost to full rings, {} ended outside the recording (a CPU not recorded, before the exec or after the stop)",
+                    waits.written, waits.failed, waits.unrecorded
+                )?;
+            }
         }
         for filter in &self.filters {
             writeln!(

@@ -11,6 +11,7 @@ use shardrec_format::SampleIdLayout;
 use shardrec_shard::{RecordingDir, WindowCursor};
 use shardrec_sys::{process, PerfEvent, RingBuffer};
 use shardrec_vip::capture::Capturer;
+use shardrec_vip::off_cpu::OffCpuSetup;
 use shardrec_vip::{existing, SideBand, Vip, BUFFER};
 
 use crate::helper_process::{self, HelperProcess};
@@ -34,14 +35,24 @@ pub struct VipProcess {
 /// A VIP that dies this often is not restarted again.
 pub const MAX_RESTARTS: usize = 3;
 
-/// Forks the VIP over the side-band events, loading the `--filter`
-/// `programs`. Returns it once it has described the programs already
-/// loaded, with those records and, for each filter, the descriptors of
-/// its program and counters map.
+/// What a VIP runs besides the side band: the `--filter` programs it
+/// loads and hands over, and `--off-cpu`'s program.
+#[derive(Clone, Copy)]
+pub struct VipPrograms<'p> {
+    /// The `--filter` programs.
+    pub filters: &'p [FilterProgram],
+    /// `--off-cpu`'s program, as set up.
+    pub off_cpu: Option<&'p OffCpuSetup>,
+}
+
+/// Forks the VIP over the side-band events, loading `programs`. Returns
+/// it once it has described the programs already loaded, with those
+/// records and, for each filter, the descriptors of its program and
+/// counters map.
 pub fn spawn(
     events: &SideBandEvents,
     dir: &RecordingDir,
-    programs: &[FilterProgram],
+    programs: VipPrograms<'_>,
     windows: Option<WindowCursor>,
 ) -> Result<(VipProcess, Vec<u8>, Vec<OwnedFd>), RecordError> {
     let shard = dir.create_file(&dir.vip_path())?;
@@ -55,10 +66,13 @@ pub fn spawn(
 /// still there; the programs loaded meanwhile and still loaded it
 /// captures as it captures those loaded before a recording (their records
 /// are in the rings, so the ones it describes are dropped). Programs
-/// loaded and unloaded while no VIP ran are not captured.
+/// loaded and unloaded while no VIP ran are not captured. The off-CPU
+/// program went with the VIP that died: the new one loads it again (the
+/// waits that began meanwhile are not written).
 pub fn restart(
     events: &SideBandEvents,
     dir: &RecordingDir,
+    off_cpu: Option<&OffCpuSetup>,
     windows: Option<WindowCursor>,
 ) -> Result<VipProcess, RecordError> {
     let whole_records = |bytes: &[u8]| {
@@ -70,7 +84,11 @@ pub fn restart(
     let shard = reopen_whole(dir, &dir.vip_path(), whole_records)?;
     let bpf = reopen_whole(dir, &dir.bpf_path(), whole_entries)?;
     // The filters stay attached to their events: a new VIP loads none.
-    let (vip, _described, _) = start(events, shard, bpf, &[], windows)?;
+    let programs = VipPrograms {
+        filters: &[],
+        off_cpu,
+    };
+    let (vip, _described, _) = start(events, shard, bpf, programs, windows)?;
     Ok(vip)
 }
 
@@ -95,7 +113,7 @@ fn start(
     events: &SideBandEvents,
     shard: File,
     bpf: File,
-    programs: &[FilterProgram],
+    programs: VipPrograms<'_>,
     windows: Option<WindowCursor>,
 ) -> Result<(VipProcess, Vec<u8>, Vec<OwnedFd>), RecordError> {
     let layout = SampleIdLayout::new(events.sample_type);
@@ -105,6 +123,8 @@ fn start(
         .map_err(RecordError::system("making the VIP's descriptor socket"))?;
     let mut helper = HelperProcess::spawn("VIP".into(), move |control, mut report| {
         let mut keep: Vec<RawFd> = fds.iter().map(|e| e.as_fd().as_raw_fd()).collect();
+        let outputs = programs.off_cpu.iter().flat_map(|s| &s.outputs);
+        keep.extend(outputs.map(|(_, event)| event.as_raw_fd()));
         keep.extend([
             shard.as_raw_fd(),
             bpf.as_raw_fd(),
@@ -127,7 +147,7 @@ fn start(
         helper_process::finish(&mut report, outcome)
     })?;
     let records = helper.wait_ready()?;
-    let filters = match programs.is_empty() {
+    let filters = match programs.filters.is_empty() {
         true => Vec::new(),
         false => shardrec_sys::fds::receive(ours.as_fd()).map_err(RecordError::system(
             "receiving the --filter programs from the VIP",
@@ -169,14 +189,14 @@ impl VipProcess {
     }
 }
 
-/// The VIP's body: load the filters and hand them over, map the rings,
-/// enable the side-band events (before the walk, so no program loads
-/// unseen between the two), describe the loaded programs, hand those
-/// records over, then watch.
+/// The VIP's body: load the filters and hand them over, start the
+/// off-CPU program, map the rings, enable the side-band events (before
+/// the walk, so no program loads unseen between the two), describe the
+/// loaded programs, hand those records over, then watch.
 fn run(
     events: &[&PerfEvent],
     files: VipFiles,
-    programs: &[FilterProgram],
+    programs: VipPrograms<'_>,
     report: &mut File,
     layout: &SampleIdLayout,
     event_id: u64,
@@ -188,8 +208,9 @@ fn run(
         filters,
         mut windows,
     } = files;
-    if !programs.is_empty() {
+    if !programs.filters.is_empty() {
         let loaded = programs
+            .filters
             .iter()
             .map(shardrec_vip::filters::load)
             .collect::<io::Result<Vec<_>>>()?;
@@ -197,6 +218,11 @@ fn run(
         shardrec_sys::fds::send(filters.as_fd(), &fds)?;
     }
     drop(filters);
+    let mut storage = std::mem::MaybeUninit::uninit();
+    let off_cpu = programs
+        .off_cpu
+        .map(|setup| shardrec_vip::off_cpu::start(&mut storage, setup))
+        .transpose()?;
     // A program may live a millisecond: the VIP must run as soon as it is
     // woken, even when every CPU is busy.
     process::prefer_wakeups();
@@ -229,5 +255,10 @@ fn run(
         }
         Report::Switched { base: 0, records }.write_to(report)?;
     }
-    vip.finish()
+    let mut stats = vip.finish()?;
+    stats.off_cpu = off_cpu
+        .as_ref()
+        .map(shardrec_vip::off_cpu::stats)
+        .transpose()?;
+    Ok(stats)
 }

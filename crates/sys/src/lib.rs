@@ -40,6 +40,8 @@ pub mod debuginfod;
 mod event;
 pub mod fds;
 pub mod file_writes;
+#[cfg(target_arch = "x86_64")]
+pub mod inline_syscall;
 pub mod process;
 pub mod ring;
 pub mod stdout;

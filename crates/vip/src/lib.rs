@@ -7,11 +7,13 @@
 //! the moment it reads a PROG_LOAD, captures the program's info and BTF
 //! into the `bpf` file ([`capture`]) — a program may live only
 //! milliseconds. At start it describes the programs already loaded
-//! ([`existing`]).
+//! ([`existing`]). With `--off-cpu` it loads and runs the off-CPU program
+//! ([`off_cpu`]).
 
 pub mod capture;
 pub mod existing;
 pub mod filters;
+pub mod off_cpu;
 mod sideband;
 
 pub use sideband::{SideBand, Vip, BUFFER};

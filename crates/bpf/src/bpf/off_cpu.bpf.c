@@ -35,7 +35,9 @@ struct wait {
 	/* How long it lasted, ns. */
 	__u64 period;
 	__u64 cgroup;
-	__u32 state;
+	__u16 state;
+	/* Kernel frames before __schedule's: this program's, the tracing's. */
+	__u16 kernel_skip;
 	__u16 nr_kernel;
 	__u16 nr_user;
 	__u64 frames[2 * MAX_FRAMES];
@@ -57,7 +59,10 @@ struct {
 	__uint(value_size, sizeof(__u32));
 } output SEC(".maps");
 
-/* With `follow_all` unset, the processes (tgids) followed. */
+/*
+ * With `follow_all` unset, the processes (tgids) followed, or with
+ * `follow_threads` the threads (tids).
+ */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(key_size, sizeof(__u32));
@@ -65,7 +70,10 @@ struct {
 	__uint(max_entries, 65536);
 } followed SEC(".maps");
 
-/* Processes never followed: the recorder's own. */
+/*
+ * Processes never followed: the recorder's own, and the processes they
+ * start while it records (a new writer, a merge).
+ */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(key_size, sizeof(__u32));
@@ -73,22 +81,37 @@ struct {
 	__uint(max_entries, 1024);
 } ignored SEC(".maps");
 
-/* Waits written, and waits shorter than the threshold, per CPU. */
+/* What became of the waits that ended, per CPU (enum below). */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(key_size, sizeof(__u32));
 	__uint(value_size, sizeof(__u64));
-	__uint(max_entries, 3);
+	__uint(max_entries, 4);
 } counts SEC(".maps");
 
-enum { WRITTEN, SHORT, FAILED };
+/*
+ * Written; shorter than the threshold; refused by a full ring (the kernel
+ * also counts it lost on the event); ended on a CPU not recorded, or
+ * while the events were off (before the workload's exec, after the stop).
+ */
+enum { WRITTEN, SHORT, FAILED, UNRECORDED };
+
+#define ENOENT 2
+#define EOPNOTSUPP 95
 
 /* Every task but the ignored, rather than the followed processes. */
 const volatile bool follow_all = false;
 /* The children of a followed process are followed (not with -i). */
 const volatile bool follow_children = true;
+/* `followed` holds threads (-t), not processes. */
+const volatile bool follow_threads = false;
 /* Waits shorter than this are not written. */
 const volatile __u64 threshold_ns = 0;
+/* Where __schedule's code is (from kallsyms; 0 when unknown). */
+const volatile __u64 schedule_start = 0;
+const volatile __u64 schedule_end = 0;
+/* How far down the kernel stack __schedule is looked for. */
+#define MAX_SKIP 8
 
 static void count(__u32 which)
 {
@@ -98,13 +121,30 @@ static void count(__u32 which)
 		__sync_fetch_and_add(n, 1);
 }
 
+/*
+ * How many of the first kernel frames are above __schedule, where every
+ * wait begins: this program's and the tracepoint's, which perf's own
+ * sched_switch callchains do not have either.
+ */
+static __u16 frames_above_schedule(struct wait *wait, __u32 kernel)
+{
+	for (__u32 i = 0; i < MAX_SKIP && i < kernel; i++) {
+		__u64 frame = wait->frames[i];
+
+		if (frame >= schedule_start && frame < schedule_end)
+			return i;
+	}
+	return 0;
+}
+
 static bool is_followed(struct task_struct *task)
 {
 	__u32 tgid = BPF_CORE_READ(task, tgid);
+	__u32 key = follow_threads ? BPF_CORE_READ(task, pid) : tgid;
 
 	if (bpf_map_lookup_elem(&ignored, &tgid))
 		return false;
-	return follow_all || bpf_map_lookup_elem(&followed, &tgid);
+	return follow_all || bpf_map_lookup_elem(&followed, &key);
 }
 
 /* `prev` goes off CPU: a wait begins where it sleeps. */
@@ -134,6 +174,7 @@ static void wait_begins(void *ctx, struct task_struct *prev, __u32 state)
 	barrier_var(kernel);
 	kernel &= MAX_FRAMES;
 	wait->nr_kernel = kernel;
+	wait->kernel_skip = frames_above_schedule(wait, kernel);
 	bytes = bpf_get_stack(ctx, &wait->frames[kernel], MAX_FRAMES * sizeof(__u64),
 			      BPF_F_USER_STACK);
 	wait->nr_user = bytes > 0 ? bytes / sizeof(__u64) : 0;
@@ -157,10 +198,17 @@ static void wait_ends(void *ctx, struct task_struct *next)
 	size = HEADER_BYTES + (__u64)(wait->nr_kernel + wait->nr_user) * sizeof(__u64);
 	if (size > sizeof(*wait))
 		size = sizeof(*wait);
-	if (bpf_perf_event_output(ctx, &output, BPF_F_CURRENT_CPU, wait, size))
-		count(FAILED);
-	else
+	switch (bpf_perf_event_output(ctx, &output, BPF_F_CURRENT_CPU, wait, size)) {
+	case 0:
 		count(WRITTEN);
+		break;
+	case -ENOENT:
+	case -EOPNOTSUPP:
+		count(UNRECORDED);
+		break;
+	default:
+		count(FAILED);
+	}
 	wait->start = 0;
 }
 
@@ -173,6 +221,7 @@ int BPF_PROG(off_cpu_switch, bool preempt, struct task_struct *prev, struct task
 	return 0;
 }
 
+/* A new process is ignored as its parent is, and followed as it is. */
 SEC("tp_btf/sched_process_fork")
 int BPF_PROG(off_cpu_fork, struct task_struct *parent, struct task_struct *child)
 {
@@ -180,10 +229,33 @@ int BPF_PROG(off_cpu_fork, struct task_struct *parent, struct task_struct *child
 	__u32 child_tgid = BPF_CORE_READ(child, tgid);
 	__u8 yes = 1;
 
-	if (follow_all || !follow_children || parent_tgid == child_tgid)
+	if (parent_tgid == child_tgid)
+		return 0;
+	if (bpf_map_lookup_elem(&ignored, &parent_tgid)) {
+		bpf_map_update_elem(&ignored, &child_tgid, &yes, BPF_NOEXIST);
+		return 0;
+	}
+	if (follow_all || follow_threads || !follow_children)
 		return 0;
 	if (bpf_map_lookup_elem(&followed, &parent_tgid))
 		bpf_map_update_elem(&followed, &child_tgid, &yes, BPF_NOEXIST);
+	return 0;
+}
+
+/*
+ * A process that ends leaves the sets, so they never fill (as its leader
+ * thread ends: a leader that ends before its other threads takes them
+ * out early; 6.1's tracepoint does not say whether the group is dead).
+ */
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(off_cpu_exit, struct task_struct *task)
+{
+	__u32 tgid = BPF_CORE_READ(task, tgid);
+
+	if (BPF_CORE_READ(task, pid) != tgid || follow_threads)
+		return 0;
+	bpf_map_delete_elem(&ignored, &tgid);
+	bpf_map_delete_elem(&followed, &tgid);
 	return 0;
 }
 

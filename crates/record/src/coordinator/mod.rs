@@ -174,7 +174,13 @@ impl<'a> Recording<'a> {
         self.pool
             .spawn(dir, &self.side_band, options, windows.clone())?;
         let cpus: Vec<_> = self.pool.cpus().collect();
-        let existing_bpf = self.side_band.spawn(dir, self.plan, &cpus, windows)?;
+        let recorder: Vec<i32> = std::iter::once(std::process::id() as i32)
+            .chain(self.pool.processes().map(|p| p.pid.as_raw()))
+            .collect();
+        let off_cpu = crate::off_cpu::setup(self.plan, &cpus, &recorder, self.workload_pid())?;
+        let existing_bpf = self
+            .side_band
+            .spawn(dir, self.plan, &cpus, off_cpu, windows)?;
         self.spawn_live_merger()?;
         self.synthesize(&existing_bpf, Moment::Start)?;
         self.pool.wait_ready()?;
@@ -261,8 +267,20 @@ impl<'a> Recording<'a> {
         if let Some(workload) = self.workload.as_mut() {
             workload.start()?;
         }
+        if self.plan.scope == Scope::Workload && self.plan.delay.is_none() {
+            // The workload's events the kernel enabled at its exec; the
+            // off-CPU output events follow no task, so they are enabled
+            // now, after it: the wait of the child held for its exec is
+            // not the workload's.
+            self.pool.enable_off_cpu(self.plan)?;
+        }
         self.counting.count_later(self.plan);
         Ok(())
+    }
+
+    /// The workload's pid, when there is one.
+    fn workload_pid(&self) -> Option<i32> {
+        self.workload.as_ref().map(|w| w.pid.as_raw())
     }
 
     /// The writers' and the VIP's processes.

@@ -8,6 +8,7 @@ use std::time::Duration;
 use shardrec_control::{Command, VipStats};
 use shardrec_shard::{EventMeta, FilterStats, RecordingDir, WindowCursor};
 use shardrec_sys::PerfEvent;
+use shardrec_vip::off_cpu::OffCpuSetup;
 
 use crate::helper_process::HelperProcess;
 use crate::live_merger::WatchedRing;
@@ -15,7 +16,7 @@ use crate::open::{self, CpuEvents, SideBandEvents};
 use crate::pinned_filter::PinnedFilter;
 use crate::plan::Plan;
 use crate::sample_filters::{self, ActiveFilter};
-use crate::vip::{self, VipProcess};
+use crate::vip::{self, VipProcess, VipPrograms};
 use crate::{RecordConfig, RecordError};
 
 /// The side band's event in `meta` (perf's name for a dummy event).
@@ -32,6 +33,8 @@ pub(super) struct SideBand {
     pinned: Option<PinnedFilter>,
     /// The `--filter` programs on sampling events, attached.
     filters: Vec<ActiveFilter>,
+    /// `--off-cpu`'s program as the VIP sets it up (again, if it restarts).
+    off_cpu: Option<OffCpuSetup>,
 }
 
 impl SideBand {
@@ -50,6 +53,7 @@ impl SideBand {
                 vip: None,
                 pinned: None,
                 filters: Vec::new(),
+                off_cpu: None,
             };
             Ok((side_band, warning))
         };
@@ -69,9 +73,14 @@ impl SideBand {
                     vip: None,
                     pinned: None,
                     filters: Vec::new(),
+                    off_cpu: None,
                 },
                 None,
             )),
+            Err(source) if plan.off_cpu().is_some() => Err(RecordError::SideBand {
+                needed_by: "--off-cpu's program is loaded by the VIP, which needs BPF (root, or CAP_BPF with CAP_PERFMON)".into(),
+                source,
+            }),
             Err(source) if filtered => match PinnedFilter::open() {
                 Ok(pinned) => Ok((
                     SideBand {
@@ -79,6 +88,7 @@ impl SideBand {
                         vip: None,
                         pinned: Some(pinned),
                         filters: Vec::new(),
+                        off_cpu: None,
                     },
                     Some(format!(
                         "BPF programs will not be captured: {}",
@@ -116,6 +126,7 @@ impl SideBand {
                 .collect(),
             threads: vec![-1],
             leader: None,
+            off_cpu: false,
         })
     }
 
@@ -129,14 +140,15 @@ impl SideBand {
         self.events.as_ref().and_then(|s| s.on_cpu(cpu))
     }
 
-    /// Forks the VIP with the `--filter` programs and attaches them to
-    /// the events of `cpus`. Returns the records of the BPF programs
-    /// already loaded, for `synth.shard`.
+    /// Forks the VIP with the `--filter` programs, which it attaches to
+    /// the events of `cpus`, and `--off-cpu`'s program. Returns the records
+    /// of the BPF programs already loaded, for `synth.shard`.
     pub(super) fn spawn(
         &mut self,
         dir: &RecordingDir,
         plan: &Plan,
         cpus: &[&CpuEvents],
+        off_cpu: Option<OffCpuSetup>,
         windows: Option<WindowCursor>,
     ) -> Result<Vec<u8>, RecordError> {
         let programs = sample_filters::programs(plan)?;
@@ -146,7 +158,12 @@ impl SideBand {
             }
             return Ok(Vec::new());
         };
-        let (vip, records, fds) = vip::spawn(events, dir, &programs, windows)?;
+        self.off_cpu = off_cpu;
+        let vip_programs = VipPrograms {
+            filters: &programs,
+            off_cpu: self.off_cpu.as_ref(),
+        };
+        let (vip, records, fds) = vip::spawn(events, dir, vip_programs, windows)?;
         self.vip = Some(vip);
         self.filters = sample_filters::attach(plan, cpus, &programs, fds)?;
         Ok(records)
@@ -217,7 +234,7 @@ impl SideBand {
         if old.restarted_at.len() >= vip::MAX_RESTARTS {
             return Err(died);
         }
-        let mut restarted = vip::restart(events, dir, window)?;
+        let mut restarted = vip::restart(events, dir, self.off_cpu.as_ref(), window)?;
         restarted.restarted_at = std::mem::take(&mut old.restarted_at);
         restarted.restarted_at.push(since);
         self.vip = Some(restarted);

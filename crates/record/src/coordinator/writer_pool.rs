@@ -53,6 +53,22 @@ impl WriterPool {
         self.writers.iter().map(|w| &w.events)
     }
 
+    /// Enables `--off-cpu`'s output event on every CPU.
+    pub(super) fn enable_off_cpu(&self, plan: &Plan) -> Result<(), RecordError> {
+        let Some(spec) = plan.off_cpu() else {
+            return Ok(());
+        };
+        for cpu in self.cpus() {
+            for output in cpu.events.iter().filter(|e| e.spec == spec) {
+                output
+                    .event
+                    .enable()
+                    .map_err(RecordError::system("enabling the off-CPU output events"))?;
+            }
+        }
+        Ok(())
+    }
+
     /// Forks every writer, each over its CPU's shard in `dir` (and that
     /// CPU's side-band event, which it disables at stop).
     pub(super) fn spawn(

@@ -74,12 +74,26 @@ pub struct EventSpec {
     pub cgroup: Option<Cgroup>,
     /// A tracepoint's system and name (its display name may be `name=`'s).
     tracepoint: Option<(String, String)>,
-    /// perf's tracking dummy, which the recorder adds itself.
-    tracking: bool,
+    /// Asked for, or added by the recorder.
+    role: Role,
     /// What the kernel's refusals made of it, as perf's fallbacks do:
     /// the name asked for, and why each change (none: recorded as asked).
     pub changed: Option<(String, Vec<&'static str>)>,
 }
+
+/// Why an event is recorded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Role {
+    /// The user asked for it.
+    Asked,
+    /// perf's tracking dummy, which the recorder adds itself.
+    TrackingDummy,
+    /// `--off-cpu`'s output event.
+    OffCpu,
+}
+
+/// The name perf gives `--off-cpu`'s event.
+pub const OFF_CPU_NAME: &str = "offcpu-time";
 
 impl EventSpec {
     fn new(name: String, type_: u32, config: u64) -> EventSpec {
@@ -98,7 +112,7 @@ impl EventSpec {
             sample_filter: None,
             cgroup: None,
             tracepoint: None,
-            tracking: false,
+            role: Role::Asked,
             changed: None,
         }
     }
@@ -120,13 +134,31 @@ impl EventSpec {
             abi::PERF_COUNT_SW_DUMMY as u64,
         );
         spec.modifiers = Modifiers::default();
-        spec.tracking = true;
+        spec.role = Role::TrackingDummy;
         spec
     }
 
     /// The tracking dummy (enabled at once, sampling every hit).
     pub fn is_tracking_dummy(&self) -> bool {
-        self.tracking
+        self.role == Role::TrackingDummy
+    }
+
+    /// `--off-cpu`'s event, perf's `offcpu-time`: a BPF output event on
+    /// each CPU, where the off-CPU program writes the waits that end there.
+    pub fn off_cpu() -> EventSpec {
+        let mut spec = EventSpec::new(
+            OFF_CPU_NAME.into(),
+            abi::PERF_TYPE_SOFTWARE,
+            abi::PERF_COUNT_SW_BPF_OUTPUT as u64,
+        );
+        spec.modifiers = Modifiers::default();
+        spec.role = Role::OffCpu;
+        spec
+    }
+
+    /// `--off-cpu`'s event.
+    pub fn is_off_cpu(&self) -> bool {
+        self.role == Role::OffCpu
     }
 
     /// The event's config.

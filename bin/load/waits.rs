@@ -1,0 +1,44 @@
+//! `waits SLEEP_MS READ_MS [SPIN_MS]`: two waits of known length under
+//! two known functions, for the off-CPU tests: the main thread runs
+//! SPIN_MS in `hot_caller` (if given), sleeps SLEEP_MS in `sleep_wait`,
+//! then reads a pipe in `pipe_wait` until a thread named `waker` writes
+//! it, READ_MS later. Each makes its system call itself
+//! (`shardrec_sys::inline_syscall`), so the wait's innermost user frame is
+//! the function's.
+
+use std::io::Write;
+use std::os::fd::AsFd;
+use std::time::{Duration, Instant};
+
+/// Runs for `spin`, then the two waits.
+pub fn run(spin: Duration, sleep: Duration, read: Duration) -> Result<(), String> {
+    std::hint::black_box(crate::hot_caller(spin));
+    let (reader, writer) = nix::unistd::pipe().map_err(|e| format!("pipe: {e}"))?;
+    let due = Instant::now() + sleep + read;
+    let waker = std::thread::Builder::new()
+        .name("waker".into())
+        .spawn(move || {
+            std::thread::sleep(due.saturating_duration_since(Instant::now()));
+            std::fs::File::from(writer).write_all(b"w")
+        })
+        .map_err(|e| format!("thread: {e}"))?;
+    sleep_wait(sleep);
+    pipe_wait(reader.as_fd());
+    waker
+        .join()
+        .map_err(|_| "the waker panicked".to_string())?
+        .map_err(|e| format!("writing the pipe: {e}"))
+}
+
+/// The sleep.
+#[inline(never)]
+fn sleep_wait(time: Duration) {
+    std::hint::black_box(shardrec_sys::inline_syscall::nanosleep(time));
+}
+
+/// The pipe read.
+#[inline(never)]
+fn pipe_wait(pipe: std::os::fd::BorrowedFd<'_>) {
+    let mut byte = [0u8; 1];
+    std::hint::black_box(shardrec_sys::inline_syscall::read(pipe, &mut byte));
+}

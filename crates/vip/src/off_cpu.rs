@@ -1,0 +1,59 @@
+//! `--off-cpu`: the VIP loads the off-CPU program (`shardrec_bpf`), points
+//! it at each recorded CPU's output event, tells it whose waits to write
+//! and whose never (the recorder's), and attaches it.
+
+use std::io;
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, OwnedFd};
+
+pub use shardrec_bpf::off_cpu::Settings;
+use shardrec_bpf::off_cpu::{OffCpu, OpenObject};
+use shardrec_control::OffCpuStats;
+
+/// What the program is given.
+#[derive(Debug)]
+pub struct OffCpuSetup {
+    /// Whose waits, and which.
+    pub settings: Settings,
+    /// Each recorded CPU's output event, into whose ring the waits that
+    /// end on that CPU go.
+    pub outputs: Vec<(u32, OwnedFd)>,
+    /// The processes followed (threads, with `settings.follow_threads`);
+    /// none when it follows every task.
+    pub follow: Vec<u32>,
+    /// The recorder's processes, whose waits are never written (nor
+    /// those of the processes they start).
+    pub ignore: Vec<u32>,
+}
+
+/// Loads the program in `storage`, as `setup` says, and attaches it:
+/// the waits that end from now on are written. The VIP leaves itself
+/// out too.
+pub fn start<'obj>(
+    storage: &'obj mut MaybeUninit<OpenObject>,
+    setup: &OffCpuSetup,
+) -> io::Result<OffCpu<'obj>> {
+    let mut off_cpu = OffCpu::load(storage, &setup.settings)?;
+    for (cpu, event) in &setup.outputs {
+        off_cpu.write_to(*cpu, event.as_fd())?;
+    }
+    for &pid in &setup.follow {
+        off_cpu.follow(pid)?;
+    }
+    for &pid in setup.ignore.iter().chain([&std::process::id()]) {
+        off_cpu.ignore(pid)?;
+    }
+    off_cpu.attach()?;
+    Ok(off_cpu)
+}
+
+/// What the program did, for the VIP's report.
+pub fn stats(off_cpu: &OffCpu<'_>) -> io::Result<OffCpuStats> {
+    let counts = off_cpu.counts()?;
+    Ok(OffCpuStats {
+        written: counts.written,
+        short: counts.short,
+        failed: counts.failed,
+        unrecorded: counts.unrecorded,
+    })
+}

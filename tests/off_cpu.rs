@@ -1,0 +1,261 @@
+//! `--off-cpu`: perf's `offcpu-time` event, each wait written as it ends
+//! through the CPU's own ring, read back by perf (6.1 and 6.12), hotspot's
+//! parser and samply.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::*;
+
+/// `perf report`'s share of each symbol of the load's main thread, in the
+/// off-CPU time of that thread.
+fn shares(perf: &Perf, file: &Path) -> Vec<(f64, String)> {
+    let args = [
+        "report",
+        "--stdio",
+        "--no-children",
+        "--sort",
+        "sym",
+        "-g",
+        "none",
+        "--comms",
+        "shardrec-load",
+        "--percentage",
+        "relative",
+    ];
+    let output = perf.run(&args, file);
+    assert_no_complaint(&output, perf.name);
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter_map(|line| {
+            let (share, symbol) = line.trim().split_once("%  [.] ")?;
+            Some((share.parse().ok()?, symbol.trim().to_string()))
+        })
+        .collect()
+}
+
+/// The callers of `symbol` that perf report shows (`-g caller`), by name.
+fn callers(perf: &Perf, file: &Path, symbol: &str) -> String {
+    let args = [
+        "report",
+        "--stdio",
+        "--no-children",
+        "--sort",
+        "sym",
+        "-g",
+        "caller",
+        "--symbols",
+        symbol,
+    ];
+    String::from_utf8_lossy(&perf.run(&args, file).stdout).into_owned()
+}
+
+#[test]
+fn two_waits_take_30_and_70_percent_of_the_off_cpu_time_under_their_functions() {
+    let Some((_serial, scratch)) = recording_test("off-cpu-shares") else {
+        return;
+    };
+    let args = [
+        "-e",
+        "dummy",
+        "--off-cpu",
+        "--",
+        load(),
+        "waits",
+        "300",
+        "700",
+    ];
+    let stderr = record_and_merge(&scratch, &args);
+    assert!(stderr.contains(", 0 lost to full rings"), "{stderr}");
+    let file = scratch.output();
+    for perf in perfs() {
+        let shares = shares(&perf, &file);
+        let share = |symbol: &str| {
+            let found = shares.iter().find(|(_, s)| s.ends_with(symbol));
+            found
+                .unwrap_or_else(|| panic!("{}: no {symbol} in {shares:?}", perf.name))
+                .0
+        };
+        let (sleep, read) = (share("waits::sleep_wait"), share("waits::pipe_wait"));
+        assert!((sleep - 30.0).abs() <= 5.0, "{}: {shares:?}", perf.name);
+        assert!((read - 70.0).abs() <= 5.0, "{}: {shares:?}", perf.name);
+        // Each under its caller, above the kernel's own frames down to
+        // __schedule, where every wait begins (and nothing of the
+        // off-CPU program's above it).
+        let sleeping = callers(&perf, &file, "shardrec_load::waits::sleep_wait");
+        for frame in ["shardrec_load::waits::run", "do_nanosleep", "__schedule"] {
+            assert!(sleeping.contains(frame), "{}: {sleeping}", perf.name);
+        }
+        let reading = callers(&perf, &file, "shardrec_load::waits::pipe_wait");
+        for frame in ["shardrec_load::waits::run", "pipe_read", "__schedule"] {
+            assert!(reading.contains(frame), "{}: {reading}", perf.name);
+        }
+        assert!(!reading.contains("bpf_prog_"), "{}: {reading}", perf.name);
+    }
+    // Only the off-CPU event has samples (the dummy has none), each a
+    // wait of the load's threads with its length as the period.
+    let samples = samples(&file);
+    assert!(
+        samples.iter().all(|s| s.event == "offcpu-time"),
+        "{samples:?}"
+    );
+    let ours = samples.iter().filter(|s| s.comm == "shardrec-load");
+    let long: Vec<u64> = ours
+        .map(|s| s.period / 1_000_000)
+        .filter(|&ms| ms >= 100)
+        .collect();
+    assert_eq!(long.len(), 2, "{samples:?}");
+    assert_eq!(samples_by_linux_perf_data(&file), samples.len() as u64);
+}
+
+#[test]
+fn on_and_off_cpu_time_add_up_to_the_threads_life() {
+    let Some((_serial, scratch)) = recording_test("off-cpu-adds-up") else {
+        return;
+    };
+    let report = scratch.0.join("load.report");
+    let args = [
+        "-e",
+        "cpu-clock",
+        "--off-cpu",
+        "--",
+        load(),
+        "--report",
+        report.to_str().unwrap(),
+        "waits",
+        "200",
+        "300",
+        "300",
+    ];
+    record_and_merge(&scratch, &args);
+    let life_ns: u64 = std::fs::read_to_string(&report)
+        .unwrap()
+        .split_whitespace()
+        .find_map(|word| word.strip_prefix("elapsed_ns=")?.parse().ok())
+        .expect("the load's elapsed time");
+    let samples = samples(&scratch.output());
+    let main = samples
+        .iter()
+        .filter(|s| s.tid == s.pid && s.comm == "shardrec-load");
+    let time = |event: &str| -> u64 {
+        let of_event = main.clone().filter(|s| s.event == event);
+        of_event.map(|s| s.period).sum()
+    };
+    let (on, off) = (time("cpu-clock"), time("offcpu-time"));
+    let covered = (on + off) as f64 / life_ns as f64;
+    assert!(
+        (0.95..=1.05).contains(&covered),
+        "on-CPU {on} ns + off-CPU {off} ns over a life of {life_ns} ns: {covered:.3}"
+    );
+    assert!(on > 250_000_000 && off > 450_000_000, "on {on}, off {off}");
+}
+
+#[test]
+fn a_cpu_wide_recording_leaves_the_recorders_own_waits_out() {
+    let Some((_serial, scratch)) = recording_test("off-cpu-all") else {
+        return;
+    };
+    let args = [
+        "-a",
+        "-e",
+        "dummy",
+        "--off-cpu",
+        "--",
+        load(),
+        "waits",
+        "300",
+        "200",
+    ];
+    record_and_merge(&scratch, &args);
+    let meta = shardrec_shard::RecordingDir::open(scratch.shards())
+        .read_meta()
+        .unwrap();
+    let samples = samples(&scratch.output());
+    let load_waits = samples.iter().filter(|s| s.comm == "shardrec-load").count();
+    assert!(load_waits >= 2, "{samples:?}");
+    let recorder: Vec<&Sample> = samples
+        .iter()
+        .filter(|s| meta.recorder_pids.contains(&s.pid) || s.comm.starts_with("shardrec "))
+        .collect();
+    assert!(
+        recorder.is_empty(),
+        "the recorder's own waits: {recorder:?}"
+    );
+}
+
+#[test]
+fn a_storm_of_context_switches_loses_no_wait() {
+    let Some((_serial, scratch)) = recording_test("off-cpu-storm") else {
+        return;
+    };
+    let args = [
+        "-a",
+        "-e",
+        "dummy",
+        "--off-cpu",
+        "--",
+        "perf",
+        "bench",
+        "sched",
+        "messaging",
+        "-g",
+        "10",
+    ];
+    let stderr = record_and_merge(&scratch, &args);
+    let written: u64 = stderr
+        .split("off-CPU: ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no off-CPU line in {stderr}"));
+    assert!(stderr.contains(", 0 lost to full rings"), "{stderr}");
+    assert!(stderr.contains(" 0 lost)"), "{stderr}");
+    // 400 processes passing messages: thousands of waits, each in the file.
+    assert!(written > 4000, "{stderr}");
+    let samples = samples_by_linux_perf_data(&scratch.output());
+    assert_eq!(samples, written, "{stderr}");
+}
+
+/// Where Debian's hotspot package puts its parser.
+const PERFPARSER: &str = "/usr/lib/x86_64-linux-gnu/libexec/hotspot-perfparser";
+
+#[test]
+fn hotspot_reads_the_waits_as_samples() {
+    let Some((_serial, scratch)) = recording_test("off-cpu-hotspot") else {
+        return;
+    };
+    if !shardrec_testkit::require(Path::new(PERFPARSER).exists(), "hotspot's perfparser") {
+        return;
+    }
+    let args = [
+        "-e",
+        "dummy",
+        "--off-cpu",
+        "--",
+        load(),
+        "waits",
+        "100",
+        "100",
+    ];
+    record_and_merge(&scratch, &args);
+    let output = Command::new(PERFPARSER)
+        .args(["--print-stats", "--input"])
+        .arg(scratch.output())
+        .output()
+        .expect("hotspot-perfparser runs");
+    assert!(output.status.success(), "{output:?}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let count = |name: &str| -> u64 {
+        let line = stdout.lines().find_map(|l| l.strip_prefix(name));
+        line.and_then(|n| n.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {name:?} in {stdout}"))
+    };
+    assert_eq!(
+        count("samples:"),
+        samples(&scratch.output()).len() as u64,
+        "{stdout}"
+    );
+    assert_eq!(count("samples time violations:"), 0, "{stdout}");
+}
