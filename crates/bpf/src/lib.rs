@@ -24,6 +24,20 @@
 pub mod capture;
 pub mod off_cpu;
 
+/// Where libbpf keeps a loaded program's object (one per program).
+pub use libbpf_rs::OpenObject;
+
+/// Keeps libbpf from printing to the recorder's stderr: what it would say
+/// of a failure comes back as the error, with what was being done (a
+/// kernel that refuses fentry would otherwise print lines at every
+/// recording). `SHARDREC_LIBBPF_LOG=1` lets it print (the verifier's
+/// log, say).
+fn quiet_libbpf() {
+    if std::env::var_os("SHARDREC_LIBBPF_LOG").is_none() {
+        libbpf_rs::set_print(None);
+    }
+}
+
 /// libbpf's errors as I/O errors, with what was being done.
 fn context(what: &'static str) -> impl FnOnce(libbpf_rs::Error) -> std::io::Error {
     move |error| std::io::Error::other(format!("{what}: {error}"))

@@ -9,8 +9,8 @@ use std::mem::MaybeUninit;
 use std::os::fd::{AsRawFd, BorrowedFd};
 
 use crate::context;
+use crate::OpenObject;
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
-pub use libbpf_rs::OpenObject;
 use libbpf_rs::{MapCore, MapFlags};
 
 use crate::skel::off_cpu::{OffCpuSkel, OffCpuSkelBuilder};
@@ -56,6 +56,7 @@ impl<'obj> OffCpu<'obj> {
         storage: &'obj mut MaybeUninit<OpenObject>,
         settings: &Settings,
     ) -> io::Result<OffCpu<'obj>> {
+        crate::quiet_libbpf();
         let mut open = OffCpuSkelBuilder::default()
             .open(storage)
             .map_err(context("opening the off-CPU program"))?;

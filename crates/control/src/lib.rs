@@ -26,4 +26,4 @@ pub mod fault;
 mod report;
 
 pub use command::{Command, Served};
-pub use report::{OffCpuStats, Outcome, Report, VipStats, WriterStats};
+pub use report::{CaptureHook, OffCpuStats, Outcome, Report, VipStats, WriterStats};

@@ -84,6 +84,20 @@ pub struct VipStats {
     pub lost: u64,
     /// What `--off-cpu`'s program did, when it ran.
     pub off_cpu: Option<OffCpuStats>,
+    /// How the kernel capture hooked program loads; `None` where it did
+    /// not run (bpf(2) alone captured).
+    pub kernel_capture: Option<CaptureHook>,
+    /// Of `captured`, the programs the kernel capture read as they loaded.
+    pub captured_in_kernel: u64,
+}
+
+/// How shardrec's capture program hooks the kernel's program loads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CaptureHook {
+    /// fentry (a BPF trampoline).
+    Fentry,
+    /// A kprobe.
+    Kprobe,
 }
 
 /// What became of the waits `--off-cpu`'s program saw end, over every CPU.

@@ -122,9 +122,20 @@ impl fmt::Display for RecordReport {
             )?;
         }
         if let Some(bpf) = &self.bpf {
+            let how = match bpf.kernel_capture {
+                Some(hook) => format!(
+                    "{} of them as they loaded, by a {} in the kernel",
+                    bpf.captured_in_kernel,
+                    match hook {
+                        shardrec_control::CaptureHook::Fentry => "fentry",
+                        shardrec_control::CaptureHook::Kprobe => "kprobe",
+                    }
+                ),
+                None => "through bpf(2): no capture program in the kernel".into(),
+            };
             writeln!(
                 f,
-                "  BPF programs: {} loaded, {} unloaded, {} captured, {} missed (gone before capture)",
+                "  BPF programs: {} loaded, {} unloaded, {} captured ({how}), {} missed (gone before capture)",
                 bpf.loaded, bpf.unloaded, bpf.captured, bpf.missed
             )?;
             if bpf.lost > 0 {

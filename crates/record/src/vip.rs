@@ -11,6 +11,7 @@ use shardrec_format::SampleIdLayout;
 use shardrec_shard::{RecordingDir, WindowCursor};
 use shardrec_sys::{process, PerfEvent, RingBuffer};
 use shardrec_vip::capture::Capturer;
+use shardrec_vip::kernel_capture::KernelCapture;
 use shardrec_vip::off_cpu::OffCpuSetup;
 use shardrec_vip::{existing, SideBand, Vip, BUFFER};
 
@@ -235,6 +236,10 @@ fn run(
             })
         })
         .collect::<io::Result<Vec<_>>>()?;
+    // Started before the side band: from its first record on, every
+    // program has been captured as it loaded.
+    let mut storage = shardrec_vip::kernel_capture::Storage::default();
+    let kernel = KernelCapture::start(&mut storage).ok();
     for event in events {
         event.enable()?;
     }
@@ -242,7 +247,7 @@ fn run(
     let (records, _) = existing::describe(&mut capturer, layout, event_id)?;
     capturer.flush()?;
     Report::Ready { records }.write_to(report)?;
-    let mut vip = Vip::new(rings, shard, capturer, File::from(control))?;
+    let mut vip = Vip::new(rings, shard, capturer, kernel, File::from(control))?;
     while vip.serve()? == Served::Switch {
         // Without windows, a Switch goes on in the same files.
         let mut records = Vec::new();

@@ -27,6 +27,7 @@ mod hash_map;
 mod info;
 pub mod insn;
 mod load;
+mod loaded;
 mod mapped_array;
 mod syscall;
 pub mod test_programs;
@@ -38,6 +39,7 @@ pub use btf::KernelBtf;
 pub use hash_map::{mount_bpffs, pin, pinned, HashMap, BPFFS};
 pub use info::BpilArray;
 pub use load::{load_program, prog_type, LoadError, ProgramSpec};
+pub use loaded::{LoadedFunction, LoadedProg};
 pub use mapped_array::MappedArray;
 
 use info::{field, InfoBuf};

@@ -5,7 +5,7 @@ use std::io::{self, Write};
 
 use shardrec_perfdata::bpf_info::bpil;
 use shardrec_shard::bpf_file::{self, BpfEntry};
-use shardrec_sys::bpf::{self, CaptureScratch, HeldProg, ProgInfo};
+use shardrec_sys::bpf::{self, CaptureScratch, HeldProg, LoadedProg, ProgInfo};
 
 /// Captures programs into a `bpf` file.
 pub struct Capturer<W: Write> {
@@ -17,6 +17,8 @@ pub struct Capturer<W: Write> {
     pub captured: u64,
     /// Programs gone before they could be captured.
     pub missed: u64,
+    /// Of `captured`, those the kernel capture read as they loaded.
+    pub captured_in_kernel: u64,
 }
 
 impl<W: Write> Capturer<W> {
@@ -29,6 +31,7 @@ impl<W: Write> Capturer<W> {
             scratch: CaptureScratch::default(),
             captured: 0,
             missed: 0,
+            captured_in_kernel: 0,
         }
     }
 
@@ -53,6 +56,16 @@ impl<W: Write> Capturer<W> {
         Ok(held)
     }
 
+    /// What it counted, to go on with in another file.
+    pub fn counts(&self) -> [u64; 3] {
+        [self.captured, self.missed, self.captured_in_kernel]
+    }
+
+    /// Goes on counting from `counts` ([`Capturer::counts`]).
+    pub fn set_counts(&mut self, counts: [u64; 3]) {
+        [self.captured, self.missed, self.captured_in_kernel] = counts;
+    }
+
     /// Writes out what `out` buffers.
     pub fn flush(&mut self) -> io::Result<()> {
         self.out.flush()
@@ -61,6 +74,29 @@ impl<W: Write> Capturer<W> {
     /// Captures a program taken by [`Capturer::hold`].
     pub fn capture_held(&mut self, held: HeldProg) -> io::Result<ProgInfo> {
         let info = held.capture_with(&mut self.scratch)?;
+        self.write(&info)?;
+        Ok(info)
+    }
+
+    /// Captures program `prog`, which the kernel capture read as it
+    /// loaded (once: a program seen before is skipped). Its BTF, when it
+    /// did not come with it (another program brought it first), is read
+    /// through bpf(2) if not captured yet.
+    pub fn capture_loaded(&mut self, prog: LoadedProg) -> io::Result<()> {
+        if !self.programs.insert(prog.id) {
+            return Ok(());
+        }
+        let mut info = ProgInfo::from_loaded(prog)?;
+        if info.btf.is_none() && info.btf_id != 0 && !self.btfs.contains(&info.btf_id) {
+            info.btf = bpf::btf_data(info.btf_id)?;
+        }
+        self.write(&info)?;
+        self.captured_in_kernel += 1;
+        Ok(())
+    }
+
+    /// Writes a captured program's entry, and its BTF's if new.
+    fn write(&mut self, info: &ProgInfo) -> io::Result<()> {
         let arrays: Vec<(u32, &[u8])> = info
             .arrays
             .iter()
@@ -72,8 +108,9 @@ impl<W: Write> Capturer<W> {
             btf_id: info.btf_id,
         };
         bpf_file::append(&mut self.out, &entry)?;
-        // The BTF was read while the program's fd was open: a program that
-        // unloads now cannot take its BTF with it.
+        // The BTF was read while the program's fd was open (or in the
+        // kernel as it loaded): a program that unloads now cannot take its
+        // BTF with it.
         if let Some(data) = info.btf.as_ref().filter(|_| info.btf_id != 0) {
             if self.btfs.insert(info.btf_id) {
                 let entry = BpfEntry::Btf {
@@ -84,6 +121,6 @@ impl<W: Write> Capturer<W> {
             }
         }
         self.captured += 1;
-        Ok(info)
+        Ok(())
     }
 }

@@ -13,6 +13,7 @@
 pub mod capture;
 pub mod existing;
 pub mod filters;
+pub mod kernel_capture;
 pub mod off_cpu;
 mod sideband;
 

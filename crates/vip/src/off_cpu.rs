@@ -6,8 +6,9 @@ use std::io;
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, OwnedFd};
 
+use shardrec_bpf::off_cpu::OffCpu;
 pub use shardrec_bpf::off_cpu::Settings;
-use shardrec_bpf::off_cpu::{OffCpu, OpenObject};
+use shardrec_bpf::OpenObject;
 use shardrec_control::OffCpuStats;
 
 /// What the program is given.

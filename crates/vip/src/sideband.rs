@@ -13,15 +13,15 @@ use std::io::{self, BufWriter, Write};
 
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
 use shardrec_control::fault::{self, Fault};
-use shardrec_control::{Command, Served, VipStats};
+use shardrec_control::{CaptureHook, Command, Served, VipStats};
 use shardrec_format::header::RecordType;
 use shardrec_format::records::{parse_bpf_event, BPF_EVENT_PROG_LOAD, BPF_EVENT_PROG_UNLOAD};
 use shardrec_format::walk::RecordWalker;
 use shardrec_format::SampleIdLayout;
-use shardrec_sys::bpf::HeldProg;
 use shardrec_sys::{PerfEvent, RingBuffer};
 
 use crate::capture::Capturer;
+use crate::kernel_capture::KernelCapture;
 
 /// One CPU's side-band event and its ring.
 pub struct SideBand<'a> {
@@ -36,6 +36,9 @@ pub struct Vip<'a> {
     rings: Vec<SideBand<'a>>,
     shard: BufWriter<File>,
     capturer: Capturer<BufWriter<File>>,
+    /// Where the kernel takes shardrec's capture program: each program
+    /// as it loaded.
+    kernel: Option<KernelCapture<'a>>,
     control: File,
     epoll: Epoll,
     /// Room for every ring's event and the control pipe's.
@@ -53,12 +56,14 @@ pub const BUFFER: usize = 256 << 10;
 
 impl<'a> Vip<'a> {
     /// A VIP over `rings`, writing `shard`, capturing with `capturer`
-    /// (whose buffer it writes out in time), taking commands from
-    /// `control` (end of file reads as Drain).
+    /// (whose buffer it writes out in time) from what `kernel` read of
+    /// each program as it loaded, or else through bpf(2), taking commands
+    /// from `control` (end of file reads as Drain).
     pub fn new(
         rings: Vec<SideBand<'a>>,
         shard: File,
         capturer: Capturer<BufWriter<File>>,
+        kernel: Option<KernelCapture<'a>>,
         control: File,
     ) -> io::Result<Self> {
         let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
@@ -74,6 +79,7 @@ impl<'a> Vip<'a> {
             rings,
             shard: BufWriter::with_capacity(BUFFER, shard),
             capturer,
+            kernel,
             control,
             epoll,
             stats: VipStats::default(),
@@ -117,12 +123,12 @@ impl<'a> Vip<'a> {
         self.shard.flush()?;
         self.capturer.flush()?;
         self.shard = BufWriter::with_capacity(BUFFER, shard);
-        let (captured, missed) = (self.capturer.captured, self.capturer.missed);
+        let counts = self.capturer.counts();
         self.capturer = Capturer::new(BufWriter::with_capacity(BUFFER, bpf));
         let (records, _) = crate::existing::describe(&mut self.capturer, layout, event_id)?;
         self.capturer.flush()?;
         // Programs captured again are not captured twice.
-        (self.capturer.captured, self.capturer.missed) = (captured, missed);
+        self.capturer.set_counts(counts);
         Ok(records)
     }
 
@@ -132,6 +138,11 @@ impl<'a> Vip<'a> {
         self.shard.get_ref().sync_data()?;
         self.stats.captured = self.capturer.captured;
         self.stats.missed = self.capturer.missed;
+        self.stats.captured_in_kernel = self.capturer.captured_in_kernel;
+        self.stats.kernel_capture = self.kernel.as_ref().map(|k| match k.hook() {
+            shardrec_bpf::capture::Hook::Fentry => CaptureHook::Fentry,
+            shardrec_bpf::capture::Hook::Kprobe => CaptureHook::Kprobe,
+        });
         Ok(self.stats)
     }
 
@@ -168,14 +179,23 @@ impl<'a> Vip<'a> {
     fn drain(&mut self, ready: &[usize]) -> io::Result<()> {
         let mut buf = std::mem::take(&mut self.buf);
         buf.clear();
-        let mut held = Vec::new();
+        let (mut held, mut loaded) = (Vec::new(), Vec::new());
         let mut copied = Vec::with_capacity(ready.len());
         for &index in ready {
             let start = buf.len();
             copied.push((index, self.rings[index].ring.copy_unread(&mut buf)));
             for record in RecordWalker::new(&buf[start..]) {
-                held.extend(self.observe(record.header.type_, record.bytes)?);
+                let Some(id) = self.observe(record.header.type_, record.bytes) else {
+                    continue;
+                };
+                match self.kernel {
+                    Some(_) => loaded.push(id),
+                    None => held.extend(self.capturer.hold(id)?),
+                }
             }
+        }
+        for id in loaded {
+            self.capture_loaded(id)?;
         }
         for program in held {
             self.capturer.capture_held(program)?;
@@ -198,8 +218,21 @@ impl<'a> Vip<'a> {
         Ok(())
     }
 
-    /// Counts a record; for a PROG_LOAD, holds the program.
-    fn observe(&mut self, type_: RecordType, record: &[u8]) -> io::Result<Option<HeldProg>> {
+    /// Program `id`, as the kernel capture read it when it loaded; through
+    /// bpf(2) if it did not read it whole (its ring was full).
+    fn capture_loaded(&mut self, id: u32) -> io::Result<()> {
+        let kernel = self.kernel.as_mut().expect("a kernel capture");
+        match kernel.take(id)? {
+            Some(program) => self.capturer.capture_loaded(program),
+            None => match self.capturer.hold(id)? {
+                Some(held) => self.capturer.capture_held(held).map(drop),
+                None => Ok(()),
+            },
+        }
+    }
+
+    /// Counts a record; for a PROG_LOAD, the program's id.
+    fn observe(&mut self, type_: RecordType, record: &[u8]) -> Option<u32> {
         match type_ {
             RecordType::KSYMBOL => self.stats.ksymbols += 1,
             // header, id, then the count of records lost.
@@ -210,13 +243,13 @@ impl<'a> Vip<'a> {
             RecordType::BPF_EVENT => match parse_bpf_event(record) {
                 Some((BPF_EVENT_PROG_LOAD, id, _)) => {
                     self.stats.loaded += 1;
-                    return self.capturer.hold(id);
+                    return Some(id);
                 }
                 Some((BPF_EVENT_PROG_UNLOAD, _, _)) => self.stats.unloaded += 1,
                 _ => {}
             },
             _ => {}
         }
-        Ok(None)
+        None
     }
 }

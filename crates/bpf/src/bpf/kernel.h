@@ -26,6 +26,7 @@ typedef _Bool bool;
 
 enum bpf_map_type {
 	BPF_MAP_TYPE_HASH = 1,
+	BPF_MAP_TYPE_LRU_HASH = 9,
 	BPF_MAP_TYPE_ARRAY = 2,
 	BPF_MAP_TYPE_PERF_EVENT_ARRAY = 4,
 	BPF_MAP_TYPE_PERCPU_ARRAY = 6,
@@ -56,7 +57,22 @@ struct pt_regs {
 
 struct btf {
 	__u32 id;
+	/* The raw BTF, as BPF_OBJ_GET_INFO_BY_FD gives it. */
+	void *data;
+	__u32 data_size;
 } __attribute__((preserve_access_index));
+
+typedef struct {
+	__u32 val;
+} kuid_t;
+
+struct user_struct {
+	kuid_t uid;
+} __attribute__((preserve_access_index));
+
+/* Only copied, as bytes: struct bpf_func_info, struct bpf_line_info. */
+struct bpf_func_info;
+struct bpf_line_info;
 
 struct bpf_prog;
 
@@ -66,9 +82,27 @@ struct bpf_prog_aux {
 	char name[16];
 	struct bpf_prog **func;
 	struct btf *btf;
+	__u64 load_time;
+	struct user_struct *user;
+	__u32 used_map_cnt;
+	__u32 verified_insns;
+	struct btf *attach_btf;
+	__u32 attach_btf_id;
+	struct bpf_func_info *func_info;
+	__u32 func_info_cnt;
+	struct bpf_line_info *linfo;
+	__u32 nr_linfo;
+	void **jited_linfo;
 } __attribute__((preserve_access_index));
 
+/* Read as a number; declared as the kernel's enum, which CO-RE matches. */
+enum bpf_prog_type {
+	BPF_PROG_TYPE_UNSPEC = 0,
+};
+
 struct bpf_prog {
+	__u16 gpl_compatible:1;
+	enum bpf_prog_type type;
 	__u32 len;
 	__u32 jited_len;
 	__u8 tag[8];

@@ -166,6 +166,13 @@ impl InfoBuf {
         self.0[offset..offset + 8].copy_from_slice(&value.to_ne_bytes());
     }
 
+    /// Sets the record size of an array that has one (`*_rec_size`).
+    pub(crate) fn set_rec_size(&mut self, array: BpilArray, size: u32) {
+        if let RecSize::Field(offset) = array.rec_size() {
+            self.set_u32(offset, size);
+        }
+    }
+
     /// Elements of `array` the info announces.
     pub(crate) fn count(&self, array: BpilArray) -> u32 {
         self.u32_at(array.count_offset())
@@ -213,9 +220,20 @@ impl InfoBuf {
     }
 }
 
-/// Named fields the capture decodes.
+/// Named fields the capture decodes, and the in-kernel capture fills.
 pub(crate) mod field {
     use super::{offset_of, Info};
+
+    pub(crate) const JITED_PROG_LEN: usize = offset_of!(Info, jited_prog_len);
+    pub(crate) const XLATED_PROG_LEN: usize = offset_of!(Info, xlated_prog_len);
+    pub(crate) const LOAD_TIME: usize = offset_of!(Info, load_time);
+    pub(crate) const CREATED_BY_UID: usize = offset_of!(Info, created_by_uid);
+    pub(crate) const NR_MAP_IDS: usize = offset_of!(Info, nr_map_ids);
+    /// The unit whose first bit is `gpl_compatible`.
+    pub(crate) const FLAGS: usize = offset_of!(Info, _bitfield_1);
+    pub(crate) const VERIFIED_INSNS: usize = offset_of!(Info, verified_insns);
+    pub(crate) const ATTACH_BTF_OBJ_ID: usize = offset_of!(Info, attach_btf_obj_id);
+    pub(crate) const ATTACH_BTF_ID: usize = offset_of!(Info, attach_btf_id);
 
     pub(crate) const TYPE: usize = offset_of!(Info, type_);
     pub(crate) const ID: usize = offset_of!(Info, id);

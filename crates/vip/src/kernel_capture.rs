@@ -1,0 +1,81 @@
+//! The in-kernel capture, in the VIP: shardrec's capture program
+//! (`shardrec_bpf::capture`) writes each program's info as it loads, in
+//! the loader's own call, so the VIP takes it from there when it reads
+//! the program's PROG_LOAD, however short the program's life. Where the
+//! kernel takes neither its fentry nor its kprobe, or when
+//! `SHARDREC_NO_KERNEL_CAPTURE` is set, the VIP captures through bpf(2)
+//! alone, as before.
+
+use std::io;
+use std::mem::MaybeUninit;
+use std::time::Duration;
+
+use shardrec_bpf::capture::{Capture, Captured, Hook, NotAttached};
+use shardrec_bpf::OpenObject;
+use shardrec_sys::bpf::LoadedProg;
+
+/// Programs kept whose PROG_LOAD has not been read: beyond this, the
+/// oldest go (their loads were before the side band's, or lost).
+const KEPT: usize = 4096;
+
+/// Where libbpf keeps the capture program: one object per hook tried.
+pub struct Storage {
+    fentry: MaybeUninit<OpenObject>,
+    kprobe: MaybeUninit<OpenObject>,
+}
+
+impl Default for Storage {
+    fn default() -> Self {
+        Storage {
+            fentry: MaybeUninit::uninit(),
+            kprobe: MaybeUninit::uninit(),
+        }
+    }
+}
+
+/// The capture program running, and what it wrote not yet taken.
+pub struct KernelCapture<'obj> {
+    capture: Capture<'obj>,
+    captured: Captured,
+}
+
+/// Why the VIP captures through bpf(2) alone.
+#[derive(Debug)]
+pub enum Unavailable {
+    /// `SHARDREC_NO_KERNEL_CAPTURE` asked for it.
+    Asked,
+    /// The kernel refused both hooks.
+    Refused(NotAttached),
+}
+
+impl<'obj> KernelCapture<'obj> {
+    /// Starts the capture program in `storage`: from now on every program
+    /// loaded is captured.
+    pub fn start(storage: &'obj mut Storage) -> Result<KernelCapture<'obj>, Unavailable> {
+        if std::env::var_os("SHARDREC_NO_KERNEL_CAPTURE").is_some() {
+            return Err(Unavailable::Asked);
+        }
+        let capture = Capture::start(&mut storage.fentry, &mut storage.kprobe)
+            .map_err(Unavailable::Refused)?;
+        Ok(KernelCapture {
+            capture,
+            captured: Captured::default(),
+        })
+    }
+
+    /// How it hooks the kernel's loads.
+    pub fn hook(&self) -> Hook {
+        self.capture.hook()
+    }
+
+    /// Program `id` as it loaded, if it was captured whole (its records
+    /// are in the ring before its PROG_LOAD is in any side-band ring).
+    pub fn take(&mut self, id: u32) -> io::Result<Option<LoadedProg>> {
+        self.capture.drain(&mut self.captured, Duration::ZERO)?;
+        let program = self.captured.remove(id);
+        while self.captured.programs.len() > KEPT {
+            self.captured.programs.pop_first();
+        }
+        Ok(program.and_then(|p| p.loaded()))
+    }
+}
