@@ -259,3 +259,79 @@ fn hotspot_reads_the_waits_as_samples() {
     );
     assert_eq!(count("samples time violations:"), 0, "{stdout}");
 }
+
+/// `--off-cpu-thresh MS`, as perf 6.16 has it: waits shorter are summed by
+/// thread and stack in the kernel and written at the end; longer ones as
+/// they end.
+#[test]
+fn waits_under_the_threshold_are_summed_and_written_at_the_end() {
+    let Some((_serial, scratch)) = recording_test("off-cpu-thresh") else {
+        return;
+    };
+    let args = [
+        "-e",
+        "dummy",
+        "--off-cpu",
+        "--off-cpu-thresh",
+        "100",
+        "--",
+        load(),
+        "waits",
+        "50",
+        "300",
+    ];
+    let stderr = record_and_merge(&scratch, &args);
+    assert!(
+        stderr.contains("summed by thread and stack, written at the end; 0 not summed"),
+        "{stderr}"
+    );
+    let file = scratch.output();
+    let shares = shares(&Perf::debian(), &file);
+    let share = |symbol: &str| {
+        let found = shares.iter().find(|(_, s)| s.ends_with(symbol));
+        found
+            .unwrap_or_else(|| panic!("no {symbol} in {shares:?}"))
+            .0
+    };
+    // 50 of 350 ms, and 300 of 350.
+    assert!(
+        (share("waits::sleep_wait") - 14.3).abs() <= 5.0,
+        "{shares:?}"
+    );
+    assert!(
+        (share("waits::pipe_wait") - 85.7).abs() <= 5.0,
+        "{shares:?}"
+    );
+    // The sum comes after the long wait, which was written as it ended.
+    let script = Perf::debian().run(&["script", "-F", "tid,time,period,ip,sym"], &file);
+    let text = String::from_utf8_lossy(&script.stdout);
+    let time_of = |symbol: &str| -> f64 {
+        let sample = text.split("\n\n").find(|s| s.contains(symbol));
+        let sample = sample.unwrap_or_else(|| panic!("no {symbol} in {text}"));
+        let first = sample.lines().find(|l| !l.trim().is_empty()).unwrap();
+        let time = first
+            .split_whitespace()
+            .nth(1)
+            .unwrap()
+            .trim_end_matches(':');
+        time.parse().unwrap()
+    };
+    assert!(
+        time_of("waits::sleep_wait") >= time_of("waits::pipe_wait"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_threshold_without_off_cpu_is_one_line() {
+    let mut command = shardrec();
+    command.args(["record", "--off-cpu-thresh", "5", "--", "true"]);
+    let output = run(command);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("--off-cpu-thresh needs --off-cpu"),
+        "{stderr}"
+    );
+}

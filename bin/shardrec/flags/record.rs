@@ -119,6 +119,9 @@ struct SamplingArgs {
     /// Enable off-cpu analysis: where and how long tasks wait, as the offcpu-time event, each wait written as it ends (needs BPF with BTF)
     #[arg(long = "off-cpu")]
     off_cpu: bool,
+    /// Dump off-cpu samples if off-cpu time exceeds this threshold (in milliseconds); shorter waits are summed by thread and stack in the kernel and written at the end, as perf 6.16 does (default: every wait written as it ends)
+    #[arg(long = "off-cpu-thresh", value_name = "ms")]
+    off_cpu_thresh: Option<u64>,
 }
 
 #[derive(Args)]
@@ -429,6 +432,7 @@ impl RecordArgs {
             clockid: parsed(&sampling.clockid, options::parse_clockid)?,
             no_bpf_event: sampling.no_bpf_event,
             off_cpu: sampling.off_cpu,
+            off_cpu_thresh_ms: sampling.off_cpu_thresh,
             sample: self.sample.into_options()?,
             synthesis: self.synthesis.synthesis()?,
             ring_pages: output

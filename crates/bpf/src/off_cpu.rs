@@ -25,8 +25,33 @@ pub struct Settings {
     pub follow_children: bool,
     /// [`OffCpu::follow`] names threads (`-t`), not processes.
     pub follow_threads: bool,
-    /// Waits shorter than this (ns) are not written.
+    /// Waits shorter than this (ns) are summed by thread, state, cgroup
+    /// and stacks in the kernel ([`OffCpu::summed`]) rather than written
+    /// as they end (`--off-cpu-thresh`; 0: every wait written).
     pub threshold_ns: u64,
+}
+
+/// The waits of one thread, state, cgroup and pair of stacks that were
+/// shorter than the threshold, summed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SummedWaits {
+    /// The process and thread.
+    pub pid: u32,
+    /// See `pid`.
+    pub tid: u32,
+    /// The task's state as it went to sleep.
+    pub state: u16,
+    /// Kernel frames above `__schedule` (the program's own).
+    pub kernel_skip: u16,
+    /// The task's cgroup id.
+    pub cgroup: u64,
+    /// Their time, ns.
+    pub total_ns: u64,
+    /// The kernel's frames, innermost first (empty where the kernel kept
+    /// none).
+    pub kernel: Vec<u64>,
+    /// The user's frames, innermost first.
+    pub user: Vec<u64>,
 }
 
 /// What the program did, over every CPU.
@@ -42,6 +67,9 @@ pub struct Counts {
     /// Waits that ended on a CPU not recorded, or while the output events
     /// were off (before the workload's exec, after the stop).
     pub unrecorded: u64,
+    /// Waits shorter than the threshold that could not be summed (the
+    /// sums were full).
+    pub unsummed: u64,
 }
 
 /// The program, loaded (and attached once [`OffCpu::attach`] is called).
@@ -72,6 +100,13 @@ impl<'obj> OffCpu<'obj> {
         if let Some((start, end)) = text_of("__schedule") {
             rodata.schedule_start = start;
             rodata.schedule_end = end;
+        }
+        if settings.threshold_ns == 0 {
+            // No sums, no stacks for them: not 16 MB of kernel memory.
+            open.maps
+                .stacks
+                .set_max_entries(1)
+                .map_err(context("opening the off-CPU program"))?;
         }
         let skel = open
             .load()
@@ -130,7 +165,51 @@ impl<'obj> OffCpu<'obj> {
             short: sum(1)?,
             failed: sum(2)?,
             unrecorded: sum(3)?,
+            unsummed: sum(4)?,
         })
+    }
+
+    /// The sums of the waits shorter than the threshold, so far.
+    pub fn summed(&self) -> io::Result<Vec<SummedWaits>> {
+        let maps = &self.skel.maps;
+        let stack = |id: i32| -> io::Result<Vec<u64>> {
+            let Ok(id) = u32::try_from(id) else {
+                return Ok(Vec::new());
+            };
+            let frames = maps
+                .stacks
+                .lookup(&id.to_ne_bytes(), MapFlags::ANY)
+                .map_err(context("reading the off-CPU stacks"))?
+                .unwrap_or_default();
+            let words = frames
+                .chunks_exact(8)
+                .map(|w| u64::from_ne_bytes(w.try_into().unwrap()));
+            Ok(words.take_while(|&frame| frame != 0).collect())
+        };
+        let mut summed = Vec::new();
+        for key in maps.sums.keys() {
+            let Some(total) = maps
+                .sums
+                .lookup(&key, MapFlags::ANY)
+                .map_err(context("reading the off-CPU sums"))?
+            else {
+                continue;
+            };
+            let word = |at: usize, len: usize| &key[at..at + len];
+            let u32_at = |at| u32::from_ne_bytes(word(at, 4).try_into().unwrap());
+            let u16_at = |at| u16::from_ne_bytes(word(at, 2).try_into().unwrap());
+            summed.push(SummedWaits {
+                pid: u32_at(0),
+                tid: u32_at(4),
+                state: u16_at(8),
+                kernel_skip: u16_at(10),
+                cgroup: u64::from_ne_bytes(word(24, 8).try_into().unwrap()),
+                total_ns: u64::from_ne_bytes(total[..8].try_into().unwrap()),
+                kernel: stack(u32_at(12) as i32)?,
+                user: stack(u32_at(16) as i32)?,
+            });
+        }
+        Ok(summed)
     }
 }
 

@@ -106,13 +106,15 @@ pub enum CaptureHook {
 pub struct OffCpuStats {
     /// Written into a CPU's ring.
     pub written: u64,
-    /// Shorter than the threshold, not written.
+    /// Shorter than the threshold, summed (written at the end).
     pub short: u64,
     /// Refused by a full ring (the kernel counts them lost on the event).
     pub failed: u64,
     /// Ended where or when nothing was recorded: on a CPU not recorded,
     /// before the workload's exec, after the stop.
     pub unrecorded: u64,
+    /// Shorter than the threshold but not summed: the sums were full.
+    pub unsummed: u64,
 }
 
 /// A report longer than this is not one (the VIP's `Ready` carries the

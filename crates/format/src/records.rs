@@ -209,6 +209,78 @@ pub fn off_cpu_sample_of_output(layout: &crate::SampleIdLayout, record: &[u8]) -
     off_cpu_sample(&wait, fields.id, fields.time, fields.cpu)
 }
 
+/// The `sample_type` of `--off-cpu`'s output events, into which the
+/// off-CPU program writes each wait as raw data: who, when and where it
+/// ended, and the event's id (so a LOST record's trailer is the
+/// `offcpu-time` attr's too).
+pub const OFF_CPU_OUTPUT_SAMPLE_TYPE: u64 = {
+    use crate::sample_id::{CPU, ID, IDENTIFIER, RAW, TID, TIME};
+    IDENTIFIER | TID | TIME | ID | CPU | RAW
+};
+
+/// A wait in the off-CPU program's layout (`struct wait` of
+/// `off_cpu.bpf.c`, which [`crate::views::OffCpuWait`] reads): for the
+/// waits the program sums in the kernel, which the VIP writes at the end.
+#[derive(Clone, Copy, Debug)]
+pub struct WaitParts<'a> {
+    /// The process and thread.
+    pub pid: u32,
+    /// See `pid`.
+    pub tid: u32,
+    /// Its length (ns): summed waits, their total.
+    pub period: u64,
+    /// The task's cgroup id.
+    pub cgroup: u64,
+    /// The task's state as it went to sleep.
+    pub state: u16,
+    /// Kernel frames above `__schedule` (the program's own).
+    pub kernel_skip: u16,
+    /// The kernel's frames, then the user's, innermost first.
+    pub kernel: &'a [u64],
+    /// See `kernel`.
+    pub user: &'a [u64],
+}
+
+/// The raw bytes of a wait.
+pub fn off_cpu_wait(wait: &WaitParts<'_>) -> Vec<u8> {
+    let mut raw = Vec::with_capacity(40 + 8 * (wait.kernel.len() + wait.user.len()));
+    for word in [wait.pid, wait.tid] {
+        raw.extend_from_slice(&word.to_ne_bytes());
+    }
+    for word in [0, wait.period, wait.cgroup] {
+        raw.extend_from_slice(&word.to_ne_bytes());
+    }
+    let counts = [wait.kernel.len(), wait.user.len()].map(|n| n as u16);
+    for half in [wait.state, wait.kernel_skip, counts[0], counts[1]] {
+        raw.extend_from_slice(&half.to_ne_bytes());
+    }
+    for frame in wait.kernel.iter().chain(wait.user) {
+        raw.extend_from_slice(&frame.to_ne_bytes());
+    }
+    raw
+}
+
+/// A sample of an off-CPU output event holding the wait `raw`, as the
+/// kernel writes it ([`OFF_CPU_OUTPUT_SAMPLE_TYPE`]; the raw data padded
+/// so the sample ends on 8 bytes, the padding counted in its size).
+pub fn off_cpu_output_sample(raw: &[u8], id: u64, time: u64, cpu: u32) -> Option<Vec<u8>> {
+    let pid = u32::from_ne_bytes(raw.get(0..4)?.try_into().ok()?);
+    let tid = u32::from_ne_bytes(raw.get(4..8)?.try_into().ok()?);
+    let size = (4 + raw.len()).next_multiple_of(8) - 4;
+    RecordBuilder::new(RecordType::SAMPLE, crate::header::MISC_KERNEL)
+        .u64(id)
+        .u32(pid)
+        .u32(tid)
+        .u64(time)
+        .u64(id)
+        .u32(cpu)
+        .u32(0)
+        .u32(u32::try_from(size).ok()?)
+        .bytes(raw)
+        .pad()
+        .finish_untrailed()
+}
+
 /// `PERF_CONTEXT_KERNEL` and `PERF_CONTEXT_USER`: a callchain's markers
 /// before the kernel's frames and the user's.
 const CONTEXT_KERNEL: u64 = -128i64 as u64;
@@ -353,6 +425,41 @@ mod tests {
         // header 8 + addr 8 + len/type/flags 8 + name 28+NUL padded to 32 + id 8
         assert_eq!(sym.len(), 64);
         assert_eq!(&sym[24..51], b"bpf_prog_0011223344556677_f");
+    }
+
+    #[test]
+    fn a_summed_wait_reads_back_as_the_program_writes_one() {
+        let wait = WaitParts {
+            pid: 7,
+            tid: 8,
+            period: 5_000,
+            cgroup: 9,
+            state: 2,
+            kernel_skip: 1,
+            kernel: &[0xffff_ffff_c000_0000, 0xffff_ffff_8100_0010],
+            user: &[0x40_1000],
+        };
+        let sample = off_cpu_output_sample(&off_cpu_wait(&wait), 42, 1234, 3).unwrap();
+        assert_eq!(sample.len() % 8, 0);
+        let layout = SampleIdLayout::new(OFF_CPU_OUTPUT_SAMPLE_TYPE);
+        let fields = layout.parse(&sample, RecordType::SAMPLE).unwrap();
+        assert_eq!(
+            (fields.id, fields.time, fields.cpu, fields.tid),
+            (42, 1234, 3, 8)
+        );
+        let raw = crate::views::sample_raw(OFF_CPU_OUTPUT_SAMPLE_TYPE, &sample).unwrap();
+        let read = crate::views::OffCpuWait::parse(raw).unwrap();
+        assert_eq!(
+            (read.pid, read.tid, read.period, read.state),
+            (7, 8, 5_000, 2)
+        );
+        assert_eq!(
+            read.kernel_frames().collect::<Vec<_>>(),
+            [0xffff_ffff_8100_0010]
+        );
+        assert_eq!(read.user_frames().collect::<Vec<_>>(), [0x40_1000]);
+        let perfs = off_cpu_sample_of_output(&layout, &sample).unwrap();
+        assert!(perfs.len() > 40);
     }
 
     #[test]

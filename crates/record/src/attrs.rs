@@ -120,24 +120,16 @@ fn set_clock_and_ring(attr: &mut Attr, plan: &Plan, ring_bytes: usize) {
     }
 }
 
-/// What the kernel writes of a wait into `--off-cpu`'s output event: who,
-/// when and where it ended, its id (so a LOST record's trailer is perf's
-/// `offcpu-time` one), and the wait itself as raw data, which the merge
-/// makes perf's sample (`shardrec_format::records::off_cpu_sample`).
-pub const OFF_CPU_OUTPUT_SAMPLE_TYPE: u64 = (abi::PERF_SAMPLE_IDENTIFIER
-    | abi::PERF_SAMPLE_TID
-    | abi::PERF_SAMPLE_TIME
-    | abi::PERF_SAMPLE_ID
-    | abi::PERF_SAMPLE_CPU
-    | abi::PERF_SAMPLE_RAW) as u64;
-
 /// `--off-cpu`'s output event on a CPU: every wait the program writes is
 /// a sample; it follows no task (the program picks the tasks), and is
 /// enabled with the CPU's other events, into whose ring it writes.
 fn off_cpu_attr(plan: &Plan, index: usize, ring_bytes: usize) -> Attr {
     let mut attr = event_attr(plan, &plan.events[index]);
     attr.set_period(1);
-    let sample_type = set_read_format(&mut attr, plan, index, OFF_CPU_OUTPUT_SAMPLE_TYPE);
+    // The wait itself is raw data, which the merge makes perf's sample
+    // (`shardrec_format::records::off_cpu_sample`).
+    let raw = shardrec_format::records::OFF_CPU_OUTPUT_SAMPLE_TYPE;
+    let sample_type = set_read_format(&mut attr, plan, index, raw);
     attr.set_sample_type(sample_type);
     set_clock_and_ring(&mut attr, plan, ring_bytes);
     attr.set_flag(Flag::Disabled, true);
@@ -458,6 +450,7 @@ mod tests {
             synthesis: Default::default(),
             build_id_mmap: false,
             side_band_tracking: false,
+            off_cpu_threshold_ms: 0,
             warnings: Vec::new(),
         }
     }

@@ -214,6 +214,9 @@ pub struct RecordConfig {
     /// `--off-cpu`: the waits of the recorded tasks, as perf's
     /// `offcpu-time` event.
     pub off_cpu: bool,
+    /// `--off-cpu-thresh MS`: waits shorter are summed in the kernel and
+    /// written at the end, as perf 6.16 does.
+    pub off_cpu_thresh_ms: Option<u64>,
     /// `-G`: cgroups for the events given before each.
     pub cgroups: Vec<CgroupArg>,
     /// `-q`: no messages but errors.
@@ -264,6 +267,7 @@ impl RecordConfig {
             strict_freq: false,
             no_bpf_event: false,
             off_cpu: false,
+            off_cpu_thresh_ms: None,
             cgroups: Vec::new(),
             quiet: false,
             delay: None,

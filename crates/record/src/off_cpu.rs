@@ -38,15 +38,25 @@ pub fn setup(
         Scope::Threads(tids) => tids.clone(),
     };
     let as_u32 = |pids: Vec<i32>| pids.into_iter().map(|p| p as u32).collect();
+    // The sums are written as the first recorded CPU's output event's.
+    let summed_into = cpus
+        .iter()
+        .find_map(|cpu| {
+            let output = cpu.events.iter().find(|e| e.spec == spec)?;
+            Some((cpu.cpu, output.id))
+        })
+        .unwrap_or_default();
     Ok(Some(OffCpuSetup {
         settings: Settings {
             follow_all: plan.scope == Scope::SystemWide,
             follow_children: plan.inherit,
             follow_threads: matches!(plan.scope, Scope::Threads(_)) && !plan.pids_are_processes,
-            threshold_ns: 0,
+            threshold_ns: plan.off_cpu_threshold_ms * 1_000_000,
         },
         outputs,
         follow: as_u32(follow),
         ignore: as_u32(recorder.to_vec()),
+        summed_into,
+        clockid: plan.clockid,
     }))
 }

@@ -68,6 +68,9 @@ pub struct Plan {
     /// rings: with `--overwrite`, whose rings would lose them with the
     /// oldest samples (a task's exec, say, while its samples are kept).
     pub side_band_tracking: bool,
+    /// `--off-cpu-thresh`: off-CPU waits shorter than this (ms) are
+    /// summed in the kernel and written at the end (0: none).
+    pub off_cpu_threshold_ms: u64,
     /// Things the user should know that do not stop the recording.
     pub warnings: Vec<String>,
 }
@@ -75,6 +78,14 @@ pub struct Plan {
 /// `--off-cpu` needs the VIP, which loads its program, and the kernel's
 /// BTF, where the program finds the fields it reads.
 fn check_off_cpu(config: &RecordConfig) -> Result<(), RecordError> {
+    if !config.off_cpu {
+        return match config.off_cpu_thresh_ms {
+            Some(_) => Err(RecordError::Usage(
+                "--off-cpu-thresh needs --off-cpu".into(),
+            )),
+            None => Ok(()),
+        };
+    }
     if config.no_bpf_event {
         return Err(RecordError::Usage(
             "--off-cpu's program is loaded by the VIP, which --no-bpf-event turns off".into(),
@@ -175,8 +186,8 @@ impl Plan {
             }
             false => 0,
         };
+        check_off_cpu(config)?;
         if config.off_cpu {
-            check_off_cpu(config)?;
             // Last, as perf adds it.
             events.push(EventSpec::off_cpu());
         }
@@ -207,6 +218,7 @@ impl Plan {
             synthesis: config.synthesis.clone(),
             build_id_mmap: build_id_mmap(config.sample.build_id_mmap, &mut warnings),
             side_band_tracking: config.overwrite && !config.no_bpf_event,
+            off_cpu_threshold_ms: config.off_cpu_thresh_ms.unwrap_or(0),
             warnings,
         };
         let mut attrs = crate::attrs::build(&plan);

@@ -151,6 +151,13 @@ impl fmt::Display for RecordReport {
                     "  off-CPU: {} waits written, {} lost to full rings, {} ended outside the recording (a CPU not recorded, before the exec or after the stop)",
                     waits.written, waits.failed, waits.unrecorded
                 )?;
+                if waits.short + waits.unsummed > 0 {
+                    writeln!(
+                        f,
+                        "  off-CPU: {} waits under --off-cpu-thresh summed by thread and stack, written at the end; {} not summed (the sums were full)",
+                        waits.short, waits.unsummed
+                    )?;
+                }
             }
         }
         for filter in &self.filters {

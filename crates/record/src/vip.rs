@@ -260,6 +260,9 @@ fn run(
         }
         Report::Switched { base: 0, records }.write_to(report)?;
     }
+    if let (Some(off_cpu), Some(setup)) = (&off_cpu, programs.off_cpu) {
+        vip.append(&shardrec_vip::off_cpu::summed_records(off_cpu, setup)?)?;
+    }
     let mut stats = vip.finish()?;
     stats.off_cpu = off_cpu
         .as_ref()

@@ -11,6 +11,7 @@
 //! ([`off_cpu`]).
 
 pub mod capture;
+mod clock;
 pub mod existing;
 pub mod filters;
 pub mod kernel_capture;

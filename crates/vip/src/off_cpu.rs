@@ -10,6 +10,7 @@ use shardrec_bpf::off_cpu::OffCpu;
 pub use shardrec_bpf::off_cpu::Settings;
 use shardrec_bpf::OpenObject;
 use shardrec_control::OffCpuStats;
+use shardrec_format::records::{self, WaitParts};
 
 /// What the program is given.
 #[derive(Debug)]
@@ -25,6 +26,11 @@ pub struct OffCpuSetup {
     /// The recorder's processes, whose waits are never written (nor
     /// those of the processes they start).
     pub ignore: Vec<u32>,
+    /// The output event (its CPU and id) the waits summed under the
+    /// threshold are written as, at the end.
+    pub summed_into: (u32, u64),
+    /// The recording's clock (`-k`), when not perf's.
+    pub clockid: Option<i32>,
 }
 
 /// Loads the program in `storage`, as `setup` says, and attaches it:
@@ -48,6 +54,34 @@ pub fn start<'obj>(
     Ok(off_cpu)
 }
 
+/// The waits summed under the threshold, as samples of the output event
+/// `setup.summed_into` stamped now: the records the VIP appends to its
+/// shard at the end, which the merge writes as `offcpu-time` samples like
+/// any wait (perf 6.16 writes its sums at the end too).
+pub fn summed_records(off_cpu: &OffCpu<'_>, setup: &OffCpuSetup) -> io::Result<Vec<u8>> {
+    let summed = off_cpu.summed()?;
+    if summed.is_empty() {
+        return Ok(Vec::new());
+    }
+    let time = crate::clock::now(setup.clockid)?;
+    let (cpu, id) = setup.summed_into;
+    let mut records = Vec::new();
+    for waits in &summed {
+        let raw = records::off_cpu_wait(&WaitParts {
+            pid: waits.pid,
+            tid: waits.tid,
+            period: waits.total_ns,
+            cgroup: waits.cgroup,
+            state: waits.state,
+            kernel_skip: waits.kernel_skip,
+            kernel: &waits.kernel,
+            user: &waits.user,
+        });
+        records.extend(records::off_cpu_output_sample(&raw, id, time, cpu).unwrap_or_default());
+    }
+    Ok(records)
+}
+
 /// What the program did, for the VIP's report.
 pub fn stats(off_cpu: &OffCpu<'_>) -> io::Result<OffCpuStats> {
     let counts = off_cpu.counts()?;
@@ -56,5 +90,6 @@ pub fn stats(off_cpu: &OffCpu<'_>) -> io::Result<OffCpuStats> {
         short: counts.short,
         failed: counts.failed,
         unrecorded: counts.unrecorded,
+        unsummed: counts.unsummed,
     })
 }

@@ -132,6 +132,14 @@ impl<'a> Vip<'a> {
         Ok(records)
     }
 
+    /// Appends records of the VIP's own making (whole, in time order
+    /// after what it copied) to the shard.
+    pub fn append(&mut self, records: &[u8]) -> io::Result<()> {
+        self.shard.write_all(records)?;
+        self.stats.bytes += records.len() as u64;
+        Ok(())
+    }
+
     /// After a stop: syncs the shard and says what the VIP did.
     pub fn finish(mut self) -> io::Result<VipStats> {
         self.shard.flush()?;

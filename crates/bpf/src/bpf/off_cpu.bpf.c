@@ -9,8 +9,9 @@
  * task is switched in again, the wait is complete: it is written, with
  * its length, to the BPF output event of the CPU it resumes on, whose
  * ring that CPU's writer streams like any other. Nothing is gathered in a
- * map that could fill: a wait shorter than the threshold is dropped, the
- * others are in the recording as soon as they end.
+ * map that could fill, unless a threshold is set (--off-cpu-thresh, as
+ * perf 6.16 has it): waits shorter than it are summed by thread, state,
+ * cgroup and stacks, and the VIP writes the sums at the end.
  */
 #include "kernel.h"
 #include <bpf/bpf_helpers.h>
@@ -45,12 +46,48 @@ struct wait {
 
 #define HEADER_BYTES (sizeof(struct wait) - sizeof(((struct wait *)0)->frames))
 
+/* A task's wait in progress, and its stacks' ids when waits are summed. */
+struct stored {
+	struct wait wait;
+	__s32 kernel_stack;
+	__s32 user_stack;
+};
+
 struct {
 	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, int);
-	__type(value, struct wait);
+	__type(value, struct stored);
 } waits SEC(".maps");
+
+/* What short waits are summed by; shardrec_bpf::off_cpu reads it. */
+struct sum_key {
+	__u32 pid;
+	__u32 tid;
+	__u16 state;
+	__u16 kernel_skip;
+	__s32 kernel_stack;
+	__s32 user_stack;
+	__u32 pad;
+	__u64 cgroup;
+};
+
+/* With a threshold: the time of the waits shorter than it (ns). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct sum_key);
+	__type(value, __u64);
+	__uint(max_entries, 65536);
+} sums SEC(".maps");
+
+/* The stacks the sums refer to (sized by the loader: 1 without a threshold). */
+struct {
+	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, MAX_FRAMES * sizeof(__u64));
+	__uint(max_entries, 16384);
+} stacks SEC(".maps");
 
 /* The BPF output event of each CPU, set by the loader. */
 struct {
@@ -86,15 +123,17 @@ struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(key_size, sizeof(__u32));
 	__uint(value_size, sizeof(__u64));
-	__uint(max_entries, 4);
+	__uint(max_entries, 5);
 } counts SEC(".maps");
 
 /*
- * Written; shorter than the threshold; refused by a full ring (the kernel
- * also counts it lost on the event); ended on a CPU not recorded, or
- * while the events were off (before the workload's exec, after the stop).
+ * Written; shorter than the threshold, summed; refused by a full ring
+ * (the kernel also counts it lost on the event); ended on a CPU not
+ * recorded, or while the events were off (before the workload's exec,
+ * after the stop); shorter than the threshold but not summed (the sums
+ * were full).
  */
-enum { WRITTEN, SHORT, FAILED, UNRECORDED };
+enum { WRITTEN, SHORT, FAILED, UNRECORDED, UNSUMMED };
 
 #define ENOENT 2
 #define EOPNOTSUPP 95
@@ -150,15 +189,21 @@ static bool is_followed(struct task_struct *task)
 /* `prev` goes off CPU: a wait begins where it sleeps. */
 static void wait_begins(void *ctx, struct task_struct *prev, __u32 state)
 {
+	struct stored *stored;
 	struct wait *wait;
 	long bytes;
 	__u32 kernel;
 
 	if (!(state & (TASK_INTERRUPTIBLE | TASK_UNINTERRUPTIBLE)) || !is_followed(prev))
 		return;
-	wait = bpf_task_storage_get(&waits, prev, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
-	if (!wait)
+	stored = bpf_task_storage_get(&waits, prev, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!stored)
 		return;
+	wait = &stored->wait;
+	if (threshold_ns) {
+		stored->kernel_stack = bpf_get_stackid(ctx, &stacks, 0);
+		stored->user_stack = bpf_get_stackid(ctx, &stacks, BPF_F_USER_STACK);
+	}
 	wait->pid = BPF_CORE_READ(prev, tgid);
 	wait->tid = BPF_CORE_READ(prev, pid);
 	wait->state = state;
@@ -181,18 +226,51 @@ static void wait_begins(void *ctx, struct task_struct *prev, __u32 state)
 	wait->start = bpf_ktime_get_ns();
 }
 
+/* A wait shorter than the threshold, added to its stack's sum. */
+static void sum(struct stored *stored)
+{
+	struct wait *wait = &stored->wait;
+	struct sum_key key = {
+		.pid = wait->pid,
+		.tid = wait->tid,
+		.state = wait->state,
+		.kernel_skip = wait->kernel_skip,
+		.kernel_stack = stored->kernel_stack,
+		.user_stack = stored->user_stack,
+		.cgroup = wait->cgroup,
+	};
+	__u64 *total = bpf_map_lookup_elem(&sums, &key);
+
+	if (!total) {
+		if (!bpf_map_update_elem(&sums, &key, &wait->period, BPF_NOEXIST)) {
+			count(SHORT);
+			return;
+		}
+		/* Another CPU added the same stack first, or the sums are full. */
+		total = bpf_map_lookup_elem(&sums, &key);
+	}
+	if (total) {
+		__sync_fetch_and_add(total, wait->period);
+		count(SHORT);
+	} else {
+		count(UNSUMMED);
+	}
+}
+
 /* `next` comes back on CPU: its wait, if it had one, is over. */
 static void wait_ends(void *ctx, struct task_struct *next)
 {
-	struct wait *wait = bpf_task_storage_get(&waits, next, 0, 0);
+	struct stored *stored = bpf_task_storage_get(&waits, next, 0, 0);
+	struct wait *wait;
 	__u64 size;
 
-	if (!wait || !wait->start)
+	if (!stored || !stored->wait.start)
 		return;
+	wait = &stored->wait;
 	wait->period = bpf_ktime_get_ns() - wait->start;
 	if (wait->period < threshold_ns) {
 		wait->start = 0;
-		count(SHORT);
+		sum(stored);
 		return;
 	}
 	size = HEADER_BYTES + (__u64)(wait->nr_kernel + wait->nr_user) * sizeof(__u64);
