@@ -155,7 +155,7 @@ def workloads(scale, smoke):
             "off-cpu",
             "a context-switch storm: perf bench sched messaging -g 10 (400 processes), its waits recorded",
             ["-a"],
-            ["run", "perf", "bench", "sched", "messaging", "-g", "10", "-l", str(size(2_000, 20))],
+            ["run", "perf", "bench", "sched", "messaging", "-g", "10", "-l", str(size(200, 20))],
             only=("perf-sched-switch", "shardrec-sched-switch", "shardrec-off-cpu"),
         ),
         Workload(
