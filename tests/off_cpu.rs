@@ -39,18 +39,17 @@ fn shares(perf: &Perf, file: &Path) -> Vec<(f64, String)> {
 
 /// The callers of `symbol` that perf report shows (`-g caller`), by name.
 fn callers(perf: &Perf, file: &Path, symbol: &str) -> String {
-    let args = [
-        "report",
-        "--stdio",
-        "--no-children",
-        "--sort",
-        "sym",
-        "-g",
-        "caller",
-        "--symbols",
-        symbol,
-    ];
+    let args = [&CALLER_REPORT[..], &["--symbols", symbol]].concat();
     String::from_utf8_lossy(&perf.run(&args, file).stdout).into_owned()
+}
+
+/// Records `shardrec-load waits TIMES` with `options` (and merges):
+/// the recorder's stderr.
+fn record_waits(scratch: &Scratch, options: &[&str], times: &[&str]) -> String {
+    record_and_merge(
+        scratch,
+        &[options, &["--", load(), "waits"], times].concat(),
+    )
 }
 
 #[test]
@@ -58,17 +57,7 @@ fn two_waits_take_30_and_70_percent_of_the_off_cpu_time_under_their_functions() 
     let Some((_serial, scratch)) = recording_test("off-cpu-shares") else {
         return;
     };
-    let args = [
-        "-e",
-        "dummy",
-        "--off-cpu",
-        "--",
-        load(),
-        "waits",
-        "300",
-        "700",
-    ];
-    let stderr = record_and_merge(&scratch, &args);
+    let stderr = record_waits(&scratch, &["-e", "dummy", "--off-cpu"], &["300", "700"]);
     assert!(stderr.contains(", 0 lost to full rings"), "{stderr}");
     let file = scratch.output();
     for perf in perfs() {
@@ -158,18 +147,11 @@ fn a_cpu_wide_recording_leaves_the_recorders_own_waits_out() {
     let Some((_serial, scratch)) = recording_test("off-cpu-all") else {
         return;
     };
-    let args = [
-        "-a",
-        "-e",
-        "dummy",
-        "--off-cpu",
-        "--",
-        load(),
-        "waits",
-        "300",
-        "200",
-    ];
-    record_and_merge(&scratch, &args);
+    record_waits(
+        &scratch,
+        &["-a", "-e", "dummy", "--off-cpu"],
+        &["300", "200"],
+    );
     let meta = shardrec_shard::RecordingDir::open(scratch.shards())
         .read_meta()
         .unwrap();
@@ -229,17 +211,7 @@ fn hotspot_reads_the_waits_as_samples() {
     if !shardrec_testkit::require(Path::new(PERFPARSER).exists(), "hotspot's perfparser") {
         return;
     }
-    let args = [
-        "-e",
-        "dummy",
-        "--off-cpu",
-        "--",
-        load(),
-        "waits",
-        "100",
-        "100",
-    ];
-    record_and_merge(&scratch, &args);
+    record_waits(&scratch, &["-e", "dummy", "--off-cpu"], &["100", "100"]);
     let output = Command::new(PERFPARSER)
         .args(["--print-stats", "--input"])
         .arg(scratch.output())
@@ -268,19 +240,8 @@ fn waits_under_the_threshold_are_summed_and_written_at_the_end() {
     let Some((_serial, scratch)) = recording_test("off-cpu-thresh") else {
         return;
     };
-    let args = [
-        "-e",
-        "dummy",
-        "--off-cpu",
-        "--off-cpu-thresh",
-        "100",
-        "--",
-        load(),
-        "waits",
-        "50",
-        "300",
-    ];
-    let stderr = record_and_merge(&scratch, &args);
+    let options = ["-e", "dummy", "--off-cpu", "--off-cpu-thresh", "100"];
+    let stderr = record_waits(&scratch, &options, &["50", "300"]);
     assert!(
         stderr.contains("summed by thread and stack, written at the end; 0 not summed"),
         "{stderr}"

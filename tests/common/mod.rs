@@ -300,17 +300,19 @@ pub fn perfs() -> Vec<Perf> {
 
 /// `perf report` by symbol, each with its callers (`-g caller`): where the
 /// tests look for a hot function and the function that called it.
+pub const CALLER_REPORT: [&str; 7] = [
+    "report",
+    "--stdio",
+    "--no-children",
+    "--sort",
+    "sym",
+    "-g",
+    "caller",
+];
+
+/// [`CALLER_REPORT`] of `file`, by Debian's perf.
 pub fn caller_report(file: &Path) -> Output {
-    let args = [
-        "report",
-        "--stdio",
-        "--no-children",
-        "--sort",
-        "sym",
-        "-g",
-        "caller",
-    ];
-    perf(&args, file)
+    perf(&CALLER_REPORT, file)
 }
 
 /// Words in perf's stderr that mean it did not like the file.

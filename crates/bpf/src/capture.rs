@@ -182,6 +182,18 @@ fn take_program(program: &mut CapturedProgram, record: &[u8]) -> Option<()> {
     Some(())
 }
 
+/// Whether libbpf can attach a kprobe here: through the kprobe PMU, or
+/// tracefs's `kprobe_events` (older kernels).
+fn kernel_has_kprobes() -> bool {
+    [
+        "/sys/bus/event_source/devices/kprobe",
+        "/sys/kernel/tracing/kprobe_events",
+        "/sys/kernel/debug/tracing/kprobe_events",
+    ]
+    .iter()
+    .any(|path| std::path::Path::new(path).exists())
+}
+
 /// The capture program, loaded (and attached once [`Capture::attach`]
 /// is called).
 pub struct Capture<'obj> {
@@ -240,6 +252,16 @@ impl<'obj> Capture<'obj> {
             Ok(capture) => return Ok(capture),
             Err(error) => error,
         };
+        // Loading the program takes the verifier tens of milliseconds,
+        // during which a VIP (one that restarts, say) captures nothing:
+        // not spent where no kprobe could be attached anyway.
+        if !kernel_has_kprobes() {
+            let kprobe = io::Error::new(
+                io::ErrorKind::NotFound,
+                "attaching the capture program: this kernel has no kprobes",
+            );
+            return Err(NotAttached { fentry, kprobe });
+        }
         try_hook(kprobe, Hook::Kprobe).map_err(|kprobe| NotAttached { fentry, kprobe })
     }
 

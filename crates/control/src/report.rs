@@ -15,6 +15,10 @@ pub enum Report {
     Ready {
         /// `perf_event_header`-framed records.
         records: Vec<u8>,
+        /// The VIP's: whether its capture program runs in the kernel (a
+        /// VIP that replaces it does not try again where it did not).
+        #[serde(default)]
+        capturing: bool,
     },
     /// A writer's events are enabled.
     Started,
@@ -169,6 +173,7 @@ mod tests {
         let reports = [
             Report::Ready {
                 records: (0..=255).collect(),
+                capturing: true,
             },
             Report::Started,
             Report::Switched {

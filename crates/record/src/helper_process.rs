@@ -57,10 +57,11 @@ impl HelperProcess {
         self.exited
     }
 
-    /// Waits for `Ready` and returns the records it carries.
-    pub fn wait_ready(&mut self) -> Result<Vec<u8>, RecordError> {
+    /// Waits for `Ready` and returns the records it carries, and whether
+    /// (a VIP's) capture program runs.
+    pub fn wait_ready(&mut self) -> Result<(Vec<u8>, bool), RecordError> {
         match self.next_report("ready")? {
-            Report::Ready { records } => Ok(records),
+            Report::Ready { records, capturing } => Ok((records, capturing)),
             other => Err(self.unexpected(&other, "ready")),
         }
     }

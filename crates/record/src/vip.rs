@@ -31,6 +31,8 @@ pub struct VipProcess {
     pub stats: Option<VipStats>,
     /// When a VIP died and was restarted (since the recording began).
     pub restarted_at: Vec<std::time::Duration>,
+    /// Whether its capture program runs in the kernel.
+    pub capturing: bool,
 }
 
 /// A VIP that dies this often is not restarted again.
@@ -44,6 +46,9 @@ pub struct VipPrograms<'p> {
     pub filters: &'p [FilterProgram],
     /// `--off-cpu`'s program, as set up.
     pub off_cpu: Option<&'p OffCpuSetup>,
+    /// Whether to start the capture program (not again where a VIP found
+    /// the kernel refuses it: trying costs a VIP tens of milliseconds).
+    pub capture_in_kernel: bool,
 }
 
 /// Forks the VIP over the side-band events, loading `programs`. Returns
@@ -74,6 +79,7 @@ pub fn restart(
     events: &SideBandEvents,
     dir: &RecordingDir,
     off_cpu: Option<&OffCpuSetup>,
+    dead: &VipProcess,
     windows: Option<WindowCursor>,
 ) -> Result<VipProcess, RecordError> {
     let whole_records = |bytes: &[u8]| {
@@ -88,6 +94,7 @@ pub fn restart(
     let programs = VipPrograms {
         filters: &[],
         off_cpu,
+        capture_in_kernel: dead.capturing,
     };
     let (vip, _described, _) = start(events, shard, bpf, programs, windows)?;
     Ok(vip)
@@ -147,7 +154,7 @@ fn start(
             .map(Outcome::Vip);
         helper_process::finish(&mut report, outcome)
     })?;
-    let records = helper.wait_ready()?;
+    let (records, capturing) = helper.wait_ready()?;
     let filters = match programs.filters.is_empty() {
         true => Vec::new(),
         false => shardrec_sys::fds::receive(ours.as_fd()).map_err(RecordError::system(
@@ -159,6 +166,7 @@ fn start(
             helper,
             stats: None,
             restarted_at: Vec::new(),
+            capturing,
         },
         records,
         filters,
@@ -239,14 +247,18 @@ fn run(
     // Started before the side band: from its first record on, every
     // program has been captured as it loaded.
     let mut storage = shardrec_vip::kernel_capture::Storage::default();
-    let kernel = KernelCapture::start(&mut storage).ok();
+    let kernel = match programs.capture_in_kernel {
+        true => KernelCapture::start(&mut storage).ok(),
+        false => None,
+    };
     for event in events {
         event.enable()?;
     }
     let mut capturer = Capturer::new(BufWriter::with_capacity(BUFFER, bpf));
     let (records, _) = existing::describe(&mut capturer, layout, event_id)?;
     capturer.flush()?;
-    Report::Ready { records }.write_to(report)?;
+    let capturing = kernel.is_some();
+    Report::Ready { records, capturing }.write_to(report)?;
     let mut vip = Vip::new(rings, shard, capturer, kernel, File::from(control))?;
     while vip.serve()? == Served::Switch {
         // Without windows, a Switch goes on in the same files.

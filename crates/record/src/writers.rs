@@ -386,6 +386,7 @@ fn serve(
 ) -> io::Result<WriterStats> {
     Report::Ready {
         records: Vec::new(),
+        capturing: false,
     }
     .write_to(report)?;
     // Anything but Start means the recording was abandoned before it began.

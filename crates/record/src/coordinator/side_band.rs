@@ -162,6 +162,7 @@ impl SideBand {
         let vip_programs = VipPrograms {
             filters: &programs,
             off_cpu: self.off_cpu.as_ref(),
+            capture_in_kernel: true,
         };
         let (vip, records, fds) = vip::spawn(events, dir, vip_programs, windows)?;
         self.vip = Some(vip);
@@ -234,7 +235,7 @@ impl SideBand {
         if old.restarted_at.len() >= vip::MAX_RESTARTS {
             return Err(died);
         }
-        let mut restarted = vip::restart(events, dir, self.off_cpu.as_ref(), window)?;
+        let mut restarted = vip::restart(events, dir, self.off_cpu.as_ref(), old, window)?;
         restarted.restarted_at = std::mem::take(&mut old.restarted_at);
         restarted.restarted_at.push(since);
         self.vip = Some(restarted);
