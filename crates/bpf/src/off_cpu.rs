@@ -172,47 +172,60 @@ impl<'obj> OffCpu<'obj> {
     /// The sums of the waits shorter than the threshold, so far.
     pub fn summed(&self) -> io::Result<Vec<SummedWaits>> {
         let maps = &self.skel.maps;
-        let stack = |id: i32| -> io::Result<Vec<u64>> {
-            let Ok(id) = u32::try_from(id) else {
-                return Ok(Vec::new());
-            };
+        let stack = |id: u32| -> io::Result<Vec<u64>> {
             let frames = maps
                 .stacks
                 .lookup(&id.to_ne_bytes(), MapFlags::ANY)
                 .map_err(context("reading the off-CPU stacks"))?
                 .unwrap_or_default();
-            let words = frames
-                .chunks_exact(8)
-                .map(|w| u64::from_ne_bytes(w.try_into().unwrap()));
-            Ok(words.take_while(|&frame| frame != 0).collect())
+            let words = (0..frames.len() / 8).map_while(|i| word::<8>(&frames, 8 * i));
+            Ok(words
+                .map(u64::from_ne_bytes)
+                .take_while(|&frame| frame != 0)
+                .collect())
         };
         let mut summed = Vec::new();
         for key in maps.sums.keys() {
-            let Some(total) = maps
+            let total = maps
                 .sums
                 .lookup(&key, MapFlags::ANY)
-                .map_err(context("reading the off-CPU sums"))?
-            else {
+                .map_err(context("reading the off-CPU sums"))?;
+            let Some(mut sum) = total.as_deref().and_then(|total| sum_of(&key, total)) else {
                 continue;
             };
-            let word = |at: usize, len: usize| &key[at..at + len];
-            let u32_at = |at| u32::from_ne_bytes(word(at, 4).try_into().unwrap());
-            let u16_at = |at| u16::from_ne_bytes(word(at, 2).try_into().unwrap());
-            summed.push(SummedWaits {
-                pid: u32_at(0),
-                tid: u32_at(4),
-                state: u16_at(8),
-                kernel_skip: u16_at(10),
-                cgroup: u64::from_ne_bytes(word(24, 8).try_into().unwrap()),
-                total_ns: u64::from_ne_bytes(total[..8].try_into().unwrap()),
-                kernel: stack(u32_at(12) as i32)?,
-                user: stack(u32_at(16) as i32)?,
-            });
+            // A stack the kernel did not keep (its id negative) is empty.
+            let ids =
+                [word::<4>(&key, 12), word::<4>(&key, 16)].map(|id| id.map(u32::from_ne_bytes));
+            for (frames, id) in [&mut sum.kernel, &mut sum.user].into_iter().zip(ids) {
+                if let Some(id) = id.filter(|&id| (id as i32) >= 0) {
+                    *frames = stack(id)?;
+                }
+            }
+            summed.push(sum);
         }
         Ok(summed)
     }
 }
 
+/// `N` bytes of `bytes` at `at`.
+fn word<const N: usize>(bytes: &[u8], at: usize) -> Option<[u8; N]> {
+    bytes.get(at..at + N)?.try_into().ok()
+}
+
+/// A sum's fields from its key (`struct sum_key`) and value, its stacks
+/// still empty.
+fn sum_of(key: &[u8], total: &[u8]) -> Option<SummedWaits> {
+    Some(SummedWaits {
+        pid: u32::from_ne_bytes(word(key, 0)?),
+        tid: u32::from_ne_bytes(word(key, 4)?),
+        state: u16::from_ne_bytes(word(key, 8)?),
+        kernel_skip: u16::from_ne_bytes(word(key, 10)?),
+        cgroup: u64::from_ne_bytes(word(key, 24)?),
+        total_ns: u64::from_ne_bytes(word(total, 0)?),
+        kernel: Vec::new(),
+        user: Vec::new(),
+    })
+}
 /// Puts process `pid` in one of the program's sets (a map of pids).
 fn mark(set: &dyn MapCore, pid: u32) -> libbpf_rs::Result<()> {
     set.update(&pid.to_ne_bytes(), &[1], MapFlags::ANY)
