@@ -34,20 +34,51 @@ enum Counters {
         /// The CPUs the map has a slot for.
         slots: u32,
     },
-    /// The pinned program's entry of each event (CPU, event id), removed
-    /// from the shared map when the filter goes.
-    Pinned {
-        filter: Rc<PinnedFilter>,
-        entries: Vec<(u32, u64)>,
-    },
+    /// The pinned program's entries of its events.
+    Pinned(PinnedEntries),
 }
 
-impl Drop for Counters {
-    fn drop(&mut self) {
-        if let Counters::Pinned { filter, entries } = self {
-            for (_, id) in entries.iter() {
-                let _ = filter.filters.delete(&id.to_ne_bytes());
+/// One filter's entries in the pinned program's shared map, by event:
+/// (CPU, event id). They are removed when this goes (on an error on the
+/// way too), so a recording leaves no entry behind.
+struct PinnedEntries {
+    filter: Rc<PinnedFilter>,
+    entries: Vec<(u32, u64)>,
+}
+
+impl PinnedEntries {
+    /// Writes `entry` (the compiled filter) under event `id` of `cpu`.
+    fn add(&mut self, cpu: u32, id: u64, entry: &[u8]) -> Result<(), RecordError> {
+        self.filter
+            .filters
+            .update(&id.to_ne_bytes(), entry)
+            .map_err(RecordError::system(
+                "writing a --filter into the pinned filter's map",
+            ))?;
+        self.entries.push((cpu, id));
+        Ok(())
+    }
+
+    /// What each entry kept and dropped, summed by CPU (a CPU has an
+    /// event for each thread of `-t`).
+    fn counts(&self) -> Vec<(u32, counters::Counts)> {
+        let mut by_cpu: std::collections::BTreeMap<u32, counters::Counts> = Default::default();
+        for (cpu, id) in &self.entries {
+            if let Ok(Some(value)) = self.filter.filters.lookup(&id.to_ne_bytes()) {
+                let counts = pinned::entry_counts(&value);
+                let sum = by_cpu.entry(*cpu).or_default();
+                sum.kept += counts.kept;
+                sum.dropped += counts.dropped;
             }
+        }
+        by_cpu.into_iter().collect()
+    }
+}
+
+impl Drop for PinnedEntries {
+    fn drop(&mut self) {
+        for (_, id) in &self.entries {
+            let _ = self.filter.filters.delete(&id.to_ne_bytes());
         }
     }
 }
@@ -116,28 +147,21 @@ pub fn attach_pinned(
     for (spec, sample_filter) in plan.sample_filters() {
         let entry = pinned::entry(&sample_filter.expr)
             .map_err(|e| RecordError::Usage(format!("--filter '{}': {e}", sample_filter.text)))?;
-        // Each entry written is removed again when `counters` drops, on
-        // an error on the way too.
-        let mut counters = Counters::Pinned {
+        let mut entries = PinnedEntries {
             filter: filter.clone(),
             entries: Vec::new(),
         };
-        if let Counters::Pinned { entries, .. } = &mut counters {
-            for (cpu, event) in events_of(cpus, spec) {
-                filter
-                    .filters
-                    .update(&event.id.to_ne_bytes(), &entry)
-                    .map_err(RecordError::system(
-                        "writing a --filter into the pinned filter's map",
-                    ))?;
-                entries.push((cpu, event.id));
-                event
-                    .event
-                    .set_bpf(filter.prog.as_fd())
-                    .map_err(attach_error(plan, spec))?;
-            }
+        for (cpu, event) in events_of(cpus, spec) {
+            entries.add(cpu, event.id, &entry)?;
+            event
+                .event
+                .set_bpf(filter.prog.as_fd())
+                .map_err(attach_error(plan, spec))?;
         }
-        active.push(ActiveFilter { spec, counters });
+        active.push(ActiveFilter {
+            spec,
+            counters: Counters::Pinned(entries),
+        });
     }
     Ok(active)
 }
@@ -171,7 +195,7 @@ impl ActiveFilter {
             Counters::Own { map, slots, .. } => (0..*slots)
                 .map(|cpu| (cpu, counters::read_slot(cpu, |at| map.u64_at(at))))
                 .collect(),
-            Counters::Pinned { filter, entries } => pinned_counts(filter, entries),
+            Counters::Pinned(entries) => entries.counts(),
         };
         let per_cpu = per_cpu
             .into_iter()
@@ -191,19 +215,4 @@ impl ActiveFilter {
             per_cpu,
         }
     }
-}
-
-/// The counts of the pinned filter's entries, summed by CPU (a CPU has an
-/// event for each thread of `-t`).
-fn pinned_counts(filter: &PinnedFilter, entries: &[(u32, u64)]) -> Vec<(u32, counters::Counts)> {
-    let mut by_cpu: std::collections::BTreeMap<u32, counters::Counts> = Default::default();
-    for (cpu, id) in entries {
-        if let Ok(Some(value)) = filter.filters.lookup(&id.to_ne_bytes()) {
-            let counts = pinned::entry_counts(&value);
-            let sum = by_cpu.entry(*cpu).or_default();
-            sum.kept += counts.kept;
-            sum.dropped += counts.dropped;
-        }
-    }
-    by_cpu.into_iter().collect()
 }
