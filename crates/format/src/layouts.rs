@@ -114,6 +114,11 @@ impl<'a> FieldReader<'a> {
     /// is a wait ([`crate::records::off_cpu_sample_of_output`]); `None`
     /// for any other sample.
     pub fn off_cpu_layout(&mut self, sample: &[u8]) -> Option<SampleIdLayout> {
+        // The merge asks of every sample: most recordings have no off-CPU
+        // event, and pay no lookup.
+        if self.layouts.off_cpu.is_empty() {
+            return None;
+        }
         let id = identifier(sample, RecordType::SAMPLE)?;
         match self.layouts.is_off_cpu(id) {
             true => self.layout(sample, RecordType::SAMPLE),

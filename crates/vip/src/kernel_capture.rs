@@ -68,14 +68,20 @@ impl<'obj> KernelCapture<'obj> {
         self.capture.hook()
     }
 
-    /// Program `id` as it loaded, if it was captured whole (its records
-    /// are in the ring before its PROG_LOAD is in any side-band ring).
-    pub fn take(&mut self, id: u32) -> io::Result<Option<LoadedProg>> {
+    /// Reads what the ring holds: every program whose PROG_LOAD has been
+    /// read from a side-band ring by now (its records are written before
+    /// the kernel emits the PROG_LOAD).
+    pub fn collect(&mut self) -> io::Result<()> {
         self.capture.drain(&mut self.captured, Duration::ZERO)?;
-        let program = self.captured.remove(id);
         while self.captured.programs.len() > KEPT {
             self.captured.programs.pop_first();
         }
-        Ok(program.and_then(|p| p.loaded()))
+        Ok(())
+    }
+
+    /// Program `id` as it loaded, if [`KernelCapture::collect`] found it
+    /// whole.
+    pub fn take(&mut self, id: u32) -> Option<LoadedProg> {
+        self.captured.remove(id)?.loaded()
     }
 }

@@ -202,6 +202,9 @@ impl<'a> Vip<'a> {
                 }
             }
         }
+        if let Some(kernel) = self.kernel.as_mut().filter(|_| !loaded.is_empty()) {
+            kernel.collect()?;
+        }
         for id in loaded {
             self.capture_loaded(id)?;
         }
@@ -229,8 +232,7 @@ impl<'a> Vip<'a> {
     /// Program `id`, as the kernel capture read it when it loaded; through
     /// bpf(2) if it did not read it whole (its ring was full).
     fn capture_loaded(&mut self, id: u32) -> io::Result<()> {
-        let kernel = self.kernel.as_mut().expect("a kernel capture");
-        match kernel.take(id)? {
+        match self.kernel.as_mut().and_then(|kernel| kernel.take(id)) {
             Some(program) => self.capturer.capture_loaded(program),
             None => match self.capturer.hold(id)? {
                 Some(held) => self.capturer.capture_held(held).map(drop),
