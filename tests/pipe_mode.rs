@@ -802,3 +802,76 @@ fn a_streamed_recording_frees_its_shards_and_sends_every_sample_once() {
         private_dirs(&scratch)
     );
 }
+
+/// A busy thread that moves to another CPU leaves up to a quarter of the
+/// ring it left unwritten (its writer is woken at a quarter full), and
+/// that CPU then stays quiet: the stream goes on without waiting for it.
+/// The reader gets data through the whole run, never pausing for half
+/// the second CPU's part, and the summary's lag says no more.
+#[test]
+fn a_thread_that_moves_to_another_cpu_does_not_hold_the_stream_back() {
+    let Some((_serial, scratch)) = recording_test("pipe-moved") else {
+        return;
+    };
+    const SECOND_PART: f64 = 1.5;
+    // 32 KiB stacks: each CPU's part fills its ring many times over.
+    let load = load();
+    let parts = format!(
+        "taskset -c 1 {load} syscalls-paced 1500 0.5 && \
+         taskset -c 0 {load} syscalls-paced 4500 {SECOND_PART}"
+    );
+    let mut recorder = shardrec_in(
+        &scratch,
+        &[
+            "record",
+            "-a",
+            "-e",
+            "syscalls:sys_enter_getppid",
+            "--call-graph",
+            "dwarf,32768",
+            "-o",
+            "-",
+            "--",
+            "sh",
+            "-c",
+            &parts,
+        ],
+    );
+    let errors = scratch.0.join("recorder.stderr");
+    recorder
+        .stdout(Stdio::piped())
+        .stderr(File::create(&errors).unwrap());
+    let mut recorder = Reaped(recorder.spawn().unwrap());
+    let _group = Group(nix::unistd::Pid::from_raw(recorder.0.id() as i32));
+    let mut stream = recorder.0.stdout.take().unwrap();
+    // When each read came, once the samples flow (past the head and what
+    // comes before the workload's first CPU fills a ring).
+    let mut buf = vec![0; 1 << 20];
+    let (mut bytes, mut arrivals) = (0, Vec::new());
+    loop {
+        let n = stream.read(&mut buf).unwrap();
+        if n == 0 {
+            break;
+        }
+        bytes += n;
+        if bytes > 4 << 20 {
+            arrivals.push(Instant::now());
+        }
+    }
+    let status = wait_bounded(&mut recorder.0);
+    let stderr = std::fs::read_to_string(&errors).unwrap();
+    assert!(status.success(), "{status}: {stderr}");
+    assert!(bytes > 150 << 20, "{bytes} bytes: {stderr}");
+    let longest = arrivals
+        .windows(2)
+        .map(|w| w[1] - w[0])
+        .max()
+        .unwrap_or_default();
+    let most = Duration::from_secs_f64(SECOND_PART / 2.0);
+    assert!(longest < most, "the stream paused {longest:?}: {stderr}");
+    let lag = stderr
+        .split_once(" s behind the recording")
+        .and_then(|(before, _)| before.rsplit(' ').next()?.parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("no lag in {stderr}"));
+    assert!(lag < most.as_secs_f64(), "{stderr}");
+}

@@ -242,6 +242,15 @@ impl Rounds {
         }
     }
 
+    /// A round wrote nothing: records waiting for the watermark are as far
+    /// behind the recording as the last look at the rings it reached, so
+    /// a watermark held back counts though no round reaches the output.
+    pub fn held_back(&mut self) {
+        if self.pending_bytes > 0 {
+            self.reached_output();
+        }
+    }
+
     /// Ends a round every `bytes` of records instead: with `-z` a round
     /// ends a compressed record, and compressing 64 KiB at a time took
     /// three times the CPU of perf's rounds (a ring's read at a time).

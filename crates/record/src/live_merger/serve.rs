@@ -26,11 +26,6 @@ use crate::say;
 const ROUND: Duration = Duration::from_millis(50);
 const QUIET_ROUND: Duration = Duration::from_millis(1000);
 
-/// The most bytes of a ring its writer has not written yet that a round
-/// copies from the ring: a quiet ring's few records (a busy ring's writer
-/// is woken at a quarter of its ring or more, and writes them soon).
-const COPY_UNWRITTEN_MOST: u64 = 64 << 10;
-
 /// Why the merger stopped early.
 pub(super) enum Stopped {
     ReaderLeft,
@@ -334,13 +329,18 @@ impl Rings {
             .zip(&tails)
             .filter_map(|((_, base), tail)| Some(tail - (*base)?))
             .collect();
-        // A ring's few bytes its writer has not written are copied instead
-        // of waited for: a quiet CPU neither holds the output back nor is
-        // woken.
+        // What a ring holds that its writer has not written is copied
+        // instead of waited for, up to the ring's wakeup watermark: the
+        // writer writes nothing short of it on its own. A quiet CPU then
+        // neither holds the output back nor is woken; nor does one a busy
+        // thread just left, whose last quarter ring would otherwise wait
+        // until the CPU is busy again (a 64 KiB limit here held a DWARF
+        // storm's output 0.5 to 1.5 s behind each time its thread moved).
         let unwritten = |i: usize, at: u64| {
             let (ring, base) = &rings[i];
             let base = base.filter(|_| self.copies)?;
-            ring.peek_unread(base + at, COPY_UNWRITTEN_MOST)
+            let most = crate::attrs::wakeup_watermark(ring.data_size());
+            ring.peek_unread(base + at, u64::from(most))
         };
         merge.round(
             &written,
