@@ -7,15 +7,17 @@
 //! one that stays; [`CapturedProgram::loaded`] is its info as the syscall
 //! path's.
 
+use std::cell::{Ref, RefCell};
 use std::collections::BTreeMap;
 use std::io;
 use std::mem::MaybeUninit;
+use std::rc::Rc;
 use std::time::Duration;
 
 use crate::context;
 use crate::OpenObject;
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
-use libbpf_rs::RingBufferBuilder;
+use libbpf_rs::{RingBuffer, RingBufferBuilder};
 use shardrec_sys::bpf::{LoadedFunction, LoadedProg};
 
 use crate::skel::capture::{CaptureSkel, CaptureSkelBuilder};
@@ -195,8 +197,12 @@ fn kernel_has_kprobes() -> bool {
 }
 
 /// The capture program, loaded (and attached once [`Capture::attach`]
-/// is called).
+/// is called), with a reader of its ring kept for its life (mapping the
+/// 8 MiB ring for each read cost the VIP a mapping per batch of loads).
 pub struct Capture<'obj> {
+    /// Dropped before the program whose ring it maps.
+    reader: RingBuffer<'static>,
+    captured: Rc<RefCell<Captured>>,
     skel: CaptureSkel<'obj>,
     hook: Hook,
 }
@@ -233,7 +239,24 @@ impl<'obj> Capture<'obj> {
         let skel = open
             .load()
             .map_err(context("loading the capture program"))?;
-        Ok(Capture { skel, hook })
+        let captured = Rc::new(RefCell::new(Captured::default()));
+        let into = Rc::clone(&captured);
+        let mut builder = RingBufferBuilder::new();
+        builder
+            .add(&skel.maps.captured, move |record: &[u8]| {
+                let _ = into.borrow_mut().take(record);
+                0
+            })
+            .map_err(context("reading the capture ring"))?;
+        let reader = builder
+            .build()
+            .map_err(context("reading the capture ring"))?;
+        Ok(Capture {
+            reader,
+            captured,
+            skel,
+            hook,
+        })
     }
 
     /// Loads and attaches it with fentry where the kernel takes that,
@@ -277,22 +300,34 @@ impl<'obj> Capture<'obj> {
         self.hook
     }
 
-    /// Takes what the ring holds into `captured`, waiting up to `timeout`
-    /// for something to come.
-    pub fn drain(&self, captured: &mut Captured, timeout: Duration) -> io::Result<()> {
-        let mut builder = RingBufferBuilder::new();
-        builder
-            .add(&self.skel.maps.captured, |record: &[u8]| {
-                let _ = captured.take(record);
-                0
-            })
+    /// Puts together what the ring holds ([`Capture::captured`]), waiting
+    /// up to `timeout` for something to come.
+    pub fn drain(&mut self, timeout: Duration) -> io::Result<()> {
+        self.reader
+            .poll(timeout)
             .map_err(context("reading the capture ring"))?;
-        let ring = builder
-            .build()
-            .map_err(context("reading the capture ring"))?;
-        ring.poll(timeout)
-            .map_err(context("reading the capture ring"))?;
-        ring.consume().map_err(context("reading the capture ring"))
+        self.reader
+            .consume()
+            .map_err(context("reading the capture ring"))
+    }
+
+    /// What the ring has given so far and was not taken.
+    pub fn captured(&self) -> Ref<'_, Captured> {
+        self.captured.borrow()
+    }
+
+    /// Takes program `id` out of what was captured.
+    pub fn take(&mut self, id: u32) -> Option<CapturedProgram> {
+        self.captured.borrow_mut().remove(id)
+    }
+
+    /// Forgets the oldest programs beyond the `most` newest (their loads
+    /// were read before the side band's, or lost).
+    pub fn keep_at_most(&mut self, most: usize) {
+        let programs = &mut self.captured.borrow_mut().programs;
+        while programs.len() > most {
+            programs.pop_first();
+        }
     }
 
     /// Records the ring had no room for.

@@ -13,7 +13,7 @@ use std::mem::MaybeUninit;
 use std::os::fd::AsFd;
 use std::time::Duration;
 
-use shardrec_bpf::capture::{Capture, Captured, Hook};
+use shardrec_bpf::capture::{Capture, Hook};
 use shardrec_bpf::off_cpu::{OffCpu, Settings};
 use shardrec_perfdata::bpf_info::bpil;
 use shardrec_sys::bpf::{self, test_programs, BpilArray, ProgInfo};
@@ -35,7 +35,7 @@ fn programs_unloaded_the_moment_they_load_are_all_captured() {
     }
     let (mut fentry, mut kprobe) = (MaybeUninit::uninit(), MaybeUninit::uninit());
     let must_attach = std::env::var_os("SHARDREC_CAPTURE_MUST_ATTACH").is_some();
-    let capture = match Capture::start(&mut fentry, &mut kprobe) {
+    let mut capture = match Capture::start(&mut fentry, &mut kprobe) {
         Ok(capture) => capture,
         Err(refused) => {
             let kprobes = std::path::Path::new("/sys/bus/event_source/devices/kprobe").exists();
@@ -55,7 +55,7 @@ fn programs_unloaded_the_moment_they_load_are_all_captured() {
         }
     };
     eprintln!("the capture program hooks with {:?}", capture.hook());
-    check(&capture);
+    check(&mut capture);
 }
 
 /// Where the kernel takes fentry, the kprobe is the fallback: it must
@@ -72,7 +72,7 @@ fn the_kprobe_captures_as_fentry_does() {
         Ok(capture)
     });
     match attached {
-        Ok(capture) => check(&capture),
+        Ok(mut capture) => check(&mut capture),
         Err(error) => {
             let kprobes = std::path::Path::new("/sys/bus/event_source/devices/kprobe").exists();
             assert!(!must_attach && !kprobes, "{error}");
@@ -82,7 +82,7 @@ fn the_kprobe_captures_as_fentry_does() {
 
 /// 100 programs, each closed (and so unloaded) as soon as it is loaded,
 /// all captured whole; programs that stay captured as bpf(2) reads them.
-fn check(capture: &Capture<'_>) {
+fn check(capture: &mut Capture<'_>) {
     // Half of one function, half of two.
     let mut ids = Vec::new();
     for i in 0..100 {
@@ -106,10 +106,8 @@ fn check(capture: &Capture<'_>) {
         threshold_ns: 0,
     };
     let off_cpu = OffCpu::load(&mut storage, &settings).unwrap();
-    let mut captured = Captured::default();
-    capture
-        .drain(&mut captured, Duration::from_millis(100))
-        .unwrap();
+    capture.drain(Duration::from_millis(100)).unwrap();
+    let captured = capture.captured();
     for (id, name, functions) in &ids {
         let program = captured
             .programs

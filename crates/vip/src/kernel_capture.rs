@@ -10,7 +10,7 @@ use std::io;
 use std::mem::MaybeUninit;
 use std::time::Duration;
 
-use shardrec_bpf::capture::{Capture, Captured, Hook, NotAttached};
+use shardrec_bpf::capture::{Capture, Hook, NotAttached};
 use shardrec_bpf::OpenObject;
 use shardrec_sys::bpf::LoadedProg;
 
@@ -36,7 +36,6 @@ impl Default for Storage {
 /// The capture program running, and what it wrote not yet taken.
 pub struct KernelCapture<'obj> {
     capture: Capture<'obj>,
-    captured: Captured,
 }
 
 /// Why the VIP captures through bpf(2) alone.
@@ -57,10 +56,7 @@ impl<'obj> KernelCapture<'obj> {
         }
         let capture = Capture::start(&mut storage.fentry, &mut storage.kprobe)
             .map_err(Unavailable::Refused)?;
-        Ok(KernelCapture {
-            capture,
-            captured: Captured::default(),
-        })
+        Ok(KernelCapture { capture })
     }
 
     /// How it hooks the kernel's loads.
@@ -72,16 +68,14 @@ impl<'obj> KernelCapture<'obj> {
     /// read from a side-band ring by now (its records are written before
     /// the kernel emits the PROG_LOAD).
     pub fn collect(&mut self) -> io::Result<()> {
-        self.capture.drain(&mut self.captured, Duration::ZERO)?;
-        while self.captured.programs.len() > KEPT {
-            self.captured.programs.pop_first();
-        }
+        self.capture.drain(Duration::ZERO)?;
+        self.capture.keep_at_most(KEPT);
         Ok(())
     }
 
     /// Program `id` as it loaded, if [`KernelCapture::collect`] found it
     /// whole.
     pub fn take(&mut self, id: u32) -> Option<LoadedProg> {
-        self.captured.remove(id)?.loaded()
+        self.capture.take(id)?.loaded()
     }
 }
