@@ -52,24 +52,51 @@ fn perf_reading_stdin(args: &[&str]) -> Command {
 /// status and standard error, and the reader's output.
 fn pipeline(
     scratch: &Scratch,
-    mut recorder: Command,
+    recorder: Command,
     mut reader: Command,
 ) -> (ExitStatus, String, Output) {
-    let errors = scratch.0.join("recorder.stderr");
-    recorder
-        .stdout(Stdio::piped())
-        .stderr(File::create(&errors).unwrap());
-    let mut recorder = Reaped(recorder.spawn().unwrap());
-    // What the recorder leaves running (perf's workload, when perf dies of
-    // SIGPIPE) goes with its group.
-    let _group = Group(nix::unistd::Pid::from_raw(recorder.0.id() as i32));
+    let (recorder, stream) = Streaming::start(scratch, recorder);
     // `run` drops the reader's Command, and with it this process's copy of
     // the pipe's reading end, once the reader has ended: the recorder's
     // next write then finds no reader.
-    reader.stdin(Stdio::from(recorder.0.stdout.take().unwrap()));
+    reader.stdin(Stdio::from(stream));
     let read = run(reader);
-    let status = wait_bounded(&mut recorder.0);
-    (status, std::fs::read_to_string(&errors).unwrap(), read)
+    let (status, stderr) = recorder.end();
+    (status, stderr, read)
+}
+
+/// A recorder writing into a pipe, its standard error into a file.
+struct Streaming {
+    recorder: Reaped,
+    /// What the recorder leaves running (perf's workload, when perf dies
+    /// of SIGPIPE) goes with its group.
+    _group: Group,
+    errors: PathBuf,
+}
+
+impl Streaming {
+    /// Starts `recorder`; the pipe's reading end.
+    fn start(scratch: &Scratch, mut recorder: Command) -> (Streaming, std::process::ChildStdout) {
+        let errors = scratch.0.join("recorder.stderr");
+        recorder
+            .stdout(Stdio::piped())
+            .stderr(File::create(&errors).unwrap());
+        let mut recorder = Reaped(recorder.spawn().unwrap());
+        let group = Group(nix::unistd::Pid::from_raw(recorder.0.id() as i32));
+        let stream = recorder.0.stdout.take().unwrap();
+        let streaming = Streaming {
+            recorder,
+            _group: group,
+            errors,
+        };
+        (streaming, stream)
+    }
+
+    /// Waits for the recorder: its status and standard error.
+    fn end(mut self) -> (ExitStatus, String) {
+        let status = wait_bounded(&mut self.recorder.0);
+        (status, std::fs::read_to_string(&self.errors).unwrap())
+    }
 }
 
 /// The directory the recorder said its shards go to.
@@ -820,7 +847,7 @@ fn a_thread_that_moves_to_another_cpu_does_not_hold_the_stream_back() {
         "taskset -c 1 {load} syscalls-paced 1500 0.5 && \
          taskset -c 0 {load} syscalls-paced 4500 {SECOND_PART}"
     );
-    let mut recorder = shardrec_in(
+    let recorder = shardrec_in(
         &scratch,
         &[
             "record",
@@ -837,13 +864,7 @@ fn a_thread_that_moves_to_another_cpu_does_not_hold_the_stream_back() {
             &parts,
         ],
     );
-    let errors = scratch.0.join("recorder.stderr");
-    recorder
-        .stdout(Stdio::piped())
-        .stderr(File::create(&errors).unwrap());
-    let mut recorder = Reaped(recorder.spawn().unwrap());
-    let _group = Group(nix::unistd::Pid::from_raw(recorder.0.id() as i32));
-    let mut stream = recorder.0.stdout.take().unwrap();
+    let (recorder, mut stream) = Streaming::start(&scratch, recorder);
     // When each read came, once the samples flow (past the head and what
     // comes before the workload's first CPU fills a ring).
     let mut buf = vec![0; 1 << 20];
@@ -858,8 +879,7 @@ fn a_thread_that_moves_to_another_cpu_does_not_hold_the_stream_back() {
             arrivals.push(Instant::now());
         }
     }
-    let status = wait_bounded(&mut recorder.0);
-    let stderr = std::fs::read_to_string(&errors).unwrap();
+    let (status, stderr) = recorder.end();
     assert!(status.success(), "{status}: {stderr}");
     assert!(bytes > 150 << 20, "{bytes} bytes: {stderr}");
     let longest = arrivals
