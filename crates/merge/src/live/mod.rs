@@ -159,7 +159,6 @@ impl<'a> LiveMerge<'a> {
             .round(layouts, written, unwritten, rings_read, heads, sink)?;
         self.free_behind()?;
         if round.written == 0 {
-            self.rounds.held_back();
             return Ok(round);
         }
         if let Sink::Pipe(stream) = self.records.out.sink_mut() {

@@ -181,6 +181,11 @@ impl Rounds {
         self.lag.bytes = self.lag.bytes.max(behind);
         if round.written > 0 {
             crate::data_out::injected_fault(&[Site::MergeRound])?;
+        } else if self.pending_bytes > 0 {
+            // Records held back by the watermark are as far behind the
+            // recording as the last look at the rings it reached, though
+            // no round reaches the output.
+            self.note_delay();
         }
         // Read after every record taken so far: what comes later is later.
         self.watermark.note(self.read_up_to, heads());
@@ -237,17 +242,13 @@ impl Rounds {
     /// writes wait for its reader): notes how long after the look at the
     /// rings that is.
     pub fn reached_output(&mut self) {
-        if let Some(delay) = self.watermark.delay() {
-            self.lag.time = self.lag.time.max(delay);
-        }
+        self.note_delay();
     }
 
-    /// A round wrote nothing: records waiting for the watermark are as far
-    /// behind the recording as the last look at the rings it reached, so
-    /// a watermark held back counts though no round reaches the output.
-    pub fn held_back(&mut self) {
-        if self.pending_bytes > 0 {
-            self.reached_output();
+    /// The output is as far behind as the watermark's look at the rings.
+    fn note_delay(&mut self) {
+        if let Some(delay) = self.watermark.delay() {
+            self.lag.time = self.lag.time.max(delay);
         }
     }
 

@@ -164,6 +164,25 @@ fn a_quiet_shard_does_not_hold_the_rounds_back() {
     assert_eq!(out.records(), [(100 * MS, 1), (200 * MS, 1)]);
 }
 
+/// A ring whose writer leaves records unwritten holds the watermark
+/// back: the rounds write nothing, and the lag says how long.
+#[test]
+fn a_watermark_held_back_counts_in_the_lag_though_nothing_is_written() {
+    let shards = Shards::new("held", 2);
+    let mut rounds = shards.rounds(2);
+    let mut out = Out::default();
+    shards.append(0, &shard_bytes(&[100 * MS], 1));
+    round(&mut rounds, &shards, &[None, None], &mut out);
+    // Ring 1 now holds 64 bytes its writer does not write.
+    shards.append(0, &shard_bytes(&[200 * MS], 1));
+    round(&mut rounds, &shards, &[None, Some(64)], &mut out);
+    let held = std::time::Duration::from_millis(50);
+    std::thread::sleep(held);
+    round(&mut rounds, &shards, &[None, Some(64)], &mut out);
+    assert!(out.0.is_empty(), "{:?}", out.0);
+    assert!(rounds.lag.time >= held, "{:?}", rounds.lag);
+}
+
 #[test]
 fn a_shard_behind_its_ring_holds_the_rounds_back() {
     let shards = Shards::new("lagging", 2);
