@@ -101,11 +101,11 @@ pub struct Captured {
 }
 
 fn u32_at(bytes: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_ne_bytes(bytes.get(at..at + 4)?.try_into().ok()?))
+    crate::word(bytes, at).map(u32::from_ne_bytes)
 }
 
 fn u64_at(bytes: &[u8], at: usize) -> Option<u64> {
-    Some(u64::from_ne_bytes(bytes.get(at..at + 8)?.try_into().ok()?))
+    crate::word(bytes, at).map(u64::from_ne_bytes)
 }
 
 impl Captured {

@@ -8,8 +8,8 @@ use std::io;
 use std::mem::MaybeUninit;
 use std::os::fd::{AsRawFd, BorrowedFd};
 
-use crate::context;
 use crate::OpenObject;
+use crate::{context, word};
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags};
 
@@ -205,11 +205,6 @@ impl<'obj> OffCpu<'obj> {
         }
         Ok(summed)
     }
-}
-
-/// `N` bytes of `bytes` at `at`.
-fn word<const N: usize>(bytes: &[u8], at: usize) -> Option<[u8; N]> {
-    bytes.get(at..at + N)?.try_into().ok()
 }
 
 /// A sum's fields from its key (`struct sum_key`) and value, its stacks

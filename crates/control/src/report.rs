@@ -104,6 +104,16 @@ pub enum CaptureHook {
     Kprobe,
 }
 
+impl CaptureHook {
+    /// The hook's name, as the summary gives it.
+    pub fn name(self) -> &'static str {
+        match self {
+            CaptureHook::Fentry => "fentry",
+            CaptureHook::Kprobe => "kprobe",
+        }
+    }
+}
+
 /// What became of the waits `--off-cpu`'s program saw end, over every CPU.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]

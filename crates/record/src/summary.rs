@@ -126,10 +126,7 @@ impl fmt::Display for RecordReport {
                 Some(hook) => format!(
                     "{} of them as they loaded, by a {} in the kernel",
                     bpf.captured_in_kernel,
-                    match hook {
-                        shardrec_control::CaptureHook::Fentry => "fentry",
-                        shardrec_control::CaptureHook::Kprobe => "kprobe",
-                    }
+                    hook.name()
                 ),
                 None => "through bpf(2): no capture program in the kernel".into(),
             };

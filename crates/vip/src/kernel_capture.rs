@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use shardrec_bpf::capture::{Capture, Hook, NotAttached};
 use shardrec_bpf::OpenObject;
+use shardrec_control::CaptureHook;
 use shardrec_sys::bpf::LoadedProg;
 
 /// Programs kept whose PROG_LOAD has not been read: beyond this, the
@@ -59,9 +60,12 @@ impl<'obj> KernelCapture<'obj> {
         Ok(KernelCapture { capture })
     }
 
-    /// How it hooks the kernel's loads.
-    pub fn hook(&self) -> Hook {
-        self.capture.hook()
+    /// How it hooks the kernel's loads, as the VIP reports it.
+    pub fn hook(&self) -> CaptureHook {
+        match self.capture.hook() {
+            Hook::Fentry => CaptureHook::Fentry,
+            Hook::Kprobe => CaptureHook::Kprobe,
+        }
     }
 
     /// Reads what the ring holds: every program whose PROG_LOAD has been

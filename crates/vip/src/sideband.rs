@@ -13,7 +13,7 @@ use std::io::{self, BufWriter, Write};
 
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
 use shardrec_control::fault::{self, Fault};
-use shardrec_control::{CaptureHook, Command, Served, VipStats};
+use shardrec_control::{Command, Served, VipStats};
 use shardrec_format::header::RecordType;
 use shardrec_format::records::{parse_bpf_event, BPF_EVENT_PROG_LOAD, BPF_EVENT_PROG_UNLOAD};
 use shardrec_format::walk::RecordWalker;
@@ -147,10 +147,7 @@ impl<'a> Vip<'a> {
         self.stats.captured = self.capturer.captured;
         self.stats.missed = self.capturer.missed;
         self.stats.captured_in_kernel = self.capturer.captured_in_kernel;
-        self.stats.kernel_capture = self.kernel.as_ref().map(|k| match k.hook() {
-            shardrec_bpf::capture::Hook::Fentry => CaptureHook::Fentry,
-            shardrec_bpf::capture::Hook::Kprobe => CaptureHook::Kprobe,
-        });
+        self.stats.kernel_capture = self.kernel.as_ref().map(KernelCapture::hook);
         Ok(self.stats)
     }
 

@@ -9,8 +9,9 @@
 //! control pages: how far the kernel has published (`data_head`) and how
 //! far the writer has written (`data_tail`). Where a CPU's writer has
 //! bytes left unwritten below its wakeup point (a quiet CPU's records, or
-//! what a busy thread left behind as it moved on), it copies them from the ring, leaving the ring as it is
-//! ([`RingBuffer::peek_unread`]), and writes them out from the copy; the
+//! what a busy thread left behind as it moved on), it copies them from
+//! the ring, leaving the ring as it is ([`RingBuffer::peek_unread`]), and
+//! writes them out from the copy; the
 //! writer writes them into the shard in its own time, where the merger
 //! passes over them. It never writes a ring's tail and never wakes a
 //! writer.
