@@ -6,6 +6,7 @@ mod common;
 use std::process::{Command, Output};
 
 use common::*;
+use shardrec_testkit::{with_empty_bpffs, Nobody, Sysctl};
 
 fn run(scratch: &Scratch, args: &[&str]) -> Output {
     run_as(shardrec(), scratch, args)
@@ -203,41 +204,59 @@ fn bad_merge_threads_and_slices() {
     }
 }
 
-/// shardrec as an unprivileged user, through setpriv, under `limits`
-/// (prlimit options; both util-linux).
-fn as_nobody(limits: &[&str]) -> Command {
-    nobody_running(env!("CARGO_BIN_EXE_shardrec"), limits)
+/// What a test run as an unprivileged user has: a scratch directory
+/// nobody may write to, nobody's copies of shardrec and the load, the
+/// lock that runs the tests as nobody one at a time (the process-limit
+/// test counts nobody's tasks), and `perf_event_paranoid` at Debian's
+/// default for as long as it lives, whatever the host had (put back on
+/// drop).
+struct Unprivileged {
+    scratch: Scratch,
+    nobody: Nobody,
+    _paranoid: Sysctl,
+    _lock: std::sync::MutexGuard<'static, ()>,
 }
 
-/// `program` as nobody, under `limits`.
-fn nobody_running(program: &str, limits: &[&str]) -> Command {
-    let mut command = Command::new("prlimit");
-    command
-        .args(limits)
-        .args([
-            "setpriv",
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            "--",
-        ])
-        .arg(program);
-    command
-}
+impl Unprivileged {
+    fn new(name: &str) -> Unprivileged {
+        static NOBODY: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let lock = NOBODY.lock().unwrap_or_else(|e| e.into_inner());
+        let scratch = Scratch::new(name);
+        let programs = [env!("CARGO_BIN_EXE_shardrec"), load()].map(std::path::Path::new);
+        let nobody = Nobody::new(&scratch.0, &programs);
+        let paranoid = Sysctl::set("/proc/sys/kernel/perf_event_paranoid", "2")
+            .expect("perf_event_paranoid can be set");
+        Unprivileged {
+            scratch,
+            nobody,
+            _paranoid: paranoid,
+            _lock: lock,
+        }
+    }
 
-/// A scratch directory nobody may write to, and the lock that runs the
-/// tests as nobody one at a time (the process-limit test counts nobody's
-/// tasks).
-fn nobody_scratch(name: &str) -> (std::sync::MutexGuard<'static, ()>, Scratch) {
-    static NOBODY: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let lock = NOBODY.lock().unwrap_or_else(|e| e.into_inner());
-    let scratch = Scratch::new(name);
-    std::fs::set_permissions(
-        &scratch.0,
-        std::os::unix::fs::PermissionsExt::from_mode(0o777),
-    )
-    .unwrap();
-    (lock, scratch)
+    /// shardrec as nobody, under `limits` (prlimit options; util-linux),
+    /// in a mount namespace whose `/sys/fs/bpf` is empty: a filter the
+    /// host has pinned is not seen.
+    fn shardrec(&self, limits: &[&str]) -> Command {
+        self.running(env!("CARGO_BIN_EXE_shardrec"), limits)
+    }
+
+    /// `program` (a system one, or one nobody has a copy of) as nobody.
+    fn running(&self, program: &str, limits: &[&str]) -> Command {
+        let program = std::path::Path::new(program);
+        let mut command = Command::new("prlimit");
+        command.args(limits);
+        match program.is_absolute() {
+            true => command.args(self.nobody.argv(program)),
+            false => command.args(Nobody::SETPRIV).arg(program),
+        };
+        with_empty_bpffs(&command)
+    }
+
+    /// nobody's copy of the load.
+    fn load(&self) -> String {
+        self.nobody.copy_of(load().as_ref()).display().to_string()
+    }
 }
 
 #[test]
@@ -245,18 +264,14 @@ fn no_permission_for_cpu_wide_events() {
     if !require_root() {
         return;
     }
-    let (_nobody, scratch) = nobody_scratch("bad-perm");
-    let paranoid = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid").unwrap();
-    if paranoid.trim().parse::<i32>().unwrap() < 1 {
-        eprintln!("perf_event_paranoid < 1 lets anyone record CPU-wide: nothing to refuse");
-        return;
-    }
+    let user = Unprivileged::new("bad-perm");
+    let scratch = &user.scratch;
     let output = run_as(
-        as_nobody(&[]),
-        &scratch,
+        user.shardrec(&[]),
+        scratch,
         &["-a", "-e", "cpu-clock", "--", "true"],
     );
-    assert_refused(&output, &scratch, "no permission to record CPU-wide events");
+    assert_refused(&output, scratch, "no permission to record CPU-wide events");
 }
 
 #[test]
@@ -264,15 +279,18 @@ fn a_filter_without_permission_for_bpf_records_nothing() {
     if !require_root() {
         return;
     }
-    let (_nobody, scratch) = nobody_scratch("bad-filter-perm");
+    // Whether or not the host has a filter pinned: nobody's namespace
+    // has none.
+    let user = Unprivileged::new("bad-filter-perm");
+    let scratch = &user.scratch;
     let output = run_as(
-        as_nobody(&[]),
-        &scratch,
+        user.shardrec(&[]),
+        scratch,
         &["-e", "cpu-clock:u", "--filter", "pid == 1", "--", "true"],
     );
     assert_refused(
         &output,
-        &scratch,
+        scratch,
         "--filter on a sampling event needs BPF (root, or CAP_BPF with CAP_PERFMON)",
     );
     assert!(!scratch.output().exists());
@@ -361,15 +379,19 @@ fn locked_memory_limit() {
     if !require_root() {
         return;
     }
-    let (_nobody, scratch) = nobody_scratch("bad-memlock");
+    let user = Unprivileged::new("bad-memlock");
+    let scratch = &user.scratch;
     // A user-only event on our own workload is allowed unprivileged; a 64 MiB
-    // ring per CPU is far over perf_event_mlock_kb and RLIMIT_MEMLOCK.
+    // ring per CPU is far over perf_event_mlock_kb and RLIMIT_MEMLOCK, both
+    // at their defaults whatever the host has.
+    let _mlock = Sysctl::set("/proc/sys/kernel/perf_event_mlock_kb", "516")
+        .expect("perf_event_mlock_kb can be set");
     let output = run_as(
-        as_nobody(&[]),
-        &scratch,
+        user.shardrec(&["--memlock=8388608"]),
+        scratch,
         &["-e", "cpu-clock:u", "-m", "16384", "--", "true"],
     );
-    assert_refused(&output, &scratch, "over the locked-memory limit");
+    assert_refused(&output, scratch, "over the locked-memory limit");
 }
 
 /// Tasks (processes and threads) of user `uid` now: RLIMIT_NPROC counts
@@ -393,15 +415,16 @@ fn the_process_limit_is_named_and_nothing_is_left_behind() {
     if !require_root() {
         return;
     }
-    let (_nobody, scratch) = nobody_scratch("bad-nproc");
+    let user = Unprivileged::new("bad-nproc");
+    let scratch = &user.scratch;
     // Room for the coordinator and its held workload, not for a writer; the
     // threads that open each CPU's events cannot start either, so that
     // work falls back to the coordinator's own thread first.
     let limit = tasks_of(65534) + 2;
     let nproc = format!("--nproc={limit}");
     let output = run_as(
-        as_nobody(&[&nproc]),
-        &scratch,
+        user.shardrec(&[&nproc]),
+        scratch,
         &["-e", "cpu-clock:u", "--", "sleep", "30"],
     );
     // Unprivileged, the VIP is left out with a warning line first.
@@ -563,22 +586,20 @@ fn unprivileged_recording_falls_back_to_user_space_as_perf_does() {
     if !require_root() {
         return;
     }
-    let (_nobody, scratch) = nobody_scratch("user-fallback");
-    let paranoid = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid").unwrap();
-    assert!(
-        paranoid.trim().parse::<i32>().unwrap() >= 2,
-        "this test needs perf_event_paranoid 2 (Debian's default), not {paranoid}"
-    );
-    let work = ["-g", "-e", "cpu-clock", "--", load(), "hot", "0.5"];
+    let user = Unprivileged::new("user-fallback");
+    let scratch = &user.scratch;
+    let load = user.load();
+    let work = ["-g", "-e", "cpu-clock", "--", &load, "hot", "0.5"];
     let theirs = scratch.0.join("perf.perf.data");
-    let perf_run = nobody_running("perf", &[])
+    let perf_run = user
+        .running("perf", &[])
         .args(["record", "-q", "-o"])
         .arg(&theirs)
         .args(work)
         .output()
         .unwrap();
     assert!(perf_run.status.success(), "perf: {perf_run:?}");
-    let ours = run_as(as_nobody(&[]), &scratch, &[&["-q"][..], &work].concat());
+    let ours = run_as(user.shardrec(&[]), scratch, &[&["-q"][..], &work].concat());
     assert!(
         ours.status.success(),
         "shardrec: {}",

@@ -5,9 +5,11 @@
 
 mod common;
 
+use std::path::Path;
 use std::process::{Child, Command};
 
 use common::*;
+use shardrec_testkit::Nobody;
 
 /// A busy process, killed when dropped.
 struct Busy(Child);
@@ -164,13 +166,12 @@ fn every_term_and_operator_keeps_exactly_what_it_says() {
     let cgroup = TestCgroup::new("shardrec-filter-terms");
     let in_cgroup = Busy(cgroup.spin("30"));
     let a = Busy::hot();
-    // A task named "fspin", run as nobody.
+    // A task named "fspin", run as nobody (from a copy nobody can reach).
     let named = scratch.0.join("fspin");
-    std::os::unix::fs::symlink(load(), &named).unwrap();
+    std::fs::copy(load(), &named).unwrap();
     let nobody = Busy::start(
-        Command::new("setpriv")
-            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-            .arg(&named)
+        Nobody::new(&scratch.0, &[&named])
+            .command(&named)
             .args(["hot", "30"]),
     );
     std::thread::sleep(std::time::Duration::from_millis(300));
@@ -317,20 +318,17 @@ fn a_regular_user_filters_with_the_filter_root_pinned() {
     let Some((_serial, scratch)) = recording_test("filter-pinned") else {
         return;
     };
-    std::fs::set_permissions(
-        &scratch.0,
-        std::os::unix::fs::PermissionsExt::from_mode(0o777),
-    )
-    .unwrap();
-    let shardrec = env!("CARGO_BIN_EXE_shardrec");
-    let nobody = "setpriv --reuid=65534 --regid=65534 --clear-groups --";
+    let shardrec = Path::new(env!("CARGO_BIN_EXE_shardrec"));
+    let nobody = Nobody::new(&scratch.0, &[shardrec, Path::new(load())]);
     // The workload: the load's busy loop in a child of sh, then sh's own.
     let record = format!(
-        "{nobody} {shardrec} record -N -e cpu-clock:u --filter 'comm == shardrec-load' --keep-shards -o {out} -- \
+        "{nobodys_shardrec} record -N -e cpu-clock:u --filter 'comm == shardrec-load' --keep-shards -o {out} -- \
          sh -c '{load} hot 0.4; i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done'",
+        nobodys_shardrec = nobody.shell_words(shardrec),
         out = scratch.output().display(),
-        load = load(),
+        load = nobody.copy_of(Path::new(load())).display(),
     );
+    let shardrec = shardrec.display();
     let script = format!(
         "set -x; mount -t bpf bpf /sys/fs/bpf || exit 9
          {shardrec} record --setup-filter pin || exit 10

@@ -4,26 +4,7 @@
 mod common;
 
 use common::*;
-
-/// Sets a sysctl and puts the old value back on drop.
-struct Sysctl {
-    path: &'static str,
-    old: String,
-}
-
-impl Sysctl {
-    fn set(path: &'static str, value: &str) -> Option<Sysctl> {
-        let old = std::fs::read_to_string(path).ok()?;
-        std::fs::write(path, value).ok()?;
-        Some(Sysctl { path, old })
-    }
-}
-
-impl Drop for Sysctl {
-    fn drop(&mut self) {
-        let _ = std::fs::write(self.path, self.old.trim());
-    }
-}
+use shardrec_testkit::Sysctl;
 
 #[test]
 fn disabled_io_uring_is_named_before_anything_starts() {

@@ -409,17 +409,11 @@ fn a_users_processes_and_no_others() {
     let Some((_serial, scratch)) = recording_test("uid") else {
         return;
     };
-    let mut as_nobody = std::process::Command::new("setpriv");
-    as_nobody.args([
-        "--reuid=65534",
-        "--regid=65534",
-        "--clear-groups",
-        "--",
-        load(),
-    ]);
+    let load = std::path::Path::new(load());
+    let as_nobody = shardrec_testkit::Nobody::new(&scratch.0, &[load]).command(load);
     // Killed once recorded: long enough for any host.
     let (nobodys, _) = spinning(as_nobody, "600");
-    let (roots, _) = spinning(std::process::Command::new(load()), "600");
+    let (roots, _) = spinning(std::process::Command::new(load), "600");
     let (nobodys_pid, roots_pid) = (nobodys.0.id(), roots.0.id());
     record(
         &scratch,

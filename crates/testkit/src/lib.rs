@@ -59,3 +59,7 @@ impl Noise {
         (self.next_u64() % n.max(1) as u64) as usize
     }
 }
+
+mod host;
+
+pub use host::{with_empty_bpffs, Nobody, Sysctl};
