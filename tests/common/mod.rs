@@ -17,15 +17,46 @@ use shardrec_shard::{scan::ShardBytes, Meta, RecordingDir};
 pub use shardrec_testkit::require_root;
 
 /// Recordings share two CPUs: run one at a time so counts stay exact.
-pub fn serial() -> MutexGuard<'static, ()> {
+/// While a recording runs, the host's sysctls are what its checks assume,
+/// whatever the host had (put back after it):
+/// - `perf_event_max_sample_rate` at least the kernel's default (100000):
+///   the kernel lowers it by itself when sampling interrupts run long (a
+///   busy VM, an earlier storm), and perf and shardrec then refuse `-F`
+///   above it;
+/// - `kptr_restrict` 0: the kernel's addresses readable, so samples in the
+///   kernel are named (2 hides them even from root).
+pub struct Serial {
+    _sysctls: Vec<shardrec_testkit::Sysctl>,
+    _lock: MutexGuard<'static, ()>,
+}
+
+pub fn serial() -> Serial {
     static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+    let lock = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let rate = "/proc/sys/kernel/perf_event_max_sample_rate";
+    let low = std::fs::read_to_string(rate)
+        .ok()
+        .and_then(|r| r.trim().parse::<u32>().ok())
+        .is_some_and(|r| r < 100_000);
+    let mut sysctls = Vec::new();
+    sysctls.extend(
+        low.then(|| shardrec_testkit::Sysctl::set(rate, "100000"))
+            .flatten(),
+    );
+    sysctls.extend(shardrec_testkit::Sysctl::set(
+        "/proc/sys/kernel/kptr_restrict",
+        "0",
+    ));
+    Serial {
+        _sysctls: sysctls,
+        _lock: lock,
+    }
 }
 
 /// What a test that records needs: root (without it, `None`, after
 /// `require_root` has said why or failed the test under CI), the lock that
 /// runs recordings one at a time, and a scratch directory.
-pub fn recording_test(name: &str) -> Option<(MutexGuard<'static, ()>, Scratch)> {
+pub fn recording_test(name: &str) -> Option<(Serial, Scratch)> {
     if !require_root() {
         return None;
     }
