@@ -600,3 +600,44 @@ fn the_timestamp_boundary_is_always_recorded() {
         .unwrap();
     assert!(ms > 100.0, "sample duration {ms} ms for 0.2 s of samples");
 }
+
+/// `/proc/PID/stat`'s scheduling policy and real-time priority.
+fn policy_of(pid: i32) -> (u32, u32) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Fields after the command's closing parenthesis, from the state (3rd).
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .collect();
+    let field = |n: usize| fields[n - 3].parse().unwrap();
+    (field(41), field(40))
+}
+
+/// The writers run at normal priority, as perf's reading thread does: at
+/// SCHED_FIFO a writer preempts the workload on its CPU at every wakeup.
+/// `-r N` puts them at SCHED_FIFO N, as perf's `-r` puts its thread.
+#[test]
+fn writers_run_at_normal_priority_unless_r_asks() {
+    let Some((_serial, scratch)) = recording_test("realtime") else {
+        return;
+    };
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    for (asked, policy) in [(None, (0, 0)), (Some("7"), (1, 7))] {
+        let mut command = shardrec();
+        command
+            .args(["record", "-q", "-a", "-e", "cpu-clock", "-o"])
+            .arg(scratch.output());
+        if let Some(priority) = asked {
+            command.args(["-r", priority]);
+        }
+        let mut child = Reaped(command.args(["--", "sleep", "1"]).spawn().unwrap());
+        wait_for_start(&scratch.shards());
+        // The writers are forked first, one per CPU.
+        let writers = &helpers_of(child.0.id())[..cpus];
+        let policies: Vec<(u32, u32)> = writers.iter().map(|&pid| policy_of(pid)).collect();
+        assert_eq!(policies, vec![policy; cpus], "-r {asked:?}");
+        assert!(wait_bounded(&mut child.0).success());
+    }
+}

@@ -67,7 +67,6 @@ const ALWAYS: &str =
 /// order and words.
 #[rustfmt::skip]
 pub const OPTIONS: &[PerfOption] = &[
-    opt(Some('r'), "realtime", Required("n"), "collect data with this RT SCHED_FIFO priority", Moot("shardrec's writers and VIP already run at SCHED_FIFO priority 1")),
     opt(Some('S'), "snapshot", Optional("opts"), "AUX area tracing Snapshot Mode", Later),
     opt(Some('T'), "timestamp", Flag, "Record the sample timestamps", Moot(ALWAYS)),
     opt(None, "affinity", Required("node|cpu"), "Set affinity mask of trace reading thread", Moot(PER_CPU)),

@@ -374,6 +374,9 @@ pub struct RunArgs {
     /// be more verbose (-v: fallbacks; -vv: every attr before it is tried)
     #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count)]
     verbose: u8,
+    /// collect data with this RT SCHED_FIFO priority (shardrec's writers, one per CPU; at normal priority without it, as perf's reader)
+    #[arg(short = 'r', long = "realtime", value_name = "n", value_parser = clap::value_parser!(i32).range(1..=99))]
+    realtime: Option<i32>,
     /// Parse options then exit
     #[arg(long = "dry-run")]
     pub dry_run: bool,
@@ -459,6 +462,7 @@ impl RecordArgs {
             switch_output_events,
             overwrite: output.overwrite,
             verbose: run.verbose,
+            realtime: run.realtime,
             quiet: run.quiet,
             delay: parsed(&run.delay, options::parse_delay)?,
             control: parsed(&run.control, options::parse_control)?,

@@ -447,6 +447,7 @@ mod tests {
             attrs: Vec::new(),
             delay: None,
             overwrite: false,
+            realtime: None,
             synthesis: Default::default(),
             build_id_mmap: false,
             side_band_tracking: false,

@@ -229,6 +229,9 @@ pub struct RecordConfig {
     pub command: Vec<String>,
     /// `-k CLOCK`: timestamp with this `CLOCK_*` id instead of perf's clock.
     pub clockid: Option<i32>,
+    /// `-r PRIO`: the writers run at SCHED_FIFO priority PRIO, as perf's
+    /// reading thread does; at normal priority without it, as perf's.
+    pub realtime: Option<i32>,
 }
 
 impl RecordConfig {
@@ -260,6 +263,7 @@ impl RecordConfig {
             overwrite: false,
             command: Vec::new(),
             clockid: None,
+            realtime: None,
             sample: SampleOptions::default(),
             synthesis: crate::options::Synthesis::default(),
             verbose: 0,

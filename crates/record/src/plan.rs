@@ -59,6 +59,8 @@ pub struct Plan {
     pub delay: Option<Delay>,
     /// `--overwrite`: rings written backward, read only at snapshots.
     pub overwrite: bool,
+    /// `-r`: the writers' SCHED_FIFO priority.
+    pub realtime: Option<i32>,
     /// What is synthesized of the tasks before recording, and when.
     pub synthesis: crate::options::Synthesis,
     /// MMAP2 records carry build ids (`attr.build_id`).
@@ -215,6 +217,7 @@ impl Plan {
             switch_events,
             delay: config.delay,
             overwrite: config.overwrite,
+            realtime: config.realtime,
             synthesis: config.synthesis.clone(),
             build_id_mmap: build_id_mmap(config.sample.build_id_mmap, &mut warnings),
             side_band_tracking: config.overwrite && !config.no_bpf_event,

@@ -170,6 +170,21 @@ pub fn prefer_wakeups() -> &'static str {
     "unchanged"
 }
 
+/// Runs this process at real-time FIFO priority `priority` (perf record's
+/// `-r`): it then preempts every ordinary task on its CPU the moment it
+/// wakes, the workload included.
+pub fn realtime(priority: i32) -> std::io::Result<()> {
+    let param = libc::sched_param {
+        sched_priority: priority,
+    };
+    // SAFETY: sched_setscheduler reads the sched_param through the pointer
+    // for the call only; pid 0 is this process.
+    match unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) } {
+        0 => Ok(()),
+        _ => Err(std::io::Error::last_os_error()),
+    }
+}
+
 /// Lowers this process to the least CPU priority (nice 19; its I/O
 /// priority follows nice where none is set): for work that may wait,
 /// such as a merge while recording goes on.

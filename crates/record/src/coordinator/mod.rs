@@ -168,6 +168,7 @@ impl<'a> Recording<'a> {
             ring_pages: self.plan.ring_pages,
             sync_shard: self.output.sync_shards,
             overwrite: self.plan.overwrite,
+            realtime: self.plan.realtime,
             writes: writers::shard_writes(&self.output.dir)?,
         };
         let (dir, windows) = (&self.output.dir, self.output.window_at());
