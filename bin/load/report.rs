@@ -48,8 +48,8 @@ impl Start {
     }
 
     /// Writes one line of `key=value` words to `path`:
-    /// `pid start_unix_ns elapsed_ns user_us sys_us maxrss_kb`, then
-    /// `work` where the workload set it.
+    /// `pid start_unix_ns elapsed_ns user_us sys_us maxrss_kb
+    /// runqueue_ns`, then `work` where the workload set it.
     pub fn write(&self, path: &str) -> Result<(), String> {
         let end = self.end.unwrap_or_else(Instant::now);
         let elapsed = end.duration_since(self.instant).as_nanos();
@@ -61,14 +61,26 @@ impl Start {
         };
         let work = self.work.map_or(String::new(), |w| format!(" work={w}"));
         let line = format!(
-            "pid={} start_unix_ns={} elapsed_ns={} user_us={} sys_us={} maxrss_kb={}{work}\n",
+            "pid={} start_unix_ns={} elapsed_ns={} user_us={} sys_us={} maxrss_kb={} runqueue_ns={}{work}\n",
             std::process::id(),
             self.unix_ns,
             elapsed,
             micros(&me, true) + micros(&children, true),
             micros(&me, false) + micros(&children, false),
             me.max_rss().max(children.max_rss()),
+            main_thread_runqueue_ns(),
         );
         std::fs::write(path, line).map_err(|e| format!("writing {path}: {e}"))
     }
+}
+
+/// How long the main thread waited on a run queue, runnable but not
+/// running (`/proc/self/schedstat`'s second field; 0 where the kernel
+/// keeps no schedstat): on a busy host, time that is neither on-CPU nor a
+/// wait of its own.
+fn main_thread_runqueue_ns() -> u64 {
+    std::fs::read_to_string("/proc/self/schedstat")
+        .ok()
+        .and_then(|stat| stat.split_whitespace().nth(1)?.parse().ok())
+        .unwrap_or(0)
 }
