@@ -374,6 +374,40 @@ fn kcore_where_the_kernel_has_none() {
     assert!(!scratch.output().exists());
 }
 
+/// `-r` where the user may not take a real-time priority: one line and
+/// perf's exit status (255: perf says "Could not set realtime priority"),
+/// before anything is recorded.
+#[test]
+fn a_realtime_priority_the_user_may_not_take_is_one_line() {
+    if !require_root() {
+        return;
+    }
+    let user = Unprivileged::new("bad-realtime");
+    let scratch = &user.scratch;
+    let ran = scratch.0.join("ran");
+    let touch = ["--", "touch", ran.to_str().unwrap()];
+    let output = run_as(
+        user.shardrec(&["--rtprio=0"]),
+        scratch,
+        // --no-bpf-event: without it, nobody is first warned that BPF
+        // programs will not be captured.
+        &[
+            &["-q", "--no-bpf-event", "-r", "5", "-e", "cpu-clock:u"][..],
+            &touch,
+        ]
+        .concat(),
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(255), "{stderr}");
+    assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("cannot run at SCHED_FIFO priority 5 (-r): Operation not permitted"),
+        "{stderr}"
+    );
+    assert!(!ran.exists(), "the command ran");
+    assert!(!scratch.output().exists() && !scratch.shards().exists());
+}
+
 #[test]
 fn locked_memory_limit() {
     if !require_root() {
