@@ -454,7 +454,7 @@ fn the_process_limit_is_named_and_nothing_is_left_behind() {
     // Room for the coordinator and its held workload, not for a writer; the
     // threads that open each CPU's events cannot start either, so that
     // work falls back to the coordinator's own thread first.
-    let limit = tasks_of(65534) + 2;
+    let limit = tasks_of(Nobody::UID) + 2;
     let nproc = format!("--nproc={limit}");
     let output = run_as(
         user.shardrec(&[&nproc]),
@@ -475,7 +475,7 @@ fn the_process_limit_is_named_and_nothing_is_left_behind() {
         "a shard directory was left behind"
     );
     assert_eq!(
-        tasks_of(65534),
+        tasks_of(Nobody::UID),
         limit - 2,
         "a process of the recording is left"
     );
