@@ -641,3 +641,52 @@ fn writers_run_at_normal_priority_unless_r_asks() {
         assert!(wait_bounded(&mut child.0).success());
     }
 }
+
+/// The live merger writes perf record's order, not a sorted one: every
+/// record after FINISHED_ROUND k is no earlier than the latest record
+/// before FINISHED_ROUND k-1 (tools/perf/util/ordered-events.c), and perf
+/// reads the file with nothing out of order, every sample in place.
+#[test]
+fn a_live_perf_data_keeps_perfs_round_rule() {
+    let Some((_serial, scratch)) = recording_test("live-rounds") else {
+        return;
+    };
+    let mut command = shardrec();
+    command
+        .args(["record", "-a", "-e", "cpu-clock", "-F", "4000"])
+        .args(["--keep-shards", "-o"])
+        .arg(scratch.output())
+        .args(["--", load(), "spin", "1.5"]);
+    let output = run(command);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(stderr.contains("merged while recording"), "{stderr}");
+    assert!(!stderr.contains("out of order"), "{stderr}");
+    let shards = Recording::read(&scratch.shards());
+    let raw = raw_times(&scratch.output(), &shards.meta.layouts());
+    let rounds = assert_perfs_round_rule(&raw);
+    assert!(
+        rounds >= 10,
+        "{rounds} rounds in 1.5 s of rounds every 50 ms"
+    );
+    let in_shards = shards.samples().count();
+    let raw_samples = raw.iter().filter(|(t, _)| *t == RecordType::SAMPLE);
+    assert_eq!(raw_samples.count(), in_shards);
+    let stats = perf(&["report", "--stats"], &scratch.output());
+    assert_no_complaint(&stats, "perf report --stats");
+    let script = perf(&["script", "-F", "time"], &scratch.output());
+    assert_no_complaint(&script, "perf script");
+    let times: Vec<f64> = String::from_utf8_lossy(&script.stdout)
+        .lines()
+        .map(|l| l.trim().trim_end_matches(':').parse().expect("a time"))
+        .collect();
+    assert_eq!(times.len(), in_shards, "perf script's samples");
+    assert!(
+        times.windows(2).all(|w| w[0] <= w[1]),
+        "perf script goes back"
+    );
+    assert_eq!(
+        samples_by_linux_perf_data(&scratch.output()),
+        in_shards as u64
+    );
+}

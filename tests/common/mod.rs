@@ -416,6 +416,35 @@ pub fn raw_times(file: &Path, layouts: &Layouts) -> Vec<(RecordType, Option<u64>
     records
 }
 
+/// Checks [`raw_times`] against perf's round rule
+/// (tools/perf/util/ordered-events.c): every record after FINISHED_ROUND
+/// k is no earlier than the latest record before FINISHED_ROUND k-1.
+/// Returns the rounds.
+pub fn assert_perfs_round_rule(raw: &[(RecordType, Option<u64>)]) -> usize {
+    let (mut floor, mut at_last_round, mut latest) = (0, 0, 0);
+    let (mut rounds, mut broken, mut backwards) = (0, Vec::new(), 0);
+    for (i, (type_, time)) in raw.iter().enumerate() {
+        if *type_ == RecordType::FINISHED_ROUND {
+            (floor, at_last_round) = (at_last_round, latest);
+            rounds += 1;
+            continue;
+        }
+        let Some(time) = *time else { continue };
+        if time < floor {
+            broken.push((i, time, floor));
+        }
+        backwards += u64::from(time < latest);
+        latest = latest.max(time);
+    }
+    eprintln!("{rounds} rounds; {backwards} records earlier than one before them");
+    assert_eq!(
+        broken,
+        [],
+        "records (index, time, floor) breaking perf's round rule"
+    );
+    rounds
+}
+
 /// A perf.data's data section, as its header places it.
 fn data_section(bytes: &[u8]) -> &[u8] {
     let (offset, size) = shardrec_perfdata::header::data_section(bytes).expect("a perf.data");

@@ -281,24 +281,6 @@ impl<'a, S: RecordSink> RecordWriter<'a, S> {
         }
     }
 
-    /// Records read from shards, in order: those that go as they are go
-    /// out together.
-    pub fn put_all(&mut self, records: &[&[u8]]) -> io::Result<()> {
-        let mut whole = 0;
-        for (i, record) in records.iter().enumerate() {
-            let going = self.observe(record);
-            if matches!(going, Going::AsIs) {
-                continue;
-            }
-            self.out.records(&records[whole..i])?;
-            if let Going::Changed(changed) = going {
-                self.out.record(&changed)?;
-            }
-            whole = i + 1;
-        }
-        self.out.records(&records[whole..])
-    }
-
     /// Counts `record`, watches it for the binaries it hits, and says how
     /// it goes out: without the padding the kernel left after its
     /// trailer, or, a wait of the off-CPU program, as perf's
@@ -350,12 +332,30 @@ enum Going {
 }
 
 impl<S: RecordSink> crate::live::RoundSink for RecordWriter<'_, S> {
-    fn put(&mut self, record: &[u8]) -> io::Result<()> {
-        RecordWriter::put(self, record)
-    }
-
-    fn put_all(&mut self, records: &[&[u8]]) -> io::Result<()> {
-        RecordWriter::put_all(self, records)
+    /// Each run's records are observed one by one; those that go as they
+    /// are go out as the run's pieces, one slice each, not one per record.
+    fn put_runs(&mut self, runs: &[&[u8]]) -> io::Result<()> {
+        let mut pieces: Vec<&[u8]> = Vec::with_capacity(runs.len());
+        for run in runs {
+            let mut whole = 0;
+            let mut at = 0;
+            for record in crate::live::records_of(run) {
+                let going = self.observe(record);
+                let end = at + record.len();
+                if !matches!(going, Going::AsIs) {
+                    pieces.extend(Some(&run[whole..at]).filter(|p| !p.is_empty()));
+                    self.out.records(&pieces)?;
+                    pieces.clear();
+                    if let Going::Changed(changed) = going {
+                        self.out.record(&changed)?;
+                    }
+                    whole = end;
+                }
+                at = end;
+            }
+            pieces.extend(Some(&run[whole..at]).filter(|p| !p.is_empty()));
+        }
+        self.out.records(&pieces)
     }
 
     fn end_round(&mut self) -> io::Result<()> {

@@ -65,8 +65,8 @@ pub struct MergeReport {
     /// Header features a merge into perf's pipe format left out, each too
     /// large for a record (64 KiB).
     pub left_out_of_pipe: Vec<String>,
-    /// A live merge's records that arrived behind a round it had written,
-    /// and went out in the next one.
+    /// A live merge's records earlier than perf's round rule allows
+    /// (perf counts each as an out-of-order event).
     pub late_records: u64,
     /// A live merge's rounds (0 for a merge after the fact).
     pub rounds: u64,
@@ -128,7 +128,7 @@ impl fmt::Display for MergeReport {
                 self.elapsed.as_secs_f64(),
                 match self.late_records {
                     0 => String::new(),
-                    late => format!(" ({late} records came behind a round already written, and went out in the next)"),
+                    late => format!(" ({late} records came later than perf's rounds allow: perf will say they are out of order)"),
                 }
             )?,
         }

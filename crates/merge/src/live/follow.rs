@@ -133,6 +133,12 @@ impl Follower {
         take: &mut impl FnMut(u64, u64, &[u8]),
     ) -> io::Result<u64> {
         self.drop_written_copies(limit)?;
+        // Nothing written past what was taken (a quiet CPU's shard): no
+        // look at the file.
+        if limit.is_some_and(|limit| limit <= self.pos) {
+            self.exhausted = last;
+            return Ok(0);
+        }
         let Some(bytes) = self
             .bytes
             .as_mut()

@@ -1,12 +1,11 @@
 //! The live merge: perf.data written while the recording goes on.
 //!
-//! The same merge as after the fact (the same record sink, `-z`, build-id
-//! tracking, features and report), but each round is bounded by the low
-//! watermark ([`watermark`]) instead of by the end of the shards: the
-//! records read so far that are earlier than it go out in time order,
-//! then a FINISHED_ROUND; the rest wait for the next round. A record that
-//! arrives earlier than a round already written (it should not) is
-//! counted and goes out in the next round, never dropped.
+//! The same output as after the fact (the same record sink, `-z`,
+//! build-id tracking, features and report), but in perf record's order,
+//! not sorted: each round writes what every shard holds past what went
+//! out, as it lies, and a FINISHED_ROUND ends it once the output covers
+//! a look at the rings' heads ([`rounds`]). A record that breaks perf's
+//! round rule (it should not) is counted.
 //!
 //! Its caller knows the rings: it hands each round what every ring's
 //! writer has written and a way to read the rings' heads
@@ -16,7 +15,6 @@ mod follow;
 mod freeing;
 mod rounds;
 mod sink;
-pub mod watermark;
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -36,7 +34,7 @@ use crate::shard_set::ShardPaths;
 use crate::{MergeError, MergeOptions, MergeReport};
 use follow::Follower;
 use freeing::Freeing;
-pub use rounds::{Lag, Round, RoundSink, Rounds, MARGIN_NS};
+pub use rounds::{records_of, Lag, Round, RoundSink, Rounds};
 pub use sink::LiveOutput;
 use sink::Sink;
 
@@ -114,18 +112,12 @@ impl<'a> LiveMerge<'a> {
             .unzip();
         let (cpus, read_to_end) = followers(&shards, prefix.as_ref());
         let rounds = Rounds::new(cpus, read_to_end);
-        let round_bytes = match options.compression_level {
-            Some(_) => shardrec_perfdata::compressed::MAX_INPUT as u64,
-            None => crate::slices::ROUND_BYTES,
-        };
         Ok(LiveMerge {
             recording,
             layouts,
             output: path.clone(),
             options: options.clone(),
-            rounds: rounds
-                .with_round_bytes(round_bytes)
-                .written_up_to(prefix.as_ref().map_or(0, |p| p.until)),
+            rounds: rounds.written_up_to(prefix.as_ref().map_or(0, |p| p.until)),
             freeing,
             synth,
             records,
@@ -178,11 +170,15 @@ impl<'a> LiveMerge<'a> {
         }
     }
 
-    /// After a round: frees the shards behind the output, where it does.
+    /// After a round: frees the shards behind the output, where it does,
+    /// once the output ends a round that a merge can take it up from.
     fn free_behind(&mut self) -> io::Result<()> {
         let Some(freeing) = self.freeing.as_mut() else {
             return Ok(());
         };
+        if !self.rounds.at_round_end() {
+            return Ok(());
+        }
         match self.records.out.sink_mut() {
             Sink::File { writer, .. } => {
                 let data = (writer.data_offset(), writer.data_size());

@@ -1,28 +1,28 @@
-//! The live merge's ordering: records read from growing shards wait in
-//! one heap, and each round sends out, in time order, those earlier than
-//! the watermark less [`MARGIN_NS`], then ends the round. Ties keep shard
-//! order, then file order, as the merge after the fact, so both give the
-//! same records in the same order.
+//! The live merge's rounds, as perf record makes them: each round takes
+//! what every shard (or its ring) holds past what went out, in shard
+//! order, without sorting, and a FINISHED_ROUND closes it once what went
+//! out covers a look at the rings' heads ([`Looks`]). That is the order
+//! perf's readers need (tools/perf/util/ordered-events.c): every record
+//! after FINISHED_ROUND k is no earlier than the latest record before
+//! FINISHED_ROUND k-1. The records go out as runs, a shard's bytes as
+//! they lie in its mapping, not one by one; each record is still walked
+//! once, by its header, for the shard's summary and the build ids.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+mod looks;
+
 use std::io;
 
 use shardrec_control::fault::Site;
+use shardrec_format::header::RecordHeader;
 use shardrec_format::layouts::{FieldReader, Layouts};
 use shardrec_shard::merged_prefix::Resume;
 use shardrec_shard::scan::file_name;
+use std::collections::HashMap;
 
 use super::follow::Follower;
-use super::watermark::Watermark;
-use crate::slices::ROUND_BYTES;
+use looks::Looks;
 
-/// How far a round's cut stays behind the watermark: a record's time is
-/// taken a moment before the kernel publishes it, and a vCPU can be held
-/// by its host in between.
-pub const MARGIN_NS: u64 = 10_000_000;
-
-/// Resident record bytes a round reads ahead, split between the shards.
+/// Resident record bytes a round reads, split between the shards.
 const READ_BUDGET: usize = 64 << 20;
 
 /// Record bytes written between two releases of the shards' pages behind
@@ -34,31 +34,12 @@ const DRAIN_STEP: usize = 16 << 20;
 
 /// Where a round's records go.
 pub trait RoundSink {
-    /// One whole record.
-    fn put(&mut self, record: &[u8]) -> io::Result<()>;
-    /// Whole records, in order: those a round writes between two
-    /// FINISHED_ROUNDs, a batch at a time, so a sink can write them from
-    /// where they are instead of copying each.
-    fn put_all(&mut self, records: &[&[u8]]) -> io::Result<()> {
-        records.iter().try_for_each(|record| self.put(record))
-    }
+    /// Runs of whole records, in order, each run the bytes of records
+    /// that lie one after the other (in a shard, or in a copy of its
+    /// ring), so a sink can write a run from where it is.
+    fn put_runs(&mut self, runs: &[&[u8]]) -> io::Result<()>;
     /// A FINISHED_ROUND.
     fn end_round(&mut self) -> io::Result<()>;
-}
-
-/// The most records a round hands its sink at once (a `writev` takes at
-/// most 1024 pieces).
-const BATCH: usize = 1024;
-
-/// A record read and not yet written: where it is in its shard (which
-/// its follower maps), not a copy.
-#[derive(PartialEq, Eq, PartialOrd, Ord)]
-struct Pending {
-    time: u64,
-    shard: usize,
-    seq: u64,
-    offset: u64,
-    len: usize,
 }
 
 /// What a round did.
@@ -68,35 +49,31 @@ pub struct Round {
     pub written: u64,
     /// Shard bytes read.
     pub read: u64,
-    /// The time written up to (0 before the first cut).
+    /// The latest time written (0 before the first record).
     pub cut: u64,
 }
 
-/// The shards followed, and the records read from them not yet written.
+/// The shards followed, and where perf's round rule stands.
 pub struct Rounds {
     /// The shards; those from `to_end` on are read to their end each
     /// round (their writer frees a ring only once its records are in the
     /// file), the others up to what the round is told is written.
     pub followers: Vec<Follower>,
     to_end: usize,
-    pending: BinaryHeap<Reverse<Pending>>,
-    seq: u64,
-    watermark: Watermark,
-    read_up_to: u64,
-    cut: u64,
-    /// Records read behind a round already written (they go out in the
-    /// next one).
+    looks: Looks,
+    /// Where each CPU's shard begins in its ring, as the last round saw.
+    cpu_bases: Vec<u64>,
+    order: RoundOrder,
+    /// Records that broke perf's round rule (they should not): perf
+    /// counts each as an out-of-order event.
     pub late: u64,
-    /// Rounds that wrote records (each one FINISHED_ROUND or more).
+    /// Rounds that wrote records.
     pub rounds: u64,
-    /// Bytes of the records in `pending`.
-    pending_bytes: usize,
-    /// Bytes written since the last FINISHED_ROUND.
-    unrounded: u64,
+    /// Whether the last thing written ends a round that covered a look at
+    /// the rings: the output can be taken up from there.
+    at_round_end: bool,
     /// Bytes written since the shards' pages behind were last released.
     unreleased: u64,
-    /// Bytes between two FINISHED_ROUNDs.
-    round_bytes: u64,
     /// The most the output was behind the recording.
     pub lag: Lag,
 }
@@ -106,8 +83,93 @@ pub struct Rounds {
 pub struct Lag {
     /// Bytes in the shards not yet written out.
     pub bytes: u64,
-    /// From a look at the rings to the round written up to it.
+    /// From a look at the rings to the round that covered it.
     pub time: std::time::Duration,
+}
+
+/// The latest times around the FINISHED_ROUNDs written: what perf's rule
+/// holds the next records to.
+#[derive(Default)]
+struct RoundOrder {
+    /// The latest time before the FINISHED_ROUND before last: no record
+    /// may now be earlier.
+    floor: u64,
+    /// The latest time before the last FINISHED_ROUND.
+    at_last_round: u64,
+    /// The latest time written.
+    latest: u64,
+}
+
+impl RoundOrder {
+    /// A record of `time` (0: none) goes out: whether it breaks the rule.
+    fn put(&mut self, time: u64) -> bool {
+        self.latest = self.latest.max(time);
+        time > 0 && time < self.floor
+    }
+
+    fn end_round(&mut self) {
+        self.floor = self.at_last_round;
+        self.at_last_round = self.latest;
+    }
+}
+
+/// A run of records read in one go from one follower: its shard's offset
+/// and length.
+#[derive(Clone, Copy)]
+struct Run {
+    follower: usize,
+    offset: u64,
+    len: usize,
+}
+
+/// The runs a round gathers, records that lie one after the other in
+/// one place joined into one.
+#[derive(Default)]
+struct Runs {
+    done: Vec<Run>,
+    open: Option<Run>,
+    records: u64,
+    bytes: u64,
+}
+
+impl Runs {
+    /// What takes follower `follower`'s records as they are read, each
+    /// checked against perf's round rule (`order`, counting in `late`
+    /// those that break it).
+    fn taker<'r>(
+        &'r mut self,
+        follower: usize,
+        order: &'r mut RoundOrder,
+        late: &'r mut u64,
+    ) -> impl FnMut(u64, u64, &[u8]) + 'r {
+        move |offset, time, bytes| {
+            *late += u64::from(order.put(time));
+            self.add(follower, offset, bytes.len());
+        }
+    }
+
+    fn add(&mut self, follower: usize, offset: u64, len: usize) {
+        self.records += 1;
+        self.bytes += len as u64;
+        match self.open.as_mut() {
+            Some(run) if run.follower == follower && run.offset + run.len as u64 == offset => {
+                run.len += len
+            }
+            _ => {
+                self.cut();
+                self.open = Some(Run {
+                    follower,
+                    offset,
+                    len,
+                });
+            }
+        }
+    }
+
+    /// What follows is not where the open run lies.
+    fn cut(&mut self) {
+        self.done.extend(self.open.take());
+    }
 }
 
 impl Rounds {
@@ -118,28 +180,25 @@ impl Rounds {
         Rounds {
             followers: cpus.into_iter().chain(read_to_end).collect(),
             to_end,
-            pending: BinaryHeap::new(),
-            seq: 0,
-            watermark: Watermark::default(),
-            read_up_to: 0,
-            cut: 0,
+            looks: Looks::default(),
+            cpu_bases: Vec::new(),
+            order: RoundOrder::default(),
             late: 0,
             rounds: 0,
-            pending_bytes: 0,
-            unrounded: 0,
+            at_round_end: true,
             unreleased: 0,
-            round_bytes: ROUND_BYTES,
             lag: Lag::default(),
         }
     }
 
-    /// One round. `written[i]` is how far shard `i` (before `to_end`) is
+    /// One round. `heads` reads every ring's head, first: the look this
+    /// round's FINISHED_ROUND must cover. Then every shard's new records
+    /// go out: `written[i]` is how far shard `i` (before `to_end`) is
     /// known written, and `unwritten(i, offset)` copies its ring's bytes
     /// not written yet if they would start at that offset of the shard
-    /// (see [`Follower::take_unwritten`]); `rings_read` turns what each
-    /// shard has been read to into every ring's read position, and
-    /// `heads` reads every ring's head, in the same order (see
-    /// [`Watermark`]).
+    /// (see [`Follower::take_unwritten`]). `rings_read` turns what each
+    /// shard has been read to into every ring's read position, in the
+    /// order of the heads.
     pub fn round(
         &mut self,
         layouts: &Layouts,
@@ -149,27 +208,21 @@ impl Rounds {
         heads: impl FnOnce() -> Vec<u64>,
         sink: &mut impl RoundSink,
     ) -> io::Result<Round> {
-        // Records wait here until the watermark passes them: while the
-        // budget is full, only the shard that holds the watermark back is
-        // read on, or the watermark would wait for reading that waits for
-        // it (what it adds is written as soon as it is read past).
-        let before: Vec<u64> = self.followers.iter().map(Follower::taken).collect();
+        self.looks.look(heads());
         let most = (READ_BUDGET / self.followers.len().max(1)).clamp(1 << 20, 32 << 20);
-        let only = (self.pending_bytes >= READ_BUDGET).then(|| self.holding_back(written));
-        let limit = |i: usize| match only {
-            Some(only) if only != Some(i) => before.get(i).copied(),
-            _ => written.get(i).copied(),
-        };
-        let read = self.read(layouts, limit, most, false, unwritten)?;
+        let limit = |i: usize| written.get(i).copied();
+        let (read, records) = self.read_out(layouts, limit, most, false, unwritten, sink)?;
         let taken: Vec<u64> = self.followers.iter().map(Follower::taken).collect();
-        let mut round = Round {
-            read,
-            ..Round::default()
-        };
-        let read_times = self.read_times();
-        if let Some(mark) = self.watermark.advance(&rings_read(&taken), &read_times) {
-            round.written = self.write_until(mark.saturating_sub(MARGIN_NS), sink)?;
+        let positions = rings_read(&taken);
+        // Where each CPU's shard begins in its ring, for the end's rounds.
+        self.cpu_bases = (positions.iter().zip(&taken).take(self.to_end))
+            .map(|(position, taken)| position.wrapping_sub(*taken))
+            .collect();
+        let covered = self.looks.covered(&positions);
+        if let Some(delay) = covered {
+            self.lag.time = self.lag.time.max(delay);
         }
+        self.close_round(covered.is_some(), records, sink)?;
         // How far behind the recording the output is: the bytes written
         // into the shards and not out yet.
         let unread: u64 = written
@@ -177,239 +230,212 @@ impl Rounds {
             .zip(&taken)
             .map(|(w, t)| w.saturating_sub(*t))
             .sum();
-        let behind = unread + self.pending_bytes as u64;
-        self.lag.bytes = self.lag.bytes.max(behind);
-        if round.written > 0 {
+        self.lag.bytes = self.lag.bytes.max(unread);
+        if records > 0 {
             crate::data_out::injected_fault(&[Site::MergeRound])?;
-        } else if self.pending_bytes > 0 {
-            // Records held back by the watermark are as far behind the
-            // recording as the last look at the rings it reached, though
-            // no round reaches the output.
-            self.note_delay();
         }
-        // Read after every record taken so far: what comes later is later.
-        self.watermark.note(self.read_up_to, heads());
-        round.cut = self.cut;
-        Ok(round)
+        Ok(Round {
+            written: records,
+            read,
+            cut: self.order.latest,
+        })
     }
 
-    /// For each shard read from one CPU's ring (before `to_end`), the time
-    /// no record still to come from it can precede.
-    fn read_times(&self) -> Vec<u64> {
-        let cpus = &self.followers[..self.to_end.min(self.followers.len())];
-        cpus.iter().map(Follower::time_bound).collect()
+    /// After a round that wrote `records`: a FINISHED_ROUND if the round
+    /// covered a look at the rings taken since the last one, as perf's
+    /// rule needs (the records before the last FINISHED_ROUND were all
+    /// read before that look, so anything still to come was published
+    /// after every one of them).
+    fn close_round(
+        &mut self,
+        covered: bool,
+        records: u64,
+        sink: &mut impl RoundSink,
+    ) -> io::Result<()> {
+        if records > 0 {
+            self.at_round_end = false;
+        }
+        if !covered || self.at_round_end {
+            return Ok(());
+        }
+        sink.end_round()?;
+        self.order.end_round();
+        self.looks.round_ended();
+        self.at_round_end = true;
+        self.rounds += 1;
+        Ok(())
     }
 
-    /// The CPU shard with records written and not read that was read to
-    /// the earliest time: the one that holds the watermark back.
-    fn holding_back(&self, written: &[u64]) -> Option<usize> {
-        let times = self.read_times();
-        let unread = |i: &usize| {
-            written
-                .get(*i)
-                .is_some_and(|&w| w > self.followers[*i].taken())
-        };
-        (0..times.len()).filter(unread).min_by_key(|&i| times[i])
+    /// Whether the output ends with a FINISHED_ROUND that covered a look
+    /// at the rings: a merge can go on from here ([`resume_points_by_name`]).
+    ///
+    /// [`resume_points_by_name`]: Self::resume_points_by_name
+    pub fn at_round_end(&self) -> bool {
+        self.at_round_end
     }
 
-    /// One round of the end, every writer done: reads on in every shard
-    /// and writes what no shard can still precede, as a merge after the
-    /// fact does (a shard read to its end holds nothing back; another
-    /// holds back what is within its lateness of its latest time read).
-    /// False once everything is written.
+    /// One step of the end, every writer done: reads on in every shard
+    /// and writes what it read, then a FINISHED_ROUND (nothing can come
+    /// after it that is earlier than what the shards still hold, which
+    /// their writers wrote before the stop). False once everything is
+    /// written.
     pub fn drain_step(&mut self, layouts: &Layouts, sink: &mut impl RoundSink) -> io::Result<bool> {
         // Small steps: between two, the shards behind the output can be
         // freed (see `freeing`).
         let most = (DRAIN_STEP / self.followers.len().max(1)).clamp(64 << 10, 4 << 20);
-        self.read(layouts, |_| None, most, true, |_, _| None)?;
-        let held_back = self
-            .followers
-            .iter()
-            .filter(|f| !f.exhausted())
-            .map(|f| f.time_bound().saturating_sub(MARGIN_NS))
-            .min();
-        self.write_until(held_back.unwrap_or(u64::MAX), sink)?;
-        Ok(held_back.is_some() || !self.pending.is_empty())
+        let no_copies = |_, _| None;
+        let (_, records) = self.read_out(layouts, |_| None, most, true, no_copies, sink)?;
+        // Looks taken while recording that the output has not covered yet
+        // end rounds as it does (the side band, its VIP done and its shard
+        // read whole, covers them all); the end ends one anyway.
+        let more = self.followers.iter().any(|f| !f.exhausted());
+        let read = self.rings_read_at_end();
+        let covered = self.looks.covered(&read).is_some();
+        self.close_round(covered || !more, records, sink)?;
+        Ok(more)
     }
 
-    /// The end, every writer done: the rest of every shard, in order.
+    /// Each ring's read position once every writer is done: a CPU's ring
+    /// where its shard is read to, the side band's past every head.
+    fn rings_read_at_end(&self) -> Vec<u64> {
+        let rings = self.looks.rings().unwrap_or(0);
+        let cpu = |i: usize| {
+            let base = self.cpu_bases.get(i)?;
+            Some(base.wrapping_add(self.followers.get(i)?.taken()))
+        };
+        (0..rings).map(|i| cpu(i).unwrap_or(u64::MAX)).collect()
+    }
+
+    /// The end, every writer done: the rest of every shard.
     pub fn drain(&mut self, layouts: &Layouts, sink: &mut impl RoundSink) -> io::Result<()> {
         while self.drain_step(layouts, sink)? {}
         Ok(())
     }
 
     /// A round's records reached the output (a stream may have made the
-    /// writes wait for its reader): notes how long after the look at the
-    /// rings that is.
+    /// writes wait for its reader).
     pub fn reached_output(&mut self) {
-        self.note_delay();
-    }
-
-    /// The output is as far behind as the watermark's look at the rings.
-    fn note_delay(&mut self) {
-        if let Some(delay) = self.watermark.delay() {
+        if let Some(delay) = self.looks.delay() {
             self.lag.time = self.lag.time.max(delay);
         }
     }
 
-    /// Ends a round every `bytes` of records instead: with `-z` a round
-    /// ends a compressed record, and compressing 64 KiB at a time took
-    /// three times the CPU of perf's rounds (a ring's read at a time).
-    pub fn with_round_bytes(mut self, bytes: u64) -> Rounds {
-        self.round_bytes = bytes;
-        self
-    }
-
-    /// Goes on from an output already written up to `cut` (by an earlier
-    /// merger): a record earlier than it, not written yet, is late.
+    /// Goes on from an output written up to the latest time `cut` by an
+    /// earlier merger, which ended a round there: nothing earlier may
+    /// follow this merger's first FINISHED_ROUND.
     pub fn written_up_to(mut self, cut: u64) -> Rounds {
-        self.cut = cut;
+        self.order = RoundOrder {
+            floor: 0,
+            at_last_round: cut,
+            latest: cut,
+        };
         self
     }
 
-    /// Every record earlier than this is written.
+    /// The latest time before the last FINISHED_ROUND. A live merger
+    /// that takes the output up from [`at_round_end`](Self::at_round_end)
+    /// holds what follows its first round to it. A merge after the fact
+    /// that does (after `kill -9`) sorts what is left and ends its first
+    /// round 64 KiB in: a record left earlier than this past that point
+    /// (a storm's last pass, read while the round before the checkpoint
+    /// was written) is one perf calls out of order.
     pub fn cut(&self) -> u64 {
-        self.cut
+        self.order.at_last_round
     }
 
-    /// Where a merge would resume each shard now, by its file name.
+    /// Where a merge would resume each shard now, by its file name: from
+    /// the first record not written (everything before it is).
     pub fn resume_points_by_name(&self) -> HashMap<String, Resume> {
+        let point = |f: &Follower| Resume {
+            start: f.taken() as usize,
+            taken: f.taken() as usize,
+            until: self.cut(),
+        };
         let names = self.followers.iter().map(|f| file_name(&f.path));
-        names.zip(self.resume_points()).collect()
+        names.zip(self.followers.iter().map(point)).collect()
     }
 
-    /// Where a merge would resume each shard now (in the followers'
-    /// order): from its first record not written, leaving out those before
-    /// what was read that are earlier than [`cut`](Self::cut) (see
-    /// [`Resume`]).
-    fn resume_points(&self) -> Vec<Resume> {
-        let mut points: Vec<Resume> = self
-            .followers
-            .iter()
-            .map(|f| Resume {
-                start: f.taken() as usize,
-                taken: f.taken() as usize,
-                until: self.cut,
-            })
-            .collect();
-        for Reverse(pending) in &self.pending {
-            let point = &mut points[pending.shard];
-            point.start = point.start.min(pending.offset as usize);
-        }
-        points
-    }
-
-    /// Takes every shard's new records into `pending`; then, for a shard
-    /// read from one CPU's ring, those `unwritten` copies of its ring's
-    /// bytes its writer has not written yet, given the shard's offset the
-    /// copy would start at.
-    fn read(
+    /// Reads every shard's new records and writes them out, a run per
+    /// shard (and per copy of a ring's unwritten bytes): each up to
+    /// `limit(i)` (its end if `None`), at most `most` bytes, and for a
+    /// shard read from one CPU's ring (before `to_end`), what `unwritten`
+    /// copies of its ring past that. Returns the bytes read and the
+    /// records written.
+    fn read_out(
         &mut self,
         layouts: &Layouts,
         limit: impl Fn(usize) -> Option<u64>,
         most: usize,
         last: bool,
         mut unwritten: impl FnMut(usize, u64) -> Option<Vec<u8>>,
-    ) -> io::Result<u64> {
+        sink: &mut impl RoundSink,
+    ) -> io::Result<(u64, u64)> {
         let mut fields = FieldReader::new(layouts);
-        let mut total = 0;
+        let (mut read, mut runs) = (0, Runs::default());
         for (i, follower) in self.followers.iter_mut().enumerate() {
-            let (pending, seq, cut) = (&mut self.pending, &mut self.seq, self.cut);
-            let (read_up_to, late) = (&mut self.read_up_to, &mut self.late);
-            let pending_bytes = &mut self.pending_bytes;
-            let mut take = |offset, time, bytes: &[u8]| {
-                *late += u64::from(time < cut);
-                *read_up_to = (*read_up_to).max(time);
-                *pending_bytes += bytes.len();
-                pending.push(Reverse(Pending {
-                    time,
-                    shard: i,
-                    seq: *seq,
-                    offset,
-                    len: bytes.len(),
-                }));
-                *seq += 1;
-            };
-            // A shard read to its end each round is read whole: its rings
-            // count as read up to their tails.
+            // A shard read to its end each round is read whole.
             let (limit, most) = match i >= self.to_end {
                 true => (None, usize::MAX >> 1),
                 false => (limit(i), most),
             };
-            total += follower.read(limit, most, last, &mut fields, &mut take)?;
-            if i < self.to_end {
-                if let Some(copy) = unwritten(i, follower.taken()) {
-                    total += follower.take_unwritten(copy, &mut fields, &mut take);
-                }
+            let (order, late) = (&mut self.order, &mut self.late);
+            {
+                let mut take = runs.taker(i, order, late);
+                read += follower.read(limit, most, last, &mut fields, &mut take)?;
             }
+            // A copy of the ring lies elsewhere: a run of its own.
+            runs.cut();
+            let copy = (i < self.to_end)
+                .then(|| unwritten(i, follower.taken()))
+                .flatten();
+            if let Some(copy) = copy {
+                let mut take = runs.taker(i, order, late);
+                read += follower.take_unwritten(copy, &mut fields, &mut take);
+            }
+            runs.cut();
         }
-        Ok(total)
+        self.put_runs(&runs.done, sink)?;
+        self.release_behind(runs.bytes);
+        Ok((read, runs.records))
     }
 
-    /// Writes every pending record earlier than `cut` (and every late
-    /// one), then ends the round if it wrote any.
-    fn write_until(&mut self, cut: u64, sink: &mut impl RoundSink) -> io::Result<u64> {
-        let cut = cut.max(self.cut);
-        let mut written = 0;
-        let mut batch = Vec::new();
-        while self
-            .pending
-            .peek()
-            .is_some_and(|Reverse(next)| next.time < cut)
-        {
-            let Reverse(next) = self.pending.pop().expect("peeked");
-            self.pending_bytes -= next.len;
-            batch.push((next.shard, next.offset, next.len));
-            written += 1;
-            // Readers hold a round or two in their reorder buffer: a long
-            // cut is several rounds, as the merge after the fact cuts them.
-            self.unrounded += next.len as u64;
-            self.unreleased += next.len as u64;
-            let round_ends = self.unrounded >= self.round_bytes;
-            if round_ends || batch.len() == BATCH {
-                self.put_batch(&mut batch, sink)?;
-            }
-            if round_ends {
-                sink.end_round()?;
-                self.unrounded = 0;
-            }
+    /// Hands `runs` to `sink` from where the followers hold them.
+    fn put_runs(&self, runs: &[Run], sink: &mut impl RoundSink) -> io::Result<()> {
+        // A writev takes at most 1024 pieces.
+        for runs in runs.chunks(1024) {
+            let bytes: Vec<&[u8]> = runs
+                .iter()
+                .map(|r| self.followers[r.follower].record(r.offset, r.len))
+                .collect();
+            sink.put_runs(&bytes)?;
         }
-        self.put_batch(&mut batch, sink)?;
-        self.cut = cut;
-        if self.unreleased >= RELEASE_EVERY {
-            self.unreleased = 0;
-            let points = self.resume_points();
-            for (follower, point) in self.followers.iter().zip(points) {
-                follower.release_before(point.start as u64);
-            }
-        }
-        if written > 0 {
-            if self.unrounded > 0 {
-                sink.end_round()?;
-                self.unrounded = 0;
-            }
-            self.rounds += 1;
-        }
-        Ok(written)
+        Ok(())
     }
 
-    /// Hands `batch` (each record's shard, offset and length) to `sink`
-    /// from where the followers hold the records, and empties it.
-    fn put_batch(
-        &self,
-        batch: &mut Vec<(usize, u64, usize)>,
-        sink: &mut impl RoundSink,
-    ) -> io::Result<()> {
-        if batch.is_empty() {
-            return Ok(());
+    /// After `bytes` more went out: every [`RELEASE_EVERY`], the pages
+    /// behind the output leave the merger's mappings.
+    fn release_behind(&mut self, bytes: u64) {
+        self.unreleased += bytes;
+        if self.unreleased < RELEASE_EVERY {
+            return;
         }
-        let records: Vec<&[u8]> = batch
-            .iter()
-            .map(|&(shard, offset, len)| self.followers[shard].record(offset, len))
-            .collect();
-        batch.clear();
-        sink.put_all(&records)
+        self.unreleased = 0;
+        for follower in &self.followers {
+            follower.release_before(follower.taken());
+        }
     }
+}
+
+/// The whole records of `run`, one after the other (a run a follower
+/// handed out: whole records, validated as they were read).
+pub fn records_of(run: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let mut at = 0;
+    std::iter::from_fn(move || {
+        let header = RecordHeader::parse(run.get(at..)?)?;
+        let record = run.get(at..at + usize::from(header.size))?;
+        at += record.len();
+        Some(record)
+    })
 }
 
 #[cfg(test)]

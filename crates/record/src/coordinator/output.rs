@@ -166,11 +166,16 @@ impl RecordingOutput {
         windows.written(live.windows_done());
     }
 
-    /// `synth.shard` and `meta.start` are whole: the live merge begins.
+    /// `synth.shard` and `meta.start` are whole: the live merge begins,
+    /// and this returns once its output's head is written, before the
+    /// events are enabled, as perf record writes its header.
     pub(super) fn begin(&mut self) {
         self.live_began = true;
         if let Some(live) = self.live.as_mut() {
-            live.begin();
+            let done = live.begin_and_wait();
+            if let Some(windows) = self.windows.as_mut() {
+                windows.written(done);
+            }
         }
     }
 

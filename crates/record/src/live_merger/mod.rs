@@ -8,8 +8,9 @@
 //! It maps every ring (the CPUs' and the side band's) to read their
 //! control pages: how far the kernel has published (`data_head`) and how
 //! far the writer has written (`data_tail`). Where a CPU's writer has
-//! bytes left unwritten below its wakeup point (a quiet CPU's records, or
-//! what a busy thread left behind as it moved on), it copies them from
+//! up to half a ring unwritten (a quiet CPU's records, what a busy thread
+//! left behind as it moved on, or what came since the writer last woke),
+//! it copies them from
 //! the ring, leaving the ring as it is ([`RingBuffer::peek_unread`]), and
 //! writes them out from the copy; the
 //! writer writes them into the shard in its own time, where the merger
@@ -24,7 +25,10 @@
 //! begins: what a ring holds past its writer's tail may belong there.
 //!
 //! Its only commands come on a pipe: `b` once `synth.shard` and
-//! `meta.start` are whole; `c` before a window closes, which it answers
+//! `meta.start` are whole, which it answers once its output's head is
+//! written (the coordinator enables the events only then, as perf
+//! record writes its header before enabling: the merger's start, its
+//! costliest moment, is then not taken from the workload); `c` before a window closes, which it answers
 //! once it copies no more; `s` with a [`Switch`] when the window closed;
 //! `f` once every writer and the VIP are done and `meta` is final; the
 //! pipe's end without `f` abandons the output. Its answers come on
@@ -100,6 +104,8 @@ pub struct Switch {
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
 enum Message {
     WindowDone(WindowDone),
+    /// The answer to `b`: the output's head is written.
+    Started,
     /// The answer to `c`: nothing more is copied from the rings in this
     /// window.
     Closing,
@@ -192,18 +198,40 @@ impl LiveMerger {
         self.command(b"b");
     }
 
+    /// [`begin`](Self::begin), then returns once the merger has written
+    /// its output's head (or has ended), with the windows it finished
+    /// meanwhile.
+    pub fn begin_and_wait(&mut self) -> Vec<WindowDone> {
+        self.begin();
+        self.wait_for(|m| matches!(m, Message::Started))
+    }
+
     /// A `--switch-output` window is about to close: returns once the
     /// merger copies nothing more from the rings (or has ended), with the
     /// windows it finished meanwhile.
     pub fn closing(&mut self) -> Vec<WindowDone> {
         self.command(b"c");
+        self.wait_for(|m| matches!(m, Message::Closing))
+    }
+
+    /// Reads what the merger says until `answer`, which is taken, or
+    /// until it ends; returns the windows it finished meanwhile. Any other
+    /// message (how it ended) stays unread for [`outcome`](Self::outcome).
+    fn wait_for(&mut self, answer: fn(&Message) -> bool) -> Vec<WindowDone> {
         let mut done = Vec::new();
         let mut buffer = [0u8; 4096];
         while !self.ended {
-            let (finished, said) = decode(&mut self.unread);
-            done.extend(finished);
-            if said.iter().any(|m| matches!(m, Message::Closing)) {
-                break;
+            while let Some((message, len)) = decode_one(&self.unread) {
+                match message {
+                    Some(Message::WindowDone(window)) => done.push(window),
+                    Some(message) if answer(&message) => {
+                        self.unread.drain(..len);
+                        return done;
+                    }
+                    Some(_) => return done,
+                    None => {}
+                }
+                self.unread.drain(..len);
             }
             match self.results.read(&mut buffer) {
                 Ok(0) | Err(_) => break,
@@ -290,20 +318,25 @@ impl LiveMerger {
 /// finished, and the others.
 fn decode(unread: &mut Vec<u8>) -> (Vec<WindowDone>, Vec<Message>) {
     let (mut done, mut said, mut at) = (Vec::new(), Vec::new(), 0);
-    while let Some(len) = unread.get(at..at + 4) {
-        let len = u32::from_le_bytes(len.try_into().expect("four bytes")) as usize;
-        let Some(bytes) = unread.get(at + 4..at + 4 + len) else {
-            break;
-        };
-        match rmp_serde::from_slice(bytes) {
-            Ok(Message::WindowDone(window)) => done.push(window),
-            Ok(message) => said.push(message),
-            Err(_) => {}
+    while let Some((message, len)) = decode_one(&unread[at..]) {
+        match message {
+            Some(Message::WindowDone(window)) => done.push(window),
+            Some(message) => said.push(message),
+            None => {}
         }
-        at += 4 + len;
+        at += len;
     }
     unread.drain(..at);
     (done, said)
+}
+
+/// The first whole message in `bytes` (`None` if it cannot be read) and
+/// the bytes it takes, framing included; `None` short of a whole one.
+fn decode_one(bytes: &[u8]) -> Option<(Option<Message>, usize)> {
+    let len = bytes.get(..4)?;
+    let len = u32::from_le_bytes(len.try_into().expect("four bytes")) as usize;
+    let message = bytes.get(4..4 + len)?;
+    Some((rmp_serde::from_slice(message).ok(), 4 + len))
 }
 
 /// How a live merge ended.

@@ -1,6 +1,7 @@
 //! The live merge's rounds on shards made here and grown by hand, no
-//! kernel needed: a quiet shard, a lagging one, a late record, a record
-//! cut while its writer is still writing it.
+//! kernel needed: records as they lie, a round ended only once a look at
+//! the rings is covered, a ring's unwritten records, a record that breaks
+//! perf's rule, a record cut while its writer is still writing it.
 
 use std::io::{self, Write};
 use std::path::PathBuf;
@@ -12,7 +13,7 @@ use shardrec_format::sample_id::{IDENTIFIER, TID, TIME};
 use shardrec_format::views::Comm;
 use shardrec_format::{SampleId, SampleIdLayout};
 
-use super::{RoundSink, Rounds, MARGIN_NS};
+use super::{records_of, RoundSink, Rounds};
 use crate::live::follow::Follower;
 
 const ID: u64 = 7;
@@ -84,26 +85,33 @@ impl Drop for Shards {
 
 /// What went out: (time, tid) of each record, and `None` for a round's end.
 #[derive(Default)]
-struct Out(Vec<Option<(u64, u32)>>);
+struct Out {
+    went: Vec<Option<(u64, u32)>>,
+    /// The runs handed over.
+    runs: usize,
+}
 
 impl RoundSink for Out {
-    fn put(&mut self, record: &[u8]) -> io::Result<()> {
-        let tid = Comm::parse(record).unwrap().tid;
-        let layout = SampleIdLayout::new(IDENTIFIER | TID | TIME);
-        let time = layout.parse(record, RecordType::COMM).unwrap().time;
-        self.0.push(Some((time, tid)));
+    fn put_runs(&mut self, runs: &[&[u8]]) -> io::Result<()> {
+        self.runs += runs.len();
+        for record in runs.iter().flat_map(|run| records_of(run)) {
+            let tid = Comm::parse(record).unwrap().tid;
+            let layout = SampleIdLayout::new(IDENTIFIER | TID | TIME);
+            let time = layout.parse(record, RecordType::COMM).unwrap().time;
+            self.went.push(Some((time, tid)));
+        }
         Ok(())
     }
 
     fn end_round(&mut self) -> io::Result<()> {
-        self.0.push(None);
+        self.went.push(None);
         Ok(())
     }
 }
 
 impl Out {
     fn records(&self) -> Vec<(u64, u32)> {
-        self.0.iter().flatten().copied().collect()
+        self.went.iter().flatten().copied().collect()
     }
 }
 
@@ -145,74 +153,69 @@ fn shard_bytes(times: &[u64], tid: u32) -> Vec<u8> {
 }
 
 #[test]
+fn records_go_out_as_they_lie_a_run_per_shard_and_the_round_ends() {
+    let shards = Shards::new("as-they-lie", 2);
+    let mut rounds = shards.rounds(2);
+    let mut out = Out::default();
+    shards.append(0, &shard_bytes(&[300 * MS, 100 * MS, 200 * MS], 1));
+    shards.append(1, &shard_bytes(&[150 * MS, 250 * MS], 2));
+    round(&mut rounds, &shards, &[None, None], &mut out);
+    assert_eq!(
+        out.went,
+        [
+            Some((300 * MS, 1)),
+            Some((100 * MS, 1)),
+            Some((200 * MS, 1)),
+            Some((150 * MS, 2)),
+            Some((250 * MS, 2)),
+            None
+        ],
+        "not sorted: perf's rounds need no order inside a round"
+    );
+    assert_eq!(out.runs, 2, "one run per shard, not one per record");
+    assert_eq!((rounds.rounds, rounds.late), (1, 0));
+    assert!(rounds.at_round_end());
+}
+
+#[test]
 fn a_quiet_shard_does_not_hold_the_rounds_back() {
     let shards = Shards::new("quiet", 2);
     let mut rounds = shards.rounds(2);
     let mut out = Out::default();
     shards.append(0, &shard_bytes(&[100 * MS, 200 * MS], 1));
     // Shard 1 never gets a record: its ring's head stays where it is read.
-    round(&mut rounds, &shards, &[None, None], &mut out);
-    assert!(out.0.is_empty(), "no round before a snapshot is read past");
-    shards.append(0, &shard_bytes(&[300 * MS], 1));
-    round(&mut rounds, &shards, &[None, None], &mut out);
-    assert_eq!(
-        out.0,
-        [Some((100 * MS, 1)), None],
-        "written up to the first snapshot's latest time less the margin"
-    );
-    round(&mut rounds, &shards, &[None, None], &mut out);
-    assert_eq!(out.records(), [(100 * MS, 1), (200 * MS, 1)]);
-}
-
-/// A ring whose writer leaves records unwritten holds the watermark
-/// back: the rounds write nothing, and the lag says how long.
-#[test]
-fn a_watermark_held_back_counts_in_the_lag_though_nothing_is_written() {
-    let shards = Shards::new("held", 2);
-    let mut rounds = shards.rounds(2);
-    let mut out = Out::default();
-    shards.append(0, &shard_bytes(&[100 * MS], 1));
-    round(&mut rounds, &shards, &[None, None], &mut out);
-    // Ring 1 now holds 64 bytes its writer does not write.
-    shards.append(0, &shard_bytes(&[200 * MS], 1));
-    round(&mut rounds, &shards, &[None, Some(64)], &mut out);
-    let held = std::time::Duration::from_millis(50);
-    std::thread::sleep(held);
-    round(&mut rounds, &shards, &[None, Some(64)], &mut out);
-    assert!(out.0.is_empty(), "{:?}", out.0);
-    assert!(rounds.lag.time >= held, "{:?}", rounds.lag);
+    round(&mut rounds, &shards, &[None, Some(0)], &mut out);
+    assert_eq!(out.went, [Some((100 * MS, 1)), Some((200 * MS, 1)), None]);
+    round(&mut rounds, &shards, &[None, Some(0)], &mut out);
+    assert_eq!(out.went.len(), 3, "nothing new, no round");
 }
 
 #[test]
-fn a_shard_behind_its_ring_holds_the_rounds_back() {
-    let shards = Shards::new("lagging", 2);
+fn a_ring_its_writer_has_not_written_ends_no_round_until_it_is_read() {
+    let shards = Shards::new("behind", 2);
     let mut rounds = shards.rounds(2);
     let mut out = Out::default();
-    shards.append(0, &shard_bytes(&[100 * MS, 200 * MS, 300 * MS], 1));
-    // Ring 1 holds 64 bytes its writer has not written.
-    round(&mut rounds, &shards, &[None, Some(64)], &mut out);
-    round(&mut rounds, &shards, &[None, Some(64)], &mut out);
-    round(&mut rounds, &shards, &[None, Some(64)], &mut out);
-    assert!(out.0.is_empty(), "{:?}", out.0);
+    shards.append(0, &shard_bytes(&[100 * MS, 200 * MS], 1));
+    // Ring 1 holds 48 bytes its writer has not written (nor are they
+    // copied): the look is not covered, the round stays open.
+    round(&mut rounds, &shards, &[None, Some(48)], &mut out);
+    assert_eq!(out.went, [Some((100 * MS, 1)), Some((200 * MS, 1))]);
+    assert!(!rounds.at_round_end(), "no checkpoint inside a round");
     // Its writer writes them, the second record only in part so far.
     let early = shard_bytes(&[150 * MS], 2);
     assert_eq!(early.len(), 48);
     shards.append(1, &[early.clone(), early[..16].to_vec()].concat());
-    round(&mut rounds, &shards, &[None, Some(64)], &mut out);
+    round(&mut rounds, &shards, &[None, Some(96)], &mut out);
     assert_eq!(
-        out.records(),
-        [(100 * MS, 1)],
-        "ring 1, read to 150 ms, bounds the round there (less the margin); the record cut at the end of what is written waits"
+        out.went[2..],
+        [Some((150 * MS, 2)), None],
+        "the first look is covered: the round ends; the record cut at the end of what is written waits"
     );
     shards.append(1, &early[16..]);
-    round(&mut rounds, &shards, &[None, Some(64)], &mut out);
-    assert_eq!(
-        out.records(),
-        [(100 * MS, 1), (150 * MS, 2), (150 * MS, 2), (200 * MS, 1)],
-        "the early records go next, up to the first snapshot's time less the margin"
-    );
+    round(&mut rounds, &shards, &[None, None], &mut out);
+    assert_eq!(out.went[4..], [Some((150 * MS, 2)), None]);
     rounds.drain(&layouts(), &mut out).unwrap();
-    assert_eq!(out.records().last(), Some(&(300 * MS, 1)));
+    assert_eq!(out.records().len(), 4);
     assert!(rounds.followers.iter().all(|f| f.summary.damage.is_none()));
 }
 
@@ -221,71 +224,66 @@ fn a_rings_unwritten_records_go_out_from_a_copy_and_once() {
     let shards = Shards::new("copied", 2);
     let mut rounds = shards.rounds(2);
     let mut out = Out::default();
-    shards.append(0, &shard_bytes(&[100 * MS, 200 * MS, 300 * MS], 1));
+    shards.append(0, &shard_bytes(&[100 * MS, 200 * MS], 1));
     // Ring 1 holds a record its writer has not written: the merge copies
-    // it, and the round goes on past it instead of waiting for the writer.
+    // it, and the round ends without waiting for the writer.
     let unwritten = shard_bytes(&[150 * MS], 2);
     let rings = [None, Some(&unwritten[..])];
     for _ in 0..3 {
         round_copying(&mut rounds, &shards, (&[None, None], &rings), &mut out);
     }
     assert_eq!(
-        out.records(),
-        [(100 * MS, 1), (150 * MS, 2), (200 * MS, 1)],
-        "not held back by ring 1"
+        out.went,
+        [
+            Some((100 * MS, 1)),
+            Some((200 * MS, 1)),
+            Some((150 * MS, 2)),
+            None
+        ],
     );
     // The writer writes it: read past, not taken again.
     shards.append(1, &unwritten);
     shards.append(1, &shard_bytes(&[310 * MS], 2));
     round(&mut rounds, &shards, &[None, None], &mut out);
     rounds.drain(&layouts(), &mut out).unwrap();
-    assert_eq!(
-        out.records(),
-        [
-            (100 * MS, 1),
-            (150 * MS, 2),
-            (200 * MS, 1),
-            (300 * MS, 1),
-            (310 * MS, 2)
-        ]
-    );
+    assert_eq!(out.records().last(), Some(&(310 * MS, 2)));
+    assert_eq!(out.records().len(), 4);
     assert!(rounds.followers.iter().all(|f| f.summary.damage.is_none()));
 }
 
 #[test]
-fn a_late_record_is_counted_and_written_in_the_next_round() {
+fn a_record_earlier_than_perfs_rule_allows_is_counted_and_written() {
     let shards = Shards::new("late", 2);
     let mut rounds = shards.rounds(2);
     let mut out = Out::default();
-    shards.append(0, &shard_bytes(&[100 * MS, 200 * MS, 300 * MS], 1));
-    for _ in 0..3 {
+    for time in [100, 200, 300] {
+        shards.append(0, &shard_bytes(&[time * MS], 1));
         round(&mut rounds, &shards, &[None, None], &mut out);
     }
-    let cut = 300 * MS - MARGIN_NS;
-    assert_eq!(out.records(), [(100 * MS, 1), (200 * MS, 1)]);
-    // Behind the cut: it should not happen, and is not lost when it does.
-    shards.append(1, &shard_bytes(&[cut - 5 * MS], 2));
+    // After the third round, records must be no earlier than the latest
+    // before the second (200 ms): 250 ms is fine, 150 ms is not.
+    shards.append(1, &shard_bytes(&[250 * MS, 150 * MS], 2));
     round(&mut rounds, &shards, &[None, None], &mut out);
     assert_eq!(rounds.late, 1);
-    assert_eq!(out.records().last(), Some(&(cut - 5 * MS, 2)));
-    rounds.drain(&layouts(), &mut out).unwrap();
-    assert_eq!(out.records().len(), 4);
+    assert_eq!(out.records().len(), 5, "written all the same");
 }
 
 #[test]
-fn ties_keep_shard_order_then_file_order() {
-    let shards = Shards::new("ties", 3);
+fn the_end_ends_a_round_after_the_rest_of_every_shard() {
+    let shards = Shards::new("end", 3);
     let mut rounds = shards.rounds(3);
     let mut out = Out::default();
     shards.append(2, &shard_bytes(&[5 * MS, 5 * MS], 3));
     shards.append(0, &shard_bytes(&[5 * MS], 1));
     shards.append(1, &shard_bytes(&[MS, 5 * MS], 2));
     rounds.drain(&layouts(), &mut out).unwrap();
+    assert_eq!(out.records().len(), 5);
+    assert_eq!(out.went.last(), Some(&None), "a round ends the data");
     assert_eq!(
-        out.records(),
-        [(MS, 2), (5 * MS, 1), (5 * MS, 2), (5 * MS, 3), (5 * MS, 3)]
+        out.went.iter().filter(|r| r.is_none()).count(),
+        1,
+        "one round"
     );
-    assert_eq!(out.0.iter().filter(|r| r.is_none()).count(), 1, "one round");
 }
 
 #[test]
