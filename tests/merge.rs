@@ -30,12 +30,7 @@ fn a_cpu_clock_recording_reads_cleanly_everywhere() {
 
     let report = perf(&["report", "--stdio"], &file);
     assert_no_complaint(&report, "perf report");
-    let script = perf(&["script", "-F", "time"], &file);
-    assert_no_complaint(&script, "perf script");
-    let times: Vec<f64> = String::from_utf8_lossy(&script.stdout)
-        .lines()
-        .map(|l| l.trim().trim_end_matches(':').parse().expect("a time"))
-        .collect();
+    let times = perf_script_times(&file);
     assert_eq!(times.len() as u64, in_shards, "perf script sample count");
     assert!(
         times.windows(2).all(|w| w[0] <= w[1]),

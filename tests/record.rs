@@ -674,12 +674,7 @@ fn a_live_perf_data_keeps_perfs_round_rule() {
     assert_eq!(raw_samples.count(), in_shards);
     let stats = perf(&["report", "--stats"], &scratch.output());
     assert_no_complaint(&stats, "perf report --stats");
-    let script = perf(&["script", "-F", "time"], &scratch.output());
-    assert_no_complaint(&script, "perf script");
-    let times: Vec<f64> = String::from_utf8_lossy(&script.stdout)
-        .lines()
-        .map(|l| l.trim().trim_end_matches(':').parse().expect("a time"))
-        .collect();
+    let times = perf_script_times(&scratch.output());
     assert_eq!(times.len(), in_shards, "perf script's samples");
     assert!(
         times.windows(2).all(|w| w[0] <= w[1]),

@@ -416,6 +416,17 @@ pub fn raw_times(file: &Path, layouts: &Layouts) -> Vec<(RecordType, Option<u64>
     records
 }
 
+/// The samples' times `perf script -F time` prints for `file`, in its
+/// order, after checking perf did not complain.
+pub fn perf_script_times(file: &Path) -> Vec<f64> {
+    let script = perf(&["script", "-F", "time"], file);
+    assert_no_complaint(&script, "perf script");
+    String::from_utf8_lossy(&script.stdout)
+        .lines()
+        .map(|l| l.trim().trim_end_matches(':').parse().expect("a time"))
+        .collect()
+}
+
 /// Checks [`raw_times`] against perf's round rule
 /// (tools/perf/util/ordered-events.c): every record after FINISHED_ROUND
 /// k is no earlier than the latest record before FINISHED_ROUND k-1.

@@ -47,10 +47,6 @@ pub trait RoundSink {
 pub struct Round {
     /// Records written.
     pub written: u64,
-    /// Shard bytes read.
-    pub read: u64,
-    /// The latest time written (0 before the first record).
-    pub cut: u64,
 }
 
 /// The shards followed, and where perf's round rule stands.
@@ -211,7 +207,7 @@ impl Rounds {
         self.looks.look(heads());
         let most = (READ_BUDGET / self.followers.len().max(1)).clamp(1 << 20, 32 << 20);
         let limit = |i: usize| written.get(i).copied();
-        let (read, records) = self.read_out(layouts, limit, most, false, unwritten, sink)?;
+        let (_, records) = self.read_out(layouts, limit, most, false, unwritten, sink)?;
         let taken: Vec<u64> = self.followers.iter().map(Follower::taken).collect();
         let positions = rings_read(&taken);
         // Where each CPU's shard begins in its ring, for the end's rounds.
@@ -234,11 +230,7 @@ impl Rounds {
         if records > 0 {
             crate::data_out::injected_fault(&[Site::MergeRound])?;
         }
-        Ok(Round {
-            written: records,
-            read,
-            cut: self.order.latest,
-        })
+        Ok(Round { written: records })
     }
 
     /// After a round that wrote `records`: a FINISHED_ROUND if the round
