@@ -3,6 +3,7 @@
 
 mod common;
 
+use std::os::unix::process::CommandExt;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -525,8 +526,12 @@ fn every_injected_fault_ends_readable_or_clear_and_loses_nothing_written() {
 #[test]
 fn a_live_merger_killed_while_recording_is_restarted_and_nothing_is_lost_or_repeated() {
     const CALLS: usize = 6000;
-    let scenarios: [(&str, &[&str], &str); 2] = [
+    // Without --keep-shards the merger reads the rings first: a round
+    // killed after its output, before its checkpoint, leaves what it took
+    // in the rings (their tails not moved), which the new one takes again.
+    let scenarios: [(&str, &[&str], &str); 3] = [
         ("merge.checkpoint=crash@2", &[], "resumed: the first"),
+        ("merge.round=crash@3", &[], "resumed: the first"),
         ("merge.round=crash@3", &["--keep-shards"], ""),
     ];
     for (fault, args, resumed) in scenarios {
@@ -563,6 +568,121 @@ fn a_live_merger_killed_while_recording_is_restarted_and_nothing_is_lost_or_repe
     }
 }
 
+/// A full disk under the live merger, which reads the rings first: its
+/// write fails (the fifth), the recorder's merge at the stop fails too,
+/// with one line, and `shardrec merge` makes perf.data of what the
+/// output held at its last checkpoint and what the shards hold past it:
+/// every `getppid` once.
+#[test]
+fn a_full_disk_under_a_merger_that_reads_the_rings_first_loses_and_repeats_nothing() {
+    const CALLS: usize = 3000;
+    let Some((_serial, scratch)) = recording_test("faults-full-disk") else {
+        return;
+    };
+    let mut record = shardrec();
+    record
+        .env("SHARDREC_FAULTS", "merge.write=ENOSPC@5")
+        .args(["record", "-q", "-a", "-e", "syscalls:sys_enter_getppid"])
+        .args(["--call-graph", "dwarf,8192", "-o"])
+        .arg(scratch.output())
+        .args(["--", load(), "syscalls-paced", &CALLS.to_string(), "1"]);
+    let recorded = run(record);
+    let stderr = String::from_utf8_lossy(&recorded.stderr).into_owned();
+    assert!(
+        !recorded.status.success()
+            && stderr.trim_end().lines().count() == 1
+            && stderr.contains("No space left on device"),
+        "{stderr}"
+    );
+    assert!(!scratch.output().exists(), "{stderr}");
+    let calls = calls_once_merged(&scratch);
+    assert_eq!(calls, CALLS, "the workload's getppid samples: {stderr}");
+    assert_eq!(processes_naming(&scratch.0), 0, "a process still runs");
+}
+
+/// The live merger reads the rings first; stalled (half a second in its
+/// second round, before its checkpoint), it leaves the rings to fill, and
+/// the writers spill what it did not take into the shards; each writer is
+/// killed in its first spill (after the write, before it gives the ring
+/// back) and replaced (64 MiB rings hold what comes meanwhile, 32 KiB
+/// stacks filling them at about 100 MB/s); a writer whose first write is
+/// the stop's drain dies there, and its ring is written at the end.
+/// perf.data holds every `getppid` once: what the merger took and what
+/// the writers spilled, twice over in places (the dead writers' spills,
+/// the stalled round), are told apart by where they lie in the ring.
+#[test]
+fn writers_killed_while_they_spill_past_a_stalled_merger_lose_and_repeat_nothing() {
+    const CALLS: usize = 6000;
+    let Some((_serial, scratch)) = recording_test("faults-spill") else {
+        return;
+    };
+    let mut record = shardrec();
+    record
+        .env(
+            "SHARDREC_FAULTS",
+            "merge.round=stall@2,writer.write=crash@1",
+        )
+        .args(["record", "-a", "-e", "syscalls:sys_enter_getppid"])
+        .args(["--call-graph", "dwarf,32768", "-m", "16384", "-o"])
+        .arg(scratch.output())
+        // On one CPU, whose ring fills well within the merger's stall.
+        .args(["--", "taskset", "-c", "0", load(), "syscalls-paced"])
+        .args([&CALLS.to_string(), "2"]);
+    let recorded = run(record);
+    let stderr = String::from_utf8_lossy(&recorded.stderr).into_owned();
+    assert!(recorded.status.success(), "{stderr}");
+    let replaced = stderr.matches("died and was replaced at").count();
+    let warnings = stderr.lines().filter(|l| l.contains("warning"));
+    let others = warnings.filter(|l| !l.contains("failed while stopping"));
+    assert!(replaced >= 1 && others.count() == 0, "{stderr}");
+    assert!(stderr.contains(", 0 lost)"), "{stderr}");
+    let calls = workload_calls(&scratch.output());
+    assert_eq!(calls, CALLS, "the workload's getppid samples: {stderr}");
+    assert_eq!(processes_naming(&scratch.0), 0, "a process still runs");
+}
+
+/// `kill -9` of the whole recording at once (the coordinator, the
+/// writers, the VIP and the live merger, which reads the rings first),
+/// once the workload is done and the rings are read: `shardrec merge`
+/// completes the merger's output from its last checkpoint with what the
+/// shards hold past it, and perf.data holds every `getppid` once.
+#[test]
+fn a_recording_killed_whole_with_sigkill_merges_every_call_once() {
+    const CALLS: usize = 3000;
+    let Some((_serial, scratch)) = recording_test("faults-kill-tree") else {
+        return;
+    };
+    let mut record = shardrec();
+    record
+        .args(["record", "-q", "-a", "-e", "syscalls:sys_enter_getppid"])
+        .args(["--call-graph", "dwarf,32768", "-o"])
+        .arg(scratch.output())
+        .process_group(0);
+    let recorder = Reaped(record.spawn().unwrap());
+    wait_for_start(&scratch.shards());
+    // The events are enabled once the merger's head is written, just
+    // after meta.start.
+    std::thread::sleep(Duration::from_secs(1));
+    let workload = Command::new(load())
+        .args(["syscalls-paced", &CALLS.to_string(), "1"])
+        .status()
+        .unwrap();
+    assert!(workload.success());
+    // A quiet recording's rounds come every second: by two, every ring
+    // has been read.
+    std::thread::sleep(Duration::from_millis(2500));
+    let group = Pid::from_raw(recorder.0.id() as i32);
+    nix::sys::signal::killpg(group, Signal::SIGKILL).unwrap();
+    drop(recorder);
+    assert!(
+        !scratch.output().exists(),
+        "a recording killed has no perf.data yet"
+    );
+    let calls = calls_once_merged(&scratch);
+    assert_eq!(calls, CALLS, "the workload's getppid samples");
+    assert_eq!(processes_naming(&scratch.0), 0, "a process still runs");
+}
+
 #[test]
 fn a_live_merger_killed_between_switch_output_windows_is_restarted_and_each_call_is_in_one_output()
 {
@@ -595,12 +715,7 @@ fn a_live_merger_killed_between_switch_output_windows_is_restarted_and_each_call
         for output in &outputs {
             let dump = format!("[ shardrec record: Dump {} ]", output.display());
             assert_eq!(stderr.matches(&dump).count(), 1, "{fault}: {stderr}");
-            let script = perf(&["script", "-F", "comm,event"], output);
-            assert_no_complaint(&script, &output.display().to_string());
-            calls += String::from_utf8_lossy(&script.stdout)
-                .lines()
-                .filter(|line| line.contains("shardrec-load"))
-                .count();
+            calls += workload_calls(output);
         }
         assert_eq!(calls, CALLS, "{fault}: the workload's getppid samples");
         assert_eq!(
@@ -609,6 +724,26 @@ fn a_live_merger_killed_between_switch_output_windows_is_restarted_and_each_call
             "{fault}: a process still runs"
         );
     }
+}
+
+/// The samples of `shardrec-load` in `file`, as perf script reads it
+/// (without a complaint).
+fn workload_calls(file: &std::path::Path) -> usize {
+    let script = perf(&["script", "-F", "comm,event"], file);
+    assert_no_complaint(&script, &file.display().to_string());
+    String::from_utf8_lossy(&script.stdout)
+        .lines()
+        .filter(|line| line.contains("shardrec-load"))
+        .count()
+}
+
+/// The samples of `shardrec-load` in the perf.data that `shardrec merge`
+/// makes of what a recording that did not end well left.
+fn calls_once_merged(scratch: &Scratch) -> usize {
+    let merged = merge(scratch);
+    let stderr = String::from_utf8_lossy(&merged.stderr);
+    assert!(merged.status.success(), "{stderr}");
+    workload_calls(&scratch.output())
 }
 
 /// Records `calls` getppid calls of `shardrec-load syscalls-paced` over

@@ -3,7 +3,8 @@
 //! as told, in whichever process reaches it (a writer, the VIP, the
 //! coordinator, the merge). FAULT is an errno name (`ENOSPC`, `EIO`,
 //! `EDQUOT`, `EINTR`), `short`: a write that takes half of what it was
-//! given, or `crash`: the process exits there at once, as one killed. At
+//! given, `crash`: the process exits there at once, as one killed, or
+//! `stall`: the process stops there for half a second, then goes on. At
 //! `filter.load` any fault makes the VIP load a `--filter` program the
 //! kernel's verifier must refuse (a register read before it is set), so
 //! the verifier's real refusal is what the test sees.
@@ -26,14 +27,20 @@ pub enum Fault {
     Short,
     /// End the process at once (done by [`inject`]: never returned).
     Crash,
+    /// Stop for [`STALL`], as a process the scheduler or the disk holds
+    /// up, then go on as if nothing happened (done by [`inject`]).
+    Stall,
 }
+
+/// How long a [`Fault::Stall`] holds its process up.
+pub const STALL: std::time::Duration = std::time::Duration::from_millis(500);
 
 impl Fault {
     /// The error of an [`Fault::Errno`]; `None` for a short write.
     pub fn error(self) -> Option<std::io::Error> {
         match self {
             Fault::Errno(errno) => Some(std::io::Error::from_raw_os_error(errno)),
-            Fault::Short | Fault::Crash => None,
+            Fault::Short | Fault::Crash | Fault::Stall => None,
         }
     }
 }
@@ -101,13 +108,14 @@ impl Site {
 }
 
 /// The faults by name, as `SHARDREC_FAULTS` gives them.
-const FAULTS: [(&str, Fault); 6] = [
+const FAULTS: [(&str, Fault); 7] = [
     ("ENOSPC", Fault::Errno(libc::ENOSPC)),
     ("EIO", Fault::Errno(libc::EIO)),
     ("EDQUOT", Fault::Errno(libc::EDQUOT)),
     ("EINTR", Fault::Errno(libc::EINTR)),
     ("short", Fault::Short),
     ("crash", Fault::Crash),
+    ("stall", Fault::Stall),
 ];
 
 struct Planned {
@@ -203,6 +211,10 @@ pub fn inject(site: Site) -> Option<Fault> {
         Some(Fault::Crash) if CRASHES_DISARMED.load(Ordering::Relaxed) => None,
         // As a process killed: no clean-up, no report (and no core file).
         Some(Fault::Crash) => std::process::exit(137),
+        Some(Fault::Stall) => {
+            std::thread::sleep(STALL);
+            None
+        }
         fault => fault,
     }
 }
@@ -233,7 +245,7 @@ mod tests {
         );
         assert_eq!(
             error("vip.write=ENOENT"),
-            "unknown fault 'ENOENT' (the faults: ENOSPC, EIO, EDQUOT, EINTR, short, crash)"
+            "unknown fault 'ENOENT' (the faults: ENOSPC, EIO, EDQUOT, EINTR, short, crash, stall)"
         );
         assert!(error("writer.write=EIO@0").contains("not a call's number"));
         assert!(error("nonsense").contains("not SITE=FAULT[@N]"));

@@ -62,6 +62,10 @@ pub struct WriterOptions {
     pub realtime: Option<i32>,
     /// How the shards are written ([`shard_writes`]).
     pub writes: ShardWrites,
+    /// The live merger takes each ring's bytes into the output first; the
+    /// writer spills into the shard what it has not taken once the ring is
+    /// half full (see `shardrec_sys::ring` on a ring's two readers).
+    pub merger_reads_first: bool,
 }
 
 /// How the writers write into `dir`, probed once per recording on a
@@ -88,6 +92,9 @@ struct WriterSetup<'a> {
     options: WriterOptions,
     base: u64,
     windows: Option<WindowCursor>,
+    /// It replaces one that died: the crashes a test injects stand for
+    /// one kill each, not for one in every replacement too.
+    replacing: bool,
 }
 
 impl WriterSetup<'_> {
@@ -196,6 +203,7 @@ impl Writer {
             options,
             base: self.base,
             windows: self.windows.clone(),
+            replacing: !self.replaced_at.is_empty(),
         };
         let process = HelperProcess::spawn(
             format!("writer of CPU {}", self.events.cpu),
@@ -206,6 +214,9 @@ impl Writer {
                     .map(|e| e.as_fd().as_raw_fd())
                     .collect();
                 keep.extend([shard.as_raw_fd(), control.as_raw_fd(), report.as_raw_fd()]);
+                if setup.replacing {
+                    shardrec_control::fault::disarm_crashes();
+                }
                 // SAFETY: this forked child uses only the kept descriptors and
                 // leaves through `exit_now`, never dropping what it inherited.
                 let outcome = unsafe { process::close_fds_except(&keep) }
@@ -369,8 +380,13 @@ fn run(
         })?;
     }
     let ring = RingBuffer::map_populated(owner, setup.options.ring_pages)?;
+    let batch_bytes = match setup.options.merger_reads_first {
+        true => ring.data_size() as u64 / 2,
+        false => crate::attrs::wakeup_watermark(ring.data_size()) as u64,
+    };
     let config = WriterConfig {
-        batch_bytes: crate::attrs::wakeup_watermark(ring.data_size()) as u64,
+        batch_bytes,
+        merger_reads_first: setup.options.merger_reads_first,
         sync_shard: setup.options.sync_shard,
         writes: setup.options.writes,
         ..WriterConfig::default()

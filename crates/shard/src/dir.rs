@@ -212,11 +212,11 @@ impl RecordingDir {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(Error::io(&path)(e)),
         };
-        rmp_serde::from_slice(&bytes)
+        crate::merged_prefix::decode(&bytes)
             .map(Some)
-            .map_err(|e| Error::BadMergedPrefix {
+            .map_err(|reason| Error::BadMergedPrefix {
                 path: path.clone(),
-                reason: e.to_string(),
+                reason,
             })
     }
 

@@ -10,6 +10,11 @@
 //! a merge interrupted after a punch is completed by `shardrec merge`: the
 //! output's part as written, the shards' from where the punch stopped.
 
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::Path;
+
 use serde::{Deserialize, Serialize};
 
 /// How far `merged.partial` holds the recording.
@@ -75,5 +80,174 @@ impl MergedPrefix {
             taken: find(&self.taken).unwrap_or(usize::MAX),
             until: self.until,
         }
+    }
+}
+
+/// `merged.prefix` as a live merge keeps it, written after every few
+/// rounds: two slots, each a whole [`MergedPrefix`] with its sequence
+/// number and a checksum, a write going over the older one in place. A
+/// merger killed mid-write leaves the other slot whole, and a reader takes
+/// the newest whole one. (A temporary file renamed over the last was
+/// most of what a checkpoint cost: ext4's rename, hundreds of times a
+/// second in a DWARF storm.)
+pub struct PrefixSlots {
+    file: File,
+    slot_len: u64,
+    /// The sequence number of the newest slot written.
+    seq: u64,
+}
+
+const MAGIC: &[u8; 8] = b"shrdpfx1";
+/// The file's head: the magic and the slots' length.
+const HEAD: u64 = 16;
+/// A slot's head: sequence number, payload length, checksum.
+const SLOT_HEAD: usize = 24;
+
+impl PrefixSlots {
+    /// Starts `path` over with `prefix` in it, in slots long enough for
+    /// its like (its offsets may grow to any size): written beside it and
+    /// renamed over it, so a reader finds a whole one at any moment.
+    pub fn create(path: &Path, prefix: &MergedPrefix) -> io::Result<PrefixSlots> {
+        let widest = MergedPrefix {
+            data_offset: u64::MAX,
+            data_len: u64::MAX,
+            until: u64::MAX,
+            first_sample: u64::MAX,
+            shards: widest(&prefix.shards),
+            taken: widest(&prefix.taken),
+            ..prefix.clone()
+        };
+        let slot_len = (encode(&widest)?.len() + SLOT_HEAD).next_multiple_of(512) as u64;
+        let mut tmp = path.as_os_str().to_owned();
+        tmp.push(".tmp");
+        let _ = std::fs::remove_file(&tmp);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&tmp)?;
+        let mut head = MAGIC.to_vec();
+        head.extend_from_slice(&slot_len.to_le_bytes());
+        file.write_all_at(&head, 0)?;
+        let mut slots = PrefixSlots {
+            file,
+            slot_len,
+            seq: 0,
+        };
+        slots.write(prefix)?;
+        std::fs::rename(&tmp, path)?;
+        Ok(slots)
+    }
+
+    /// Whether `prefix` fits the slots (the shards they were made for).
+    pub fn fits(&self, prefix: &MergedPrefix) -> bool {
+        encode(prefix).is_ok_and(|bytes| (bytes.len() + SLOT_HEAD) as u64 <= self.slot_len)
+    }
+
+    /// Writes `prefix` over the older slot, in one write.
+    pub fn write(&mut self, prefix: &MergedPrefix) -> io::Result<()> {
+        let payload = encode(prefix)?;
+        if (payload.len() + SLOT_HEAD) as u64 > self.slot_len {
+            return Err(io::Error::other("merged.prefix outgrew its slots"));
+        }
+        let seq = self.seq + 1;
+        let mut slot = Vec::with_capacity(SLOT_HEAD + payload.len());
+        slot.extend_from_slice(&seq.to_le_bytes());
+        slot.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+        slot.extend_from_slice(&checksum(&payload).to_le_bytes());
+        slot.extend_from_slice(&payload);
+        self.file
+            .write_all_at(&slot, HEAD + (seq % 2) * self.slot_len)?;
+        self.seq = seq;
+        Ok(())
+    }
+}
+
+/// The newest whole [`MergedPrefix`] in `bytes`, the contents of
+/// `merged.prefix`: in slots ([`PrefixSlots`]), or one whole file, as the
+/// merge after the fact writes it.
+pub fn decode(bytes: &[u8]) -> Result<MergedPrefix, String> {
+    let Some(rest) = bytes.strip_prefix(MAGIC) else {
+        return rmp_serde::from_slice(bytes).map_err(|e| e.to_string());
+    };
+    let word = |b: &[u8], at: usize| -> Option<u64> {
+        Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
+    };
+    let slot_len = word(rest, 0).ok_or("no slot length")? as usize;
+    let slot = |i: usize| -> Option<(u64, MergedPrefix)> {
+        let start = 8 + i * slot_len;
+        let slot = rest.get(start..(start + slot_len).min(rest.len()))?;
+        let (seq, len, sum) = (word(slot, 0)?, word(slot, 8)? as usize, word(slot, 16)?);
+        let payload = slot.get(SLOT_HEAD..SLOT_HEAD + len)?;
+        let whole = seq > 0 && checksum(payload) == sum;
+        whole.then(|| Some((seq, rmp_serde::from_slice(payload).ok()?)))?
+    };
+    [slot(0), slot(1)]
+        .into_iter()
+        .flatten()
+        .max_by_key(|(seq, _)| *seq)
+        .map(|(_, prefix)| prefix)
+        .ok_or_else(|| "neither slot is whole".to_string())
+}
+
+fn encode(prefix: &MergedPrefix) -> io::Result<Vec<u8>> {
+    rmp_serde::to_vec_named(prefix).map_err(io::Error::other)
+}
+
+/// `shards` with every offset as wide as it can be encoded.
+fn widest(shards: &[(String, u64)]) -> Vec<(String, u64)> {
+    shards
+        .iter()
+        .map(|(name, _)| (name.clone(), u64::MAX))
+        .collect()
+}
+
+/// FNV-1a, 64 bits: enough to tell a slot written whole from one cut.
+fn checksum(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &b| {
+        (hash ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn prefix(data_len: u64) -> MergedPrefix {
+        MergedPrefix {
+            data_len,
+            shards: vec![("cpu000.shard".into(), data_len / 2)],
+            taken: vec![("cpu000.shard".into(), data_len / 2)],
+            ..MergedPrefix::default()
+        }
+    }
+
+    #[test]
+    fn the_newest_whole_slot_is_read_and_a_cut_one_is_passed_over() {
+        let dir = std::env::temp_dir().join(format!("prefix-slots-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("merged.prefix");
+        let mut slots = PrefixSlots::create(&path, &prefix(0)).unwrap();
+        assert_eq!(decode(&std::fs::read(&path).unwrap()).unwrap(), prefix(0));
+        for len in [100, 200, 300] {
+            slots.write(&prefix(len)).unwrap();
+        }
+        let read = || decode(&std::fs::read(&path).unwrap());
+        assert_eq!(read().unwrap(), prefix(300));
+        assert!(slots.fits(&prefix(u64::MAX)));
+        // The newest slot cut mid-write (its checksum no longer holds):
+        // the one before.
+        let mut bytes = std::fs::read(&path).unwrap();
+        // Four writes: the fourth went into the first slot.
+        let newest = HEAD as usize + SLOT_HEAD;
+        bytes[newest] ^= 0xff;
+        assert_eq!(decode(&bytes).unwrap(), prefix(200));
+        // The whole-file form of the merge after the fact.
+        let whole = rmp_serde::to_vec_named(&prefix(7)).unwrap();
+        assert_eq!(decode(&whole).unwrap(), prefix(7));
+        assert!(decode(&bytes[..HEAD as usize]).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -7,6 +7,12 @@
 //! orderings follow the comment above `perf_output_put_handle()` in
 //! `kernel/events/ring_buffer.c`: load head with acquire before reading
 //! data, store tail with release after the data is no longer needed.
+//!
+//! A CPU's ring may have two readers, each in its own process: its
+//! writer, and the live merger when it reads the rings first. Each moves
+//! the tail forward only (`fetch_max`), past bytes it has put somewhere
+//! safe; the merger takes a copy and keeps it only if the writer did not
+//! move the tail past it meanwhile ([`RingBuffer::peek_unread`]).
 
 use std::io;
 use std::mem::offset_of;
@@ -33,10 +39,27 @@ pub struct RingBuffer {
     overwrite: bool,
 }
 
-/// How far a [`RingBuffer::copy_unread`] copied.
+/// How far a [`RingBuffer::copy_unread`] or [`RingBuffer::peek_unread`]
+/// copied.
 #[must_use = "the copied bytes stay in the ring until released"]
+#[derive(Debug, PartialEq, Eq)]
 pub struct Copied {
     head: u64,
+}
+
+impl Copied {
+    /// Of what was copied, only what lies before `to`: the rest was not
+    /// put anywhere safe, and stays in the ring.
+    pub fn up_to(self, to: u64) -> Copied {
+        Copied {
+            head: self.head.min(to),
+        }
+    }
+
+    /// The ring position where the copy ends.
+    pub fn end(&self) -> u64 {
+        self.head
+    }
 }
 
 /// An overwrite ring with its output paused ([`RingBuffer::pause`]).
@@ -188,8 +211,9 @@ impl RingBuffer {
         if self.overwrite {
             return self.head();
         }
-        // Only this reader stores the tail, so a relaxed load sees its own last store.
-        self.meta_atomic(DATA_TAIL).load(Ordering::Relaxed)
+        // Acquire: the other reader, if any, moved it once it was done
+        // with the bytes before it.
+        self.meta_atomic(DATA_TAIL).load(Ordering::Acquire)
     }
 
     /// Bytes the kernel has written into the ring since it was opened.
@@ -262,8 +286,10 @@ impl RingBuffer {
     /// there are some and at most `most`; `None` if not, or if the reader
     /// moved its tail past `from` while they were copied (the kernel may
     /// then have written over them). Nothing in the ring changes, and the
-    /// reader is not woken.
-    pub fn peek_unread(&self, from: u64, most: u64) -> Option<Vec<u8>> {
+    /// reader is not woken. Releasing the [`Copied`] (once the copy is
+    /// safe elsewhere) gives the bytes back to the kernel, whether or not
+    /// the reader has read them too.
+    pub fn peek_unread(&self, from: u64, most: u64) -> Option<(Vec<u8>, Copied)> {
         // The reader stores its tail with Release once it is done with the
         // bytes before it.
         let tail = self.meta_atomic(DATA_TAIL).load(Ordering::Acquire);
@@ -290,24 +316,28 @@ impl RingBuffer {
         // The copy's loads come before the tail is read again.
         std::sync::atomic::fence(Ordering::Acquire);
         let kept = self.meta_atomic(DATA_TAIL).load(Ordering::Relaxed) <= from;
-        kept.then_some(copy)
+        kept.then_some((copy, Copied { head }))
     }
 
     /// Gives back to the kernel the bytes a [`copy_unread`](Self::copy_unread)
-    /// copied.
+    /// or a [`peek_unread`](Self::peek_unread) copied (the tail does not
+    /// move back if the other reader moved it further).
     pub fn release_copied(&mut self, copied: Copied) {
-        // SAFETY: `&mut self` means no slice of the ring is borrowed, and
-        // the bytes up to `copied.head` were copied out.
+        // SAFETY: `&mut self` means no slice of this mapping is borrowed,
+        // and the bytes up to `copied.head` were copied out.
         unsafe { self.release(copied.head) }
     }
 
     /// The bytes in `[from, to)` as at most two slices (two when they wrap
-    /// around the end of the data area). Panics unless `from..to` lies
-    /// within `[tail, head]`, the bytes the kernel does not write; they stay
-    /// so until [`release`](Self::release) moves the tail past them.
+    /// around the end of the data area). Panics unless `from..to` ends by
+    /// the head and holds at most a ring. The kernel does not write them
+    /// while the tail is at or before `from`, and so until
+    /// [`release`](Self::release) moves it past them; where the ring's
+    /// other reader moves it past them first, it has them elsewhere, and
+    /// whatever is read here of them is not used.
     pub fn segments(&self, from: u64, to: u64) -> [&[u8]; 2] {
         assert!(
-            self.tail() <= from && from <= to && to <= self.head(),
+            from <= to && to <= self.head() && to - from <= self.data_size as u64,
             "ring range {from}..{to} outside the unread bytes"
         );
         let len = (to - from) as usize;
@@ -317,7 +347,8 @@ impl RingBuffer {
     }
 
     /// Gives every byte before `to` back to the kernel, which may write
-    /// over them at once. Panics unless `to` lies within `[tail, head]`.
+    /// over them at once; a tail already past `to` (moved by the ring's
+    /// other reader) stays. Panics if `to` is past the head.
     ///
     /// # Safety
     ///
@@ -326,12 +357,9 @@ impl RingBuffer {
     /// submitted from them (an io_uring write) is still in flight. For
     /// reading in place, [`consume`](Self::consume) keeps this promise.
     pub unsafe fn release(&self, to: u64) {
-        assert!(
-            self.tail() <= to && to <= self.head(),
-            "releasing up to {to} outside the unread bytes"
-        );
+        assert!(to <= self.head(), "releasing up to {to}, past the head");
         if !self.overwrite {
-            self.meta_atomic(DATA_TAIL).store(to, Ordering::Release);
+            self.meta_atomic(DATA_TAIL).fetch_max(to, Ordering::Release);
         }
     }
 

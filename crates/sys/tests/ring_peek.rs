@@ -31,7 +31,7 @@ fn a_second_mapping_peeks_exactly_the_unread_bytes_even_where_they_wrap() {
     attr.set_tracking();
     let event = PerfEvent::open(&attr, Target { pid: 0, cpu: -1 }).unwrap();
     let reader = RingBuffer::map(&event, 1).unwrap();
-    let peeker = RingBuffer::map(&event, 1).unwrap();
+    let mut peeker = RingBuffer::map(&event, 1).unwrap();
     let size = reader.data_size() as u64;
     event.enable().unwrap();
     // Six times over, so that the unread bytes wrap around the ring's
@@ -48,10 +48,11 @@ fn a_second_mapping_peeks_exactly_the_unread_bytes_even_where_they_wrap() {
             None,
             "nothing past the head"
         );
-        let later = peeker
+        let (later, _) = peeker
             .peek_unread(tail + 8, size)
             .expect("a copy of the rest");
-        let peeked = peeker.peek_unread(tail, size).expect("a copy");
+        let (peeked, copied) = peeker.peek_unread(tail, size).expect("a copy");
+        assert_eq!(copied.end(), head);
         assert_eq!(reader.tail(), tail, "the peek moved the tail");
         assert_eq!(later, peeked[8..]);
         assert_eq!(peeked, consumed(&reader));
@@ -59,5 +60,15 @@ fn a_second_mapping_peeks_exactly_the_unread_bytes_even_where_they_wrap() {
         assert_eq!(behind, None, "the tail moved past it");
     }
     assert!(reader.head() > size, "the ring never wrapped");
+    // The other reader's release (the live merger's) moves the tail both
+    // see, and a release behind it leaves it there.
+    renames(40);
+    let head = reader.head();
+    let (_, copied) = peeker.peek_unread(reader.tail(), size).expect("a copy");
+    peeker.release_copied(copied);
+    assert_eq!(reader.tail(), head);
+    // SAFETY: nothing of the ring is borrowed.
+    unsafe { reader.release(head - 8) };
+    assert_eq!(reader.tail(), head, "the tail moved back");
     event.disable().unwrap();
 }

@@ -19,6 +19,12 @@ pub struct WriterConfig {
     pub sync_shard: bool,
     /// How the ring's bytes go into the shard.
     pub writes: ShardWrites,
+    /// The live merger takes the ring's bytes into the output first (see
+    /// `shardrec_sys::ring` on a ring's two readers): a wakeup is
+    /// answered only once the ring holds `batch_bytes` (set it above the
+    /// wakeup watermark then), as the writer only spills what the merger
+    /// has not kept up with.
+    pub merger_reads_first: bool,
 }
 
 impl Default for WriterConfig {
@@ -28,6 +34,7 @@ impl Default for WriterConfig {
             batch_bytes: 0,
             sync_shard: false,
             writes: ShardWrites::IoUring,
+            merger_reads_first: false,
         }
     }
 }

@@ -148,11 +148,27 @@ impl ShardWriter<'_> {
             }
             Course::Draining if tail == head => Ok(Step::Return(Served::Stopped)),
             Course::Switching { .. } | Course::Draining => self.write(false),
-            Course::Serving(Asked::Nothing) if head - tail < batch.max(1) => Ok(Step::Wait),
+            Course::Serving(asked) if head - tail < self.worth_a_write(asked) => {
+                self.course = Course::Serving(Asked::Nothing);
+                Ok(Step::Wait)
+            }
             Course::Serving(asked) => {
                 self.course = Course::Serving(Asked::Nothing);
                 self.write(asked == Asked::QuietFlush && head - tail < batch)
             }
+        }
+    }
+
+    /// The bytes the ring must hold for a write, after `asked`: a batch
+    /// unless woken (where the merger reads first, even then: the wakeup
+    /// comes every watermark the kernel writes, however much the merger
+    /// took), anything when the coordinator asks.
+    fn worth_a_write(&self, asked: Asked) -> u64 {
+        let batch = self.config.batch_bytes.max(1);
+        match asked {
+            Asked::Nothing => batch,
+            Asked::Wakeup if self.config.merger_reads_first => batch,
+            Asked::Wakeup | Asked::QuietFlush => 1,
         }
     }
 
@@ -225,6 +241,8 @@ impl ShardWriter<'_> {
         self.stats.bytes += range.to - range.from;
         // SAFETY: the bytes up to `range.to` are in the shard, and no
         // write in flight reads them (the io_uring one has completed).
+        // The live merger, where it reads first, may have moved the tail
+        // further: it stays there.
         unsafe { self.ring.release(range.to) };
         Step::LookAgain
     }

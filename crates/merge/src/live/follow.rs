@@ -30,7 +30,8 @@ pub struct Follower {
     /// records it wrote are passed over.
     resume: Resume,
     /// Copies of records taken from the ring before its writer wrote
-    /// them ([`Follower::take_unwritten`]), each with its shard offset.
+    /// them ([`Follower::take_unwritten`]), each with its shard offset,
+    /// until the round that took them has written them out.
     unwritten: VecDeque<(u64, Vec<u8>)>,
 }
 
@@ -132,7 +133,6 @@ impl Follower {
         fields: &mut FieldReader,
         take: &mut impl FnMut(u64, u64, &[u8]),
     ) -> io::Result<u64> {
-        self.drop_written_copies(limit)?;
         // Nothing written past what was taken (a quiet CPU's shard): no
         // look at the file.
         if limit.is_some_and(|limit| limit <= self.pos) {
@@ -209,22 +209,12 @@ impl Follower {
         at as u64
     }
 
-    /// Drops the copies of records the shard now holds (`written` of it
-    /// known written, the file mapped that far): they are read from it.
-    fn drop_written_copies(&mut self, written: Option<u64>) -> io::Result<()> {
-        while let Some((start, copy)) = self.unwritten.front() {
-            let end = start + copy.len() as u64;
-            let (Some(bytes), true) = (self.bytes.as_mut(), written.is_none_or(|w| w >= end))
-            else {
-                break;
-            };
-            if bytes.file_len()? < end {
-                break;
-            }
-            bytes.up_to(*start, end)?;
-            self.unwritten.pop_front();
-        }
-        Ok(())
+    /// The round that took the copies has written them out: no record
+    /// is read from them again (those of a ring the merger only peeked
+    /// at are passed over when its writer writes them into the shard;
+    /// those of a ring it read first, its writer never writes).
+    pub fn forget_copies(&mut self) {
+        self.unwritten.clear();
     }
 
     fn damage(&mut self, at: usize, end: u64, reason: &str) {

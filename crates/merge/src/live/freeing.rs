@@ -31,7 +31,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use shardrec_control::fault::Site;
-use shardrec_shard::merged_prefix::MergedPrefix;
+use shardrec_shard::merged_prefix::{MergedPrefix, PrefixSlots};
 use shardrec_shard::scan::file_name;
 use shardrec_shard::RecordingDir;
 
@@ -50,6 +50,17 @@ pub const PUNCH_RING_MIN: u64 = 1 << 20;
 const PUNCH_STEP: u64 = 1 << 20;
 const PUNCH_PAUSE: Duration = Duration::from_micros(200);
 
+/// When [`Freeing::after_round`] writes a checkpoint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Checkpoint {
+    /// Every [`CHECKPOINT`] bytes of output, at a round's end, the shards
+    /// punched behind it where they are while recording.
+    Periodic,
+    /// Now, round's end or not: a merger that reads the rings first gives
+    /// them back what it took only once the output says it holds it.
+    Now,
+}
+
 /// The shards being freed.
 pub struct Freeing {
     /// Punches the shards behind the checkpoints.
@@ -67,6 +78,8 @@ pub struct Freeing {
     first_sample_before: u64,
     /// Whether the shards are punched while the writers append to them.
     punch_while_recording: bool,
+    /// `merged.prefix`, once this merger has written it.
+    slots: Option<PrefixSlots>,
 }
 
 impl Freeing {
@@ -82,6 +95,7 @@ impl Freeing {
             punch_while_recording: streamed,
             streamed,
             first_sample_before: 0,
+            slots: None,
         })
     }
 
@@ -99,23 +113,51 @@ impl Freeing {
             punch_while_recording: false,
             streamed: false,
             first_sample_before: prefix.first_sample,
+            slots: None,
         })
     }
 
     /// After a round of an output whose data section starts at
     /// `data_offset` and holds `data_len` bytes, all of them flushed by
-    /// `flush`: once [`CHECKPOINT`] more are written, writes down how far
-    /// it holds the recording, then frees the shards behind it.
+    /// `flush`: writes down how far it holds the recording, `when` says,
+    /// and periodically frees the shards behind it.
     pub fn after_round(
         &mut self,
         recording: &RecordingDir,
         rounds: &Rounds,
         (data_offset, data_len): (u64, u64),
         flush: impl FnOnce() -> io::Result<()>,
+        when: Checkpoint,
     ) -> io::Result<()> {
-        if data_len < self.checkpointed + CHECKPOINT {
+        if when == Checkpoint::Periodic && data_len < self.checkpointed + CHECKPOINT {
             return Ok(());
         }
+        self.checkpoint(recording, rounds, (data_offset, data_len), flush)?;
+        match when == Checkpoint::Periodic && self.punch_while_recording {
+            true => self.puncher.punch_to(self.points(rounds)),
+            false => Ok(()),
+        }
+    }
+
+    /// Each shard's first record not yet written, in the merge's order.
+    fn points(&self, rounds: &Rounds) -> Vec<u64> {
+        let points = rounds.resume_points_by_name();
+        let point = |name: &String| points.get(name).map_or(0, |p| p.start as u64);
+        self.names.iter().map(point).collect()
+    }
+
+    /// Flushes the output (`flush`) and writes down how far it holds the
+    /// recording, whether or not a round ended there: a merger taken up
+    /// from a checkpoint inside a round keeps perf's rule, as all it
+    /// reads was published after the look that the last FINISHED_ROUND
+    /// covered.
+    fn checkpoint(
+        &mut self,
+        recording: &RecordingDir,
+        rounds: &Rounds,
+        (data_offset, data_len): (u64, u64),
+        flush: impl FnOnce() -> io::Result<()>,
+    ) -> io::Result<()> {
         flush()?;
         crate::data_out::injected_fault(&[Site::MergeCheckpoint])?;
         let points = rounds.resume_points_by_name();
@@ -140,17 +182,16 @@ impl Freeing {
             first_sample: first_sample.unwrap_or(0),
             streamed: self.streamed,
         };
-        recording
-            .write_merged_prefix(&prefix)
-            .map_err(io::Error::other)?;
+        match self.slots.as_mut().filter(|slots| slots.fits(&prefix)) {
+            Some(slots) => slots.write(&prefix)?,
+            None => {
+                let path = recording.merged_prefix_path();
+                self.slots = Some(PrefixSlots::create(&path, &prefix)?);
+            }
+        }
         self.checkpointed = data_len;
         self.freed = true;
-        match self.punch_while_recording {
-            true => self
-                .puncher
-                .punch_to(self.names.iter().map(|n| point(n).start as u64).collect()),
-            false => Ok(()),
-        }
+        Ok(())
     }
 
     /// Punches the shards of a file output while recording, rings of

@@ -33,7 +33,7 @@ use crate::report::ResumedTally;
 use crate::shard_set::ShardPaths;
 use crate::{MergeError, MergeOptions, MergeReport};
 use follow::Follower;
-use freeing::Freeing;
+use freeing::{Checkpoint, Freeing};
 pub use rounds::{records_of, Lag, Round, RoundSink, Rounds};
 pub use sink::LiveOutput;
 use sink::Sink;
@@ -173,20 +173,41 @@ impl<'a> LiveMerge<'a> {
     /// After a round: frees the shards behind the output, where it does,
     /// once the output ends a round that a merge can take it up from.
     fn free_behind(&mut self) -> io::Result<()> {
+        match self.rounds.at_round_end() {
+            true => self.checkpoint_when(Checkpoint::Periodic),
+            false => Ok(()),
+        }
+    }
+
+    /// Writes down how far the output holds the recording now, flushed
+    /// (a round's end or not), for a merger that read rings first and
+    /// gives their bytes back only then: one that dies before leaves them
+    /// in the rings, one that dies after is taken up from here. Only an
+    /// output that frees the shards keeps checkpoints
+    /// ([`frees_shards`]).
+    pub fn checkpoint(&mut self) -> io::Result<()> {
+        if self.freeing.is_none() {
+            return Err(io::Error::other(
+                "a live merge that frees no shards keeps no checkpoint",
+            ));
+        }
+        self.checkpoint_when(Checkpoint::Now)
+    }
+
+    /// The output flushed and a checkpoint written, `when` says.
+    fn checkpoint_when(&mut self, when: Checkpoint) -> io::Result<()> {
         let Some(freeing) = self.freeing.as_mut() else {
             return Ok(());
         };
-        if !self.rounds.at_round_end() {
-            return Ok(());
-        }
+        let (recording, rounds) = (&self.recording, &self.rounds);
         match self.records.out.sink_mut() {
             Sink::File { writer, .. } => {
                 let data = (writer.data_offset(), writer.data_size());
-                freeing.after_round(&self.recording, &self.rounds, data, || writer.flush())
+                freeing.after_round(recording, rounds, data, || writer.flush(), when)
             }
             Sink::Pipe(stream) => {
                 let data = (0, stream.bytes_written());
-                freeing.after_round(&self.recording, &self.rounds, data, || stream.flush())
+                freeing.after_round(recording, rounds, data, || stream.flush(), when)
             }
         }
     }
@@ -312,6 +333,17 @@ impl<'a> LiveMerge<'a> {
     }
 }
 
+/// Whether a live merge of `recording` into `target` frees the shards
+/// behind its output: it then writes down how far its output holds the
+/// recording ([`MergedPrefix`]), which a merger that reads the rings
+/// first needs before it gives their bytes back to the kernel.
+pub fn frees_shards(recording: &RecordingDir, target: &Output, options: &MergeOptions) -> bool {
+    options.consume
+        && options.compression_level.is_none()
+        && matches!(target, Output::File { .. })
+        && crate::same_file_system(recording.path(), target.path())
+}
+
 /// Records an earlier merger wrote, the binaries they hit, their counts.
 type Walked<'a> = (u64, SliceHits, ResumedTally<'a>);
 
@@ -335,10 +367,7 @@ fn open_file<'a>(
         source,
     };
     let target = Output::resolve(path)?;
-    let frees = options.consume
-        && options.compression_level.is_none()
-        && matches!(target, Output::File { .. })
-        && crate::same_file_system(recording.path(), target.path());
+    let frees = frees_shards(recording, &target, options);
     let tmp = recording.partial_output_path();
     match frees.then(|| recording.read_merged_prefix()).transpose()? {
         Some(Some(prefix)) => {

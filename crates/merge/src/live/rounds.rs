@@ -387,6 +387,7 @@ impl Rounds {
             runs.cut();
         }
         self.put_runs(&runs.done, sink)?;
+        self.followers.iter_mut().for_each(Follower::forget_copies);
         self.release_behind(runs.bytes);
         Ok((read, runs.records))
     }

@@ -170,6 +170,7 @@ impl<'a> Recording<'a> {
             overwrite: self.plan.overwrite,
             realtime: self.plan.realtime,
             writes: writers::shard_writes(&self.output.dir)?,
+            merger_reads_first: self.output.merger_reads_first(),
         };
         let (dir, windows) = (&self.output.dir, self.output.window_at());
         self.pool
@@ -200,7 +201,13 @@ impl<'a> Recording<'a> {
     /// Forks the live merger, watching every CPU's ring and the side
     /// band's, when the output is merged while recording.
     fn spawn_live_merger(&mut self) -> Result<(), RecordError> {
-        let rings = watched_rings(&self.pool, &self.side_band, self.plan.ring_pages);
+        let reads_first = self.output.merger_reads_first();
+        let rings = watched_rings(
+            &self.pool,
+            &self.side_band,
+            self.plan.ring_pages,
+            reads_first,
+        );
         self.output.spawn_live_merger(rings)
     }
 
@@ -318,16 +325,18 @@ impl<'a> Recording<'a> {
 }
 
 /// What the live merger watches: every CPU's ring (of `pages` data
-/// pages) and the side band's.
+/// pages), with its claim where it `reads_first`, and the side band's.
 fn watched_rings<'r>(
     pool: &'r WriterPool,
     side_band: &'r SideBand,
     pages: usize,
+    reads_first: bool,
 ) -> Vec<WatchedRing<'r>> {
     let cpus = pool.writers().iter().map(|w| WatchedRing {
         event: w.events.ring_owner(),
         pages,
         base: Some(w.base()),
+        reads_first,
     });
     cpus.chain(side_band.watched_rings()).collect()
 }

@@ -43,6 +43,9 @@ pub(super) struct RecordingOutput {
     live_began: bool,
     /// How many times the live merger was restarted.
     live_restarts: usize,
+    /// The live merger reads the CPUs' rings first, into a file it
+    /// checkpoints ([`RecordingOutput::merger_reads_first`]).
+    reads_first: bool,
     /// `--max-size`: stop once the rings have produced this many bytes.
     max_size: Option<u64>,
 }
@@ -94,6 +97,13 @@ impl RecordingOutput {
             };
             (output, config.merge.clone())
         });
+        let reads_first = match (&live_output, &windows) {
+            (Some((live_merger::Destination::File(path), options)), None) => {
+                let target = shardrec_shard::output::Output::resolve(path);
+                target.is_ok_and(|t| shardrec_merge::live::frees_shards(&dir, &t, options))
+            }
+            _ => false,
+        };
         Ok(RecordingOutput {
             dir,
             meta,
@@ -105,8 +115,28 @@ impl RecordingOutput {
             live: None,
             live_began: false,
             live_restarts: 0,
+            reads_first,
             max_size: config.max_size,
         })
+    }
+
+    /// Whether the live merger reads the CPUs' rings first, straight into
+    /// the output, and the writers spill into the shards only what it has
+    /// not taken once a ring is half full: where its output is one file
+    /// whose merge frees the shards behind it, and so writes down how far
+    /// it holds the recording each round it read a ring (a merger that
+    /// dies is then taken up from there, and what it read past that is
+    /// still in the rings). A stream's merger would hold the rings while
+    /// its reader is late; windows, compressed output and kept shards
+    /// keep every byte in the shards.
+    pub(super) fn merger_reads_first(&self) -> bool {
+        self.reads_first
+    }
+
+    /// Whether a live merger that reads the rings first runs: the quiet
+    /// rings are its to take, not their writers'.
+    pub(super) fn merger_reading_first(&self) -> bool {
+        self.reads_first && self.live.as_ref().is_some_and(|l| !l.ended)
     }
 
     /// With `--switch-output`: the recording's directory and the window

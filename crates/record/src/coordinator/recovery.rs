@@ -76,14 +76,25 @@ impl Recording<'_> {
     ) -> Option<(StopReason, Option<RecordError>)> {
         match ended {
             Ended::Cut(shard, errno) => Some((self.shard_cut(&shard, errno), None)),
-            Ended::WriterDied(_, Some(error)) | Ended::VipDied(Some(error)) if self.stopping => {
+            Ended::WriterDied(index, error) if self.stopping => {
+                // What its ring still holds is written at the end.
+                self.pool.died_while_stopping(index, &self.side_band);
+                if let Some(error) = error {
+                    say::warning(&format!(
+                        "the {name} failed while stopping: {}",
+                        shardrec_shard::with_causes(&error)
+                    ));
+                }
+                None
+            }
+            Ended::VipDied(Some(error)) if self.stopping => {
                 say::warning(&format!(
                     "the {name} failed while stopping: {}",
                     shardrec_shard::with_causes(&error)
                 ));
                 None
             }
-            Ended::WriterDied(..) | Ended::VipDied(None) if self.stopping => None,
+            Ended::VipDied(None) if self.stopping => None,
             Ended::WriterDied(index, _) => {
                 let since = self.since_start();
                 let dir = &self.output.dir;
@@ -115,7 +126,9 @@ impl Recording<'_> {
     /// second is refused, EEXIST), so the new merger's own events are
     /// recorded, as a replaced writer's are.
     fn restart_live_merger(&mut self) -> Result<(), RecordError> {
-        let rings = super::watched_rings(&self.pool, &self.side_band, self.plan.ring_pages);
+        let reads_first = self.output.merger_reads_first();
+        let pages = self.plan.ring_pages;
+        let rings = super::watched_rings(&self.pool, &self.side_band, pages, reads_first);
         let Some(pid) = self.output.restart_live_merger(rings)? else {
             return Ok(());
         };

@@ -177,6 +177,7 @@ impl SideBand {
             event,
             pages: vip::RING_PAGES,
             base: None,
+            reads_first: false,
         })
     }
 

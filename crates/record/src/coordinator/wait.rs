@@ -48,7 +48,10 @@ impl Recording<'_> {
                 Wake::SwitchEvent => self.output.switch_asked |= self.switch_event_hit(),
             }
             self.counting.count_when_due(self.plan, &self.pool);
-            self.pool.flush_quiet_rings();
+            // A merger that reads the rings first takes the quiet ones.
+            if !self.output.merger_reading_first() {
+                self.pool.flush_quiet_rings();
+            }
             self.output.windows_written();
             if let Some(limit) = self.output.size_limit_reached(self.pool.produced()) {
                 self.counting.say(&format!(

@@ -152,6 +152,19 @@ impl WriterPool {
         self.writers.iter().any(|w| w.cpu() == cpu)
     }
 
+    /// Writer `index` ended while the recording stopped, before its ring
+    /// was drained (killed, or failed): its events are disabled here (it
+    /// may have died before it could) and its ring is written at the end
+    /// with those of the writers given up on.
+    pub(super) fn died_while_stopping(&mut self, index: usize, side_band: &SideBand) {
+        let writer = &mut self.writers[index];
+        if writer.unwritten() == 0 && writer.stats().cut.is_none() {
+            return;
+        }
+        writer.drain(side_band.on_cpu(writer.cpu()));
+        writer.given_up = writer.stats().cut.is_none();
+    }
+
     /// The rings of the writers given up on, written into their shards in
     /// `dir` now that every event is disabled.
     pub(super) fn write_given_up_rings(&self, dir: &RecordingDir) -> Result<(), RecordError> {

@@ -60,6 +60,10 @@ pub struct WatchedRing<'a> {
     /// For a CPU's ring, the ring position of its shard's first byte; a
     /// side-band ring's records go to the VIP's shard.
     pub base: Option<u64>,
+    /// A CPU's ring the merger reads first: it takes the ring's bytes
+    /// itself and gives them back once its output holds them and says so
+    /// (its writer spills only what it did not take).
+    pub reads_first: bool,
 }
 
 /// Where the live merger writes.

@@ -12,6 +12,7 @@ use shardrec_control::fault::Site;
 use shardrec_merge::live::{LiveMerge, LiveOutput};
 use shardrec_merge::{MergeOptions, MergeReport};
 use shardrec_shard::{CpuStats, RecordingDir};
+use shardrec_sys::ring::Copied;
 use shardrec_sys::RingBuffer;
 
 use super::{Destination, Message, Switch, WatchedRing, WindowDone, WindowsOutput};
@@ -63,12 +64,40 @@ pub(super) struct Merged {
 /// The rings, each with where its shard begins (CPUs' rings), as mapped
 /// in the merger.
 struct Rings {
-    rings: Vec<(RingBuffer, Option<u64>)>,
+    rings: Vec<MergerRing>,
     /// The smallest CPU ring's bytes.
     smallest: u64,
     /// Whether a ring's bytes its writer has not written are copied.
     copies: bool,
+    /// What the merger took from each ring it reads first and has not
+    /// given back yet, for want of a checkpoint.
+    unreleased: Vec<Option<Copied>>,
+    /// When the output last said how far it holds the recording.
+    checkpointed: Instant,
 }
+
+/// One ring as the merger reads it.
+struct MergerRing {
+    ring: RingBuffer,
+    /// For a CPU's ring, the ring position of its shard's first byte.
+    base: Option<u64>,
+    /// A CPU's ring the merger reads first: it gives back what it took
+    /// once its output holds it and says so.
+    reads_first: bool,
+}
+
+/// Bytes a round copies from the rings it reads first, at most: the rest
+/// waits for the next round or is spilled by the writers.
+const ROUND_COPY_BUDGET: u64 = 64 << 20;
+
+/// What the merger took from the rings it reads first goes back to the
+/// kernel after a checkpoint, which comes once a ring holds this share of
+/// itself taken and not given back (its writer spills at half), or this
+/// long after the last: in a DWARF storm a checkpoint after every round
+/// was a sixth of the merger's samples. A recording killed whole loses
+/// what its rings held, and what the output took past its checkpoint.
+const CHECKPOINT_SHARE: u64 = 8;
+const CHECKPOINT_EVERY: Duration = Duration::from_millis(50);
 
 /// The merger's life: wait for `b`, write rounds until `f`, finish;
 /// `say` answers the coordinator with each `--switch-output` window
@@ -84,8 +113,14 @@ pub(super) fn serve(
     let mut rings = Rings {
         rings: watched
             .iter()
-            .map(|w| Ok((RingBuffer::map(w.event, w.pages)?, w.base)))
-            .collect::<std::io::Result<_>>()?,
+            .map(|w| {
+                Ok(MergerRing {
+                    ring: RingBuffer::map(w.event, w.pages)?,
+                    base: w.base,
+                    reads_first: w.reads_first,
+                })
+            })
+            .collect::<std::io::Result<Vec<_>>>()?,
         smallest: watched
             .iter()
             .filter(|w| w.base.is_some())
@@ -93,6 +128,8 @@ pub(super) fn serve(
             .min()
             .unwrap_or(0),
         copies: true,
+        unreleased: watched.iter().map(|_| None).collect(),
+        checkpointed: Instant::now(),
     };
     if next_event(commands, None, None)? != Event::Command(b'b') {
         return Ok(None);
@@ -102,7 +139,7 @@ pub(super) fn serve(
             dir,
             LiveOutput::File(path),
             None,
-            (options, &rings, commands),
+            (options, &mut rings, commands),
             say,
         ),
         Destination::Stream(stream) => {
@@ -111,7 +148,7 @@ pub(super) fn serve(
                 dir,
                 output,
                 Some(stream.as_fd()),
-                (options, &rings, commands),
+                (options, &mut rings, commands),
                 say,
             )
         }
@@ -122,7 +159,7 @@ pub(super) fn serve(
 }
 
 /// What every output's merge works with.
-type Context<'c> = (&'c MergeOptions, &'c Rings, &'c mut File);
+type Context<'c> = (&'c MergeOptions, &'c mut Rings, &'c mut File);
 
 /// The whole recording in `dir` into `output`; `say` answers `b` once
 /// the output's head is written.
@@ -276,7 +313,7 @@ fn publish(
 /// Rounds until a command comes (or the stream's reader leaves).
 fn follow(
     merge: &mut LiveMerge,
-    rings: &Rings,
+    rings: &mut Rings,
     commands: &mut File,
     stream: Option<BorrowedFd>,
 ) -> Result<Event, Stopped> {
@@ -287,7 +324,7 @@ fn follow(
         // have about ROUND_AIM more, at the rate they grew since the last
         // look; a recording whose rings are all quiet is looked at less
         // often.
-        let now: Vec<u64> = rings.rings.iter().map(|(ring, _)| ring.head()).collect();
+        let now: Vec<u64> = rings.rings.iter().map(|r| r.ring.head()).collect();
         let grown: u64 = now.iter().zip(&heads).map(|(n, h)| n - h).sum();
         let wait = match (heads.is_empty(), grown) {
             (true, _) => SHORTEST_ROUND,
@@ -346,53 +383,121 @@ fn finish(merge: LiveMerge, dir: &RecordingDir, options: &MergeOptions) -> Resul
 impl Rings {
     /// The next window's shards begin at `bases` in the CPUs' rings.
     fn based_at(&mut self, bases: &[u64]) {
-        let cpus = self.rings.iter_mut().filter_map(|(_, base)| base.as_mut());
+        let cpus = self.rings.iter_mut().filter_map(|r| r.base.as_mut());
         for (base, &next) in cpus.zip(bases) {
             *base = next;
         }
     }
 
-    /// One round, each ring read from its control page.
-    fn round(&self, merge: &mut LiveMerge) -> std::io::Result<shardrec_merge::live::Round> {
+    /// One round, each ring read from its control page. What the merger
+    /// took from the rings it reads first goes back to the kernel once
+    /// the output holds the round and its checkpoint says so.
+    fn round(&mut self, merge: &mut LiveMerge) -> std::io::Result<shardrec_merge::live::Round> {
         let rings = &self.rings;
         // Tails first: everything before them is in the files read next.
-        let tails: Vec<u64> = rings.iter().map(|(ring, _)| ring.tail()).collect();
+        let tails: Vec<u64> = rings.iter().map(|r| r.ring.tail()).collect();
         let written: Vec<u64> = rings
             .iter()
             .zip(&tails)
-            .filter_map(|((_, base), tail)| Some(tail - (*base)?))
+            .filter_map(|(r, tail)| Some(tail.saturating_sub(r.base?)))
             .collect();
-        // What a ring holds that its writer has not written is copied
-        // instead of waited for, up to half the ring: the writer writes
-        // nothing short of its wakeup watermark (a quarter) on its own. A
-        // quiet CPU then neither holds the output back nor is woken; nor
-        // does one a busy thread just left, whose last quarter ring would
-        // otherwise wait until the CPU is busy again (a 64 KiB limit here
-        // held a DWARF storm's output 0.5 to 1.5 s behind each time its
-        // thread moved). Up to the wakeup watermark only, a round waited
-        // for a woken writer up to 50 ms, and its reader held as much.
-        let unwritten = |i: usize, at: u64| {
-            let (ring, base) = &rings[i];
-            let base = base.filter(|_| self.copies)?;
-            let most = ring.data_size() as u64 / 2;
-            ring.peek_unread(base + at, most)
-        };
-        merge.round(
+        let mut taken = TakenFromRings::default();
+        let mut read_to = Vec::new();
+        let copies = self.copies;
+        let round = merge.round(
             &written,
-            unwritten,
+            |i, at| {
+                let ring = &rings[i];
+                let from = ring.base.filter(|_| copies)? + at;
+                taken.copy(i, ring, from)
+            },
             |taken| {
-                rings
+                read_to = rings
                     .iter()
                     .zip(&tails)
                     .enumerate()
-                    .map(|(i, ((_, base), tail))| match base {
+                    .map(|(i, (r, tail))| match r.base {
                         Some(base) => base + taken[i],
                         None => *tail,
                     })
-                    .collect()
+                    .collect();
+                read_to.clone()
             },
-            || rings.iter().map(|(ring, _)| ring.head()).collect(),
-        )
+            || rings.iter().map(|r| r.ring.head()).collect(),
+        );
+        let round = round?;
+        for (i, copied) in taken.held {
+            self.unreleased[i] = Some(copied.up_to(read_to[i]));
+        }
+        self.give_back_when_due(merge)?;
+        Ok(round)
+    }
+
+    /// Gives the rings back what the merger took from them, once the
+    /// output holds it and says so (see [`CHECKPOINT_SHARE`]): a merger
+    /// that dies before leaves it in the rings, for the next one (or
+    /// their writers, which spill it into the shards).
+    fn give_back_when_due(&mut self, merge: &mut LiveMerge) -> std::io::Result<()> {
+        let pending = self.rings.iter().zip(&self.unreleased);
+        let mut pending = pending.filter_map(|(r, copied)| Some((r, copied.as_ref()?)));
+        let due = self.checkpointed.elapsed() >= CHECKPOINT_EVERY
+            || pending.any(|(r, copied)| {
+                let share = r.ring.data_size() as u64 / CHECKPOINT_SHARE;
+                copied.end().saturating_sub(r.ring.tail()) >= share
+            });
+        if !due || self.unreleased.iter().all(Option::is_none) {
+            return Ok(());
+        }
+        merge.checkpoint()?;
+        self.checkpointed = Instant::now();
+        for (r, copied) in self.rings.iter_mut().zip(&mut self.unreleased) {
+            if let Some(copied) = copied.take() {
+                r.ring.release_copied(copied);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The copies a round takes of what the rings hold past what their
+/// writers wrote.
+#[derive(Default)]
+struct TakenFromRings {
+    /// The rings read first that were copied, to give back once secured.
+    held: Vec<(usize, Copied)>,
+    bytes: u64,
+}
+
+impl TakenFromRings {
+    /// A copy of ring `i`'s bytes from `from` (where its shard has been
+    /// read to) to its head, if its writer has not written past there
+    /// nor does so meanwhile (the copy is then dropped, as the shard
+    /// holds the bytes), and if there are not too many:
+    ///
+    /// - of a ring the merger reads first, up to the whole ring, and up to
+    ///   [`ROUND_COPY_BUDGET`] in a round: its writer spills only once it
+    ///   is half full, and only what the merger did not take;
+    /// - of another, up to half the ring: its writer writes nothing short
+    ///   of its wakeup watermark (a quarter) on its own. A quiet CPU then
+    ///   neither holds the output back nor is woken; nor does one a busy
+    ///   thread just left, whose last quarter ring would otherwise wait
+    ///   until the CPU is busy again (a 64 KiB limit here held a DWARF
+    ///   storm's output 0.5 to 1.5 s behind each time its thread moved).
+    ///   Up to the wakeup watermark only, a round waited for a woken
+    ///   writer up to 50 ms, and its reader held as much.
+    fn copy(&mut self, i: usize, ring: &MergerRing, from: u64) -> Option<Vec<u8>> {
+        let size = ring.ring.data_size() as u64;
+        let most = match ring.reads_first {
+            true if self.bytes >= ROUND_COPY_BUDGET => return None,
+            true => size,
+            false => size / 2,
+        };
+        let (copy, copied) = ring.ring.peek_unread(from, most)?;
+        if ring.reads_first {
+            self.bytes += copy.len() as u64;
+            self.held.push((i, copied));
+        }
+        Some(copy)
     }
 }
 
