@@ -281,15 +281,17 @@ impl RingBuffer {
         Ok(head)
     }
 
-    /// For another process than the ring's reader: a copy of the unread
-    /// bytes from `from` (at or past the reader's tail) to the head, if
-    /// there are some and at most `most`; `None` if not, or if the reader
+    /// For another process than the ring's reader: a copy, in `into`
+    /// (emptied first, and reused so that a copy each round does not take
+    /// fresh pages each time), of the unread bytes from `from` (at or past
+    /// the reader's tail) to the head, if there are some and at most
+    /// `most`; `None` if not, or if the reader
     /// moved its tail past `from` while they were copied (the kernel may
     /// then have written over them). Nothing in the ring changes, and the
     /// reader is not woken. Releasing the [`Copied`] (once the copy is
     /// safe elsewhere) gives the bytes back to the kernel, whether or not
     /// the reader has read them too.
-    pub fn peek_unread(&self, from: u64, most: u64) -> Option<(Vec<u8>, Copied)> {
+    pub fn peek_unread(&self, from: u64, most: u64, into: &mut Vec<u8>) -> Option<Copied> {
         // The reader stores its tail with Release once it is done with the
         // bytes before it.
         let tail = self.meta_atomic(DATA_TAIL).load(Ordering::Acquire);
@@ -300,7 +302,9 @@ impl RingBuffer {
         let len = (head - from) as usize;
         let start = (from as usize) & (self.data_size - 1);
         let first = len.min(self.data_size - start);
-        let mut copy = Vec::with_capacity(len);
+        let copy = into;
+        copy.clear();
+        copy.reserve(len);
         for (offset, len) in [(start, first), (0, len - first)] {
             let at = self.data_offset + offset;
             // SAFETY: the range lies inside the data area of a mapping that
@@ -316,7 +320,10 @@ impl RingBuffer {
         // The copy's loads come before the tail is read again.
         std::sync::atomic::fence(Ordering::Acquire);
         let kept = self.meta_atomic(DATA_TAIL).load(Ordering::Relaxed) <= from;
-        kept.then_some((copy, Copied { head }))
+        if !kept {
+            copy.clear();
+        }
+        kept.then_some(Copied { head })
     }
 
     /// Gives back to the kernel the bytes a [`copy_unread`](Self::copy_unread)

@@ -41,22 +41,25 @@ fn a_second_mapping_peeks_exactly_the_unread_bytes_even_where_they_wrap() {
         let (tail, head) = (reader.tail(), reader.head());
         let unread = head - tail;
         assert!(unread > 8, "no record");
-        let too_many = peeker.peek_unread(tail, unread - 1);
+        let mut buffer = Vec::new();
+        let too_many = peeker.peek_unread(tail, unread - 1, &mut buffer);
         assert_eq!(too_many, None, "more than asked for");
         assert_eq!(
-            peeker.peek_unread(head, size),
+            peeker.peek_unread(head, size, &mut buffer),
             None,
             "nothing past the head"
         );
-        let (later, _) = peeker
-            .peek_unread(tail + 8, size)
+        let mut later = Vec::new();
+        let _ = peeker
+            .peek_unread(tail + 8, size, &mut later)
             .expect("a copy of the rest");
-        let (peeked, copied) = peeker.peek_unread(tail, size).expect("a copy");
+        let mut peeked = vec![0xff; 3];
+        let copied = peeker.peek_unread(tail, size, &mut peeked).expect("a copy");
         assert_eq!(copied.end(), head);
         assert_eq!(reader.tail(), tail, "the peek moved the tail");
         assert_eq!(later, peeked[8..]);
         assert_eq!(peeked, consumed(&reader));
-        let behind = peeker.peek_unread(tail, size);
+        let behind = peeker.peek_unread(tail, size, &mut buffer);
         assert_eq!(behind, None, "the tail moved past it");
     }
     assert!(reader.head() > size, "the ring never wrapped");
@@ -64,7 +67,10 @@ fn a_second_mapping_peeks_exactly_the_unread_bytes_even_where_they_wrap() {
     // see, and a release behind it leaves it there.
     renames(40);
     let head = reader.head();
-    let (_, copied) = peeker.peek_unread(reader.tail(), size).expect("a copy");
+    let mut buffer = Vec::new();
+    let copied = peeker
+        .peek_unread(reader.tail(), size, &mut buffer)
+        .expect("a copy");
     peeker.release_copied(copied);
     assert_eq!(reader.tail(), head);
     // SAFETY: nothing of the ring is borrowed.

@@ -133,7 +133,7 @@ impl<'a> LiveMerge<'a> {
 
     /// One round ([`Rounds::round`]): `written[i]` is how far CPU shard
     /// `i` is known written (its writer's ring tail less the shard's start
-    /// in the ring), and `unwritten(i, offset)` copies its ring's bytes its
+    /// in the ring), and `unwritten(i, offset, into)` copies into `into` its ring's bytes its
     /// writer has not written, if they would start at that offset of the
     /// shard; the VIP's shard is read to its end. `rings_read` turns what
     /// each shard has been read to into every ring's read position, and
@@ -141,7 +141,7 @@ impl<'a> LiveMerge<'a> {
     pub fn round(
         &mut self,
         written: &[u64],
-        unwritten: impl FnMut(usize, u64) -> Option<Vec<u8>>,
+        unwritten: impl FnMut(usize, u64, &mut Vec<u8>) -> bool,
         rings_read: impl FnOnce(&[u64]) -> Vec<u64>,
         heads: impl FnOnce() -> Vec<u64>,
     ) -> io::Result<Round> {

@@ -190,7 +190,7 @@ impl Rounds {
     /// One round. `heads` reads every ring's head, first: the look this
     /// round's FINISHED_ROUND must cover. Then every shard's new records
     /// go out: `written[i]` is how far shard `i` (before `to_end`) is
-    /// known written, and `unwritten(i, offset)` copies its ring's bytes
+    /// known written, and `unwritten(i, offset, into)` copies into `into` its ring's bytes
     /// not written yet if they would start at that offset of the shard
     /// (see [`Follower::take_unwritten`]). `rings_read` turns what each
     /// shard has been read to into every ring's read position, in the
@@ -199,7 +199,7 @@ impl Rounds {
         &mut self,
         layouts: &Layouts,
         written: &[u64],
-        unwritten: impl FnMut(usize, u64) -> Option<Vec<u8>>,
+        unwritten: impl FnMut(usize, u64, &mut Vec<u8>) -> bool,
         rings_read: impl FnOnce(&[u64]) -> Vec<u64>,
         heads: impl FnOnce() -> Vec<u64>,
         sink: &mut impl RoundSink,
@@ -275,7 +275,7 @@ impl Rounds {
         // Small steps: between two, the shards behind the output can be
         // freed (see `freeing`).
         let most = (DRAIN_STEP / self.followers.len().max(1)).clamp(64 << 10, 4 << 20);
-        let no_copies = |_, _| None;
+        let no_copies = |_, _, _: &mut Vec<u8>| false;
         let (_, records) = self.read_out(layouts, |_| None, most, true, no_copies, sink)?;
         // Looks taken while recording that the output has not covered yet
         // end rounds as it does (the side band, its VIP done and its shard
@@ -359,7 +359,7 @@ impl Rounds {
         limit: impl Fn(usize) -> Option<u64>,
         most: usize,
         last: bool,
-        mut unwritten: impl FnMut(usize, u64) -> Option<Vec<u8>>,
+        mut unwritten: impl FnMut(usize, u64, &mut Vec<u8>) -> bool,
         sink: &mut impl RoundSink,
     ) -> io::Result<(u64, u64)> {
         let mut fields = FieldReader::new(layouts);
@@ -377,12 +377,15 @@ impl Rounds {
             }
             // A copy of the ring lies elsewhere: a run of its own.
             runs.cut();
-            let copy = (i < self.to_end)
-                .then(|| unwritten(i, follower.taken()))
-                .flatten();
-            if let Some(copy) = copy {
-                let mut take = runs.taker(i, order, late);
-                read += follower.take_unwritten(copy, &mut fields, &mut take);
+            if i < self.to_end {
+                let mut copy = follower.spare_buffer();
+                match unwritten(i, follower.taken(), &mut copy) {
+                    true => {
+                        let mut take = runs.taker(i, order, late);
+                        read += follower.take_unwritten(copy, &mut fields, &mut take);
+                    }
+                    false => follower.keep_spare(copy),
+                }
             }
             runs.cut();
         }

@@ -406,10 +406,10 @@ impl Rings {
         let copies = self.copies;
         let round = merge.round(
             &written,
-            |i, at| {
+            |i, at, into: &mut Vec<u8>| {
                 let ring = &rings[i];
-                let from = ring.base.filter(|_| copies)? + at;
-                taken.copy(i, ring, from)
+                let from = ring.base.filter(|_| copies).map(|base| base + at);
+                from.is_some_and(|from| taken.copy(i, ring, from, into))
             },
             |taken| {
                 read_to = rings
@@ -469,7 +469,7 @@ struct TakenFromRings {
 }
 
 impl TakenFromRings {
-    /// A copy of ring `i`'s bytes from `from` (where its shard has been
+    /// A copy into `into` of ring `i`'s bytes from `from` (where its shard has been
     /// read to) to its head, if its writer has not written past there
     /// nor does so meanwhile (the copy is then dropped, as the shard
     /// holds the bytes), and if there are not too many:
@@ -485,19 +485,21 @@ impl TakenFromRings {
     ///   storm's output 0.5 to 1.5 s behind each time its thread moved).
     ///   Up to the wakeup watermark only, a round waited for a woken
     ///   writer up to 50 ms, and its reader held as much.
-    fn copy(&mut self, i: usize, ring: &MergerRing, from: u64) -> Option<Vec<u8>> {
+    fn copy(&mut self, i: usize, ring: &MergerRing, from: u64, into: &mut Vec<u8>) -> bool {
         let size = ring.ring.data_size() as u64;
         let most = match ring.reads_first {
-            true if self.bytes >= ROUND_COPY_BUDGET => return None,
+            true if self.bytes >= ROUND_COPY_BUDGET => return false,
             true => size,
             false => size / 2,
         };
-        let (copy, copied) = ring.ring.peek_unread(from, most)?;
+        let Some(copied) = ring.ring.peek_unread(from, most, into) else {
+            return false;
+        };
         if ring.reads_first {
-            self.bytes += copy.len() as u64;
+            self.bytes += into.len() as u64;
             self.held.push((i, copied));
         }
-        Some(copy)
+        true
     }
 }
 

@@ -135,7 +135,10 @@ fn round_copying(
     let heads: Vec<u64> = (0..heads.len())
         .map(|i| heads[i].unwrap_or(lens[i] + copy(i).map_or(0, |c| c.len() as u64)))
         .collect();
-    let copied = |i: usize, at: u64| copy(i).filter(|_| at == lens[i]).map(<[u8]>::to_vec);
+    let copied = |i: usize, at: u64, into: &mut Vec<u8>| {
+        let copy = copy(i).filter(|_| at == lens[i]);
+        copy.inspect(|copy| into.extend_from_slice(copy)).is_some()
+    };
     rounds
         .round(
             &layouts(),
