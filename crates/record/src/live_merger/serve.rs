@@ -365,7 +365,11 @@ fn finish(merge: LiveMerge, dir: &RecordingDir, options: &MergeOptions) -> Resul
     };
     stats.cpus.clear();
     for (&cpu, summary) in meta.cpus.iter().zip(&summaries) {
-        let bytes = std::fs::metadata(dir.shard_path(cpu)).map_or(0, |m| m.len());
+        // The CPU's bytes, whether its writer wrote them or the merger
+        // took them from the ring (the shard then has holes there; it
+        // may end before the last ones).
+        let written = std::fs::metadata(dir.shard_path(cpu)).map_or(0, |m| m.len());
+        let bytes = written.max(summary.valid_len as u64);
         stats.count_cpu(cpu, bytes, summary);
         if !options.consume {
             // The shards are kept: a merge of a time window reads their
