@@ -4,7 +4,6 @@
 //! shard's summary (the same walk a merge after the fact makes,
 //! [`ShardSummary::walk`]) and found again by its offset when written out.
 
-use std::collections::VecDeque;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
@@ -32,15 +31,13 @@ pub struct Follower {
     /// Where an earlier merger of this output left the shard: the
     /// records it wrote are passed over.
     resume: Resume,
-    /// Copies of records taken from the ring before its writer wrote
-    /// them ([`Follower::take_unwritten`]), each with its shard offset,
-    /// until the round that took them has written them out.
-    unwritten: VecDeque<(u64, Vec<u8>)>,
-    /// A buffer for the next copy, one that held an earlier one: a copy
-    /// each round in fresh memory took a page fault and a page cleared
-    /// for every 4 KiB, most of the merger's first rounds in a 64-vCPU
-    /// guest.
-    spare: Vec<u8>,
+    /// A copy of the ring's bytes its writer has not written
+    /// ([`Follower::take_copy`]), from this shard offset, until the round
+    /// that took it has written it out. The buffer is kept from round to
+    /// round: a copy each round in fresh memory took a page fault and a
+    /// page cleared for every 4 KiB, most of the merger's first rounds in
+    /// a 64-vCPU guest.
+    copy: (u64, Vec<u8>),
 }
 
 impl Follower {
@@ -77,8 +74,7 @@ impl Follower {
             summary,
             exhausted: false,
             resume: Resume::default(),
-            unwritten: VecDeque::new(),
-            spare: Vec::new(),
+            copy: (0, Vec::new()),
         }
     }
 
@@ -100,11 +96,8 @@ impl Follower {
 
     /// The record of `len` bytes taken at `offset`.
     pub fn record(&self, offset: u64, len: usize) -> &[u8] {
-        if let Some((start, copy)) = self
-            .unwritten
-            .iter()
-            .find(|(start, copy)| (*start..*start + copy.len() as u64).contains(&offset))
-        {
+        let (start, copy) = &self.copy;
+        if (*start..start + copy.len() as u64).contains(&offset) {
             let at = (offset - start) as usize;
             return &copy[at..at + len];
         }
@@ -191,58 +184,48 @@ impl Follower {
         Ok(at as u64)
     }
 
-    /// Takes the whole records of `unwritten`: a copy of the bytes of the
-    /// shard's ring that its writer has not written yet, from where this
-    /// follower has read the shard to ([`taken`](Self::taken)). So a quiet
-    /// ring's few records need not wait for its writer, nor wake it: they
-    /// are written out from the copy, and passed over when the writer
-    /// writes them into the shard. A record in it that is not one is left
-    /// for the read of the shard to find. Returns the bytes taken.
-    pub fn take_unwritten(
+    /// The buffer a copy of the shard's ring goes into, from where this
+    /// follower has read the shard to ([`taken`](Self::taken)), before
+    /// [`take_copy`](Self::take_copy).
+    pub fn copy_buffer(&mut self) -> &mut Vec<u8> {
+        &mut self.copy.1
+    }
+
+    /// Takes the whole records of the copy in [`copy_buffer`]: the bytes
+    /// of the shard's ring that its writer has not written yet. So a
+    /// quiet ring's few records need not wait for its writer, nor wake it:
+    /// they are written out from the copy, and passed over when the writer
+    /// writes them into the shard (or never written there, where the
+    /// merger reads the rings first). A record in it that is not one is
+    /// left for the read of the shard to find. Returns the bytes taken.
+    ///
+    /// [`copy_buffer`]: Self::copy_buffer
+    pub fn take_copy(
         &mut self,
-        mut unwritten: Vec<u8>,
         fields: &mut FieldReader,
         take: &mut impl FnMut(u64, u64, &[u8]),
     ) -> u64 {
+        let (start, copy) = &mut self.copy;
         if self.bytes.is_none() || self.summary.damage.is_some() {
+            copy.clear();
             return 0;
         }
-        let start = self.pos;
+        *start = self.pos;
         let shard = (&mut self.summary, &self.resume);
-        let (at, _) = walk_records(shard, &unwritten, start as usize, fields, take);
-        if at > 0 {
-            unwritten.truncate(at);
-            self.pos += at as u64;
-            self.unwritten.push_back((start, unwritten));
-        }
+        let (at, _) = walk_records(shard, copy, *start as usize, fields, take);
+        copy.truncate(at);
+        self.pos += at as u64;
         at as u64
     }
 
-    /// The round that took the copies has written them out: no record
-    /// is read from them again (those of a ring the merger only peeked
-    /// at are passed over when its writer writes them into the shard;
-    /// those of a ring it read first, its writer never writes).
-    pub fn forget_copies(&mut self) {
-        if let Some((_, copy)) = self.unwritten.pop_back() {
-            self.keep_spare(copy);
-        }
-        self.unwritten.clear();
-    }
-
-    /// A buffer for a copy of the ring (see [`forget_copies`]).
-    ///
-    /// [`forget_copies`]: Self::forget_copies
-    pub fn spare_buffer(&mut self) -> Vec<u8> {
-        std::mem::take(&mut self.spare)
-    }
-
-    /// Keeps `buffer` for the next copy, emptied, unless it grew past
-    /// what a ring usually holds between two rounds (a storm's copy is
-    /// not held on to).
-    pub fn keep_spare(&mut self, mut buffer: Vec<u8>) {
-        if buffer.capacity() <= SPARE_MOST {
-            buffer.clear();
-            self.spare = buffer;
+    /// The round that took the copy has written it out: no record is read
+    /// from it again. Its buffer is kept for the next, unless a storm made
+    /// it larger than a ring usually holds between two rounds.
+    pub fn forget_copy(&mut self) {
+        let copy = &mut self.copy.1;
+        copy.clear();
+        if copy.capacity() > SPARE_MOST {
+            *copy = Vec::new();
         }
     }
 

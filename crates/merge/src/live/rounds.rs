@@ -192,7 +192,7 @@ impl Rounds {
     /// go out: `written[i]` is how far shard `i` (before `to_end`) is
     /// known written, and `unwritten(i, offset, into)` copies into `into` its ring's bytes
     /// not written yet if they would start at that offset of the shard
-    /// (see [`Follower::take_unwritten`]). `rings_read` turns what each
+    /// (see [`Follower::take_copy`]). `rings_read` turns what each
     /// shard has been read to into every ring's read position, in the
     /// order of the heads.
     pub fn round(
@@ -377,20 +377,14 @@ impl Rounds {
             }
             // A copy of the ring lies elsewhere: a run of its own.
             runs.cut();
-            if i < self.to_end {
-                let mut copy = follower.spare_buffer();
-                match unwritten(i, follower.taken(), &mut copy) {
-                    true => {
-                        let mut take = runs.taker(i, order, late);
-                        read += follower.take_unwritten(copy, &mut fields, &mut take);
-                    }
-                    false => follower.keep_spare(copy),
-                }
+            if i < self.to_end && unwritten(i, follower.taken(), follower.copy_buffer()) {
+                let mut take = runs.taker(i, order, late);
+                read += follower.take_copy(&mut fields, &mut take);
             }
             runs.cut();
         }
         self.put_runs(&runs.done, sink)?;
-        self.followers.iter_mut().for_each(Follower::forget_copies);
+        self.followers.iter_mut().for_each(Follower::forget_copy);
         self.release_behind(runs.bytes);
         Ok((read, runs.records))
     }
