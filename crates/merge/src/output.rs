@@ -121,9 +121,11 @@ fn write_records<S: RecordSink>(
     progress.advance(plan.synth.summary.valid_len as u64);
 
     // A resumed merge's shards leave out what is written already
-    // (`ScannedShard::resume`): a record that came late, after `until`'s
-    // records were written, is in the first slice.
-    let slices = slices::plan(plan.shards, plan.slice_bytes, 0);
+    // (`ScannedShard::resume`): a record that came late, earlier than
+    // `until` but not in the prefix, is in the first slice and its first
+    // round.
+    let rounds_from = plan.resumed.map_or(0, |(_, until)| until);
+    let slices = slices::plan(plan.shards, plan.slice_bytes, rounds_from);
     let context = Context {
         shards: plan.shards,
         layouts: plan.layouts,
@@ -132,6 +134,7 @@ fn write_records<S: RecordSink>(
         progress,
         consume: plan.consume,
         write_piece: data_out::write_piece(plan.meta.ring_pages * page_size()),
+        rounds_from,
     };
     let mut totals = Totals::default();
     for done in slices_into(&context, &slices, sink)? {

@@ -46,6 +46,12 @@ pub struct Context<'a> {
     pub consume: Option<ConsumeShards<'a>>,
     /// Bytes of each positioned write ([`crate::data_out::write_piece`]).
     pub write_piece: usize,
+    /// No round ends before a record this late: a resumed merge's prefix
+    /// ended its last round holding records up to here, and perf flushes
+    /// up to that time at the next round, so every record left earlier
+    /// than it goes in the first (the rounds passed meanwhile end at once
+    /// after it: perf takes rounds with nothing between them as one).
+    pub rounds_from: u64,
 }
 
 /// The shards to free as the merge goes, and where to say how far it got.
@@ -157,7 +163,7 @@ fn write_in_order<'a, S: RecordSink + Send>(
 
 /// Merges `slice`'s records from every shard into `sink`, with a round
 /// after each record that passes a multiple of [`ROUND_BYTES`] of the
-/// whole data section.
+/// whole data section (once past `context.rounds_from`).
 fn merge_slice<'a, S: RecordSink>(
     context: &Context<'a>,
     slice: &Slice,
@@ -173,12 +179,20 @@ fn merge_slice<'a, S: RecordSink>(
     let mut read = slice.input_before;
     let mut shown = read;
     let mut records = Merged::new(streams).peekable();
-    while let Some((_, record)) = records.next() {
+    // Rounds owed: passed, but held back while records earlier than
+    // `rounds_from` may follow (only in the first slice, which ends past it).
+    let mut owed = 0;
+    while let Some((time, record)) = records.next() {
         out.put(record)?;
         let before = read;
         read += record.len() as u64;
-        if read / ROUND_BYTES > before / ROUND_BYTES {
-            out.out.end_round(records.peek().is_none())?;
+        owed += read / ROUND_BYTES - before / ROUND_BYTES;
+        let last = records.peek().is_none();
+        if owed > 0 && (time >= context.rounds_from || last) {
+            for _ in 0..owed {
+                out.out.end_round(last)?;
+            }
+            owed = 0;
             context.progress.advance(read - shown);
             shown = read;
         }

@@ -66,21 +66,19 @@ impl Slice {
     }
 }
 
-/// The slices of `shards` from time `from` on (0 but for the rest of an
-/// interrupted merge): at least one, each of about `target` bytes (by
-/// default [`target_bytes`]) unless one bucket of the time index is larger.
-pub fn plan(shards: &[ScannedShard], target: Option<u64>, from: u64) -> Vec<Slice> {
+/// The slices of `shards`: at least one, each of about `target` bytes (by
+/// default [`target_bytes`]) unless one bucket of the time index is larger,
+/// the first ending after time `first_past` (a resumed merge's records
+/// earlier than its prefix's end all go in its first round).
+pub fn plan(shards: &[ScannedShard], target: Option<u64>, first_past: u64) -> Vec<Slice> {
     let (shift, buckets) = TimeIndex::combined(shards.iter().map(|s| &s.summary.index));
     let target = target.unwrap_or_else(|| target_bytes(shards.len()));
-    let mut slices = cut(shift, &buckets, target.max(1));
-    // The first bucket may start before `from`; its records do not.
-    slices[0].start = from.min(slices[0].end.unwrap_or(u64::MAX));
-    slices
+    cut(shift, &buckets, target.max(1), first_past)
 }
 
 /// Slices of at least `target` bytes (the last may be smaller), cut
-/// between buckets of width `1 << shift`.
-fn cut(shift: u32, buckets: &BTreeMap<u64, Bytes>, target: u64) -> Vec<Slice> {
+/// between buckets of width `1 << shift`, the first after `first_past`.
+fn cut(shift: u32, buckets: &BTreeMap<u64, Bytes>, target: u64, first_past: u64) -> Vec<Slice> {
     let mut slices = Vec::new();
     let mut current = Slice {
         start: 0,
@@ -97,6 +95,9 @@ fn cut(shift: u32, buckets: &BTreeMap<u64, Bytes>, target: u64) -> Vec<Slice> {
         }
         let end = u128::from(key + 1) << shift;
         let Ok(end) = u64::try_from(end) else { break };
+        if slices.is_empty() && end <= first_past {
+            continue;
+        }
         current.end = Some(end);
         let next = Slice {
             start: end,
@@ -151,7 +152,7 @@ mod tests {
         let buckets: BTreeMap<u64, Bytes> = (0..1000u64)
             .map(|k| (k * 3, bytes(1000 + k * 37 % 5000)))
             .collect();
-        let slices = cut(4, &buckets, 200_000);
+        let slices = cut(4, &buckets, 200_000, 0);
         assert!(slices.len() > 5);
         let input: u64 = slices.iter().map(|s| s.bytes.input).sum();
         assert_eq!(input, buckets.values().map(|b| b.input).sum::<u64>());
@@ -179,10 +180,21 @@ mod tests {
 
     #[test]
     fn an_empty_or_small_recording_is_one_slice() {
-        assert_eq!(cut(0, &BTreeMap::new(), 100).len(), 1);
+        assert_eq!(cut(0, &BTreeMap::new(), 100, 0).len(), 1);
         let one: BTreeMap<u64, Bytes> = [(7, bytes(50))].into();
-        let slices = cut(0, &one, 100);
+        let slices = cut(0, &one, 100, 0);
         assert_eq!(slices.len(), 1);
         assert!(slices[0].contains(0) && slices[0].contains(u64::MAX));
+    }
+
+    #[test]
+    fn a_resumed_merge_s_first_slice_ends_past_its_prefix() {
+        let buckets: BTreeMap<u64, Bytes> = (0..100u64).map(|k| (k, bytes(1000))).collect();
+        let slices = cut(4, &buckets, 2000, 50 << 4);
+        assert!(slices[0].end.unwrap() > 50 << 4, "{:?}", slices[0].end);
+        assert!(slices[0].contains(50 << 4) && !slices[1].contains(50 << 4));
+        assert_eq!(slices[1].start, slices[0].end.unwrap());
+        let whole = cut(4, &buckets, 2000, u64::MAX);
+        assert_eq!(whole.len(), 1);
     }
 }
