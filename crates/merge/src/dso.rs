@@ -12,6 +12,7 @@
 //! distinct page instead of one per sample.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::hash::{BuildHasherDefault, Hasher};
 
 use shardrec_format::header::{RecordHeader, RecordType, MISC_COMM_EXEC};
 use shardrec_format::views::{Comm, MappedIdentity, Mmap, Task};
@@ -81,7 +82,35 @@ const PAGE_MASK: u64 = !0xfff;
 
 enum Step {
     Change(RecordHeader, Vec<u8>),
-    Pages(HashSet<(u32, u64)>),
+    Pages(PageSet<(u32, u64)>),
+}
+
+/// Pages hit: a set looked up at each sample whose page differs from the
+/// last, in the live merger while the workload runs, so with a hash of a
+/// multiply per word instead of SipHash (the keys are the recording's own
+/// addresses, not an attacker's choosing).
+type PageSet<K> = HashSet<K, BuildHasherDefault<PageHasher>>;
+
+#[derive(Default)]
+struct PageHasher(u64);
+
+impl Hasher for PageHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        bytes.iter().for_each(|&b| self.write_u64(u64::from(b)));
+    }
+
+    fn write_u32(&mut self, word: u32) {
+        self.write_u64(u64::from(word));
+    }
+
+    fn write_u64(&mut self, word: u64) {
+        // FxHash's step: rotate, mix in, multiply by an odd constant.
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
 }
 
 /// One slice's part of [`DsoHits`], kept to be replayed in order. It
@@ -91,7 +120,7 @@ enum Step {
 pub struct SliceHits {
     steps: Vec<Step>,
     kernel_hit: bool,
-    kernel_pages: HashSet<u64>,
+    kernel_pages: PageSet<u64>,
     /// The kernel maps (records of the kernel's cpumode), which no other
     /// record changes.
     kernel_maps: Vec<Vec<u8>>,
@@ -125,7 +154,7 @@ impl SliceHits {
                 CPUMODE_USER => {
                     let Some((pid, ip)) = pid_ip() else { return };
                     if !matches!(self.steps.last(), Some(Step::Pages(_))) {
-                        self.steps.push(Step::Pages(HashSet::new()));
+                        self.steps.push(Step::Pages(PageSet::default()));
                         self.last_user_page = None;
                     }
                     let key = (pid, ip & PAGE_MASK);

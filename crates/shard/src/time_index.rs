@@ -35,7 +35,10 @@ impl Bytes {
 pub struct TimeIndex {
     /// A bucket holds the records whose `time >> shift` is its key.
     shift: u32,
-    buckets: BTreeMap<u64, Bytes>,
+    /// By key: a shard's times mostly grow, so a new bucket is nearly
+    /// always the last (in a map, each was an insert: a tenth of a live
+    /// merger's samples in a 16-vCPU guest).
+    buckets: Vec<(u64, Bytes)>,
     /// The bucket records are being added to, kept out of the map until
     /// another one is needed (runs of records share a bucket).
     open: Option<(u64, Bytes)>,
@@ -67,20 +70,34 @@ impl TimeIndex {
     }
 
     fn close(&mut self) {
-        if let Some((key, bytes)) = self.open.take() {
-            self.buckets.entry(key).or_default().add(bytes);
-            if self.buckets.len() > MAX_BUCKETS {
-                self.coarsen(self.shift + 1);
+        let Some((key, bytes)) = self.open.take() else {
+            return;
+        };
+        match self.buckets.last_mut() {
+            Some((last, sum)) if *last == key => sum.add(bytes),
+            Some((last, _)) if *last > key => {
+                match self.buckets.binary_search_by_key(&key, |&(k, _)| k) {
+                    Ok(at) => self.buckets[at].1.add(bytes),
+                    Err(at) => self.buckets.insert(at, (key, bytes)),
+                }
             }
+            _ => self.buckets.push((key, bytes)),
+        }
+        if self.buckets.len() > MAX_BUCKETS {
+            self.coarsen(self.shift + 1);
         }
     }
 
     fn coarsen(&mut self, shift: u32) {
         let by = shift - self.shift;
-        let old = std::mem::take(&mut self.buckets);
-        for (key, bytes) in old {
-            self.buckets.entry(key >> by).or_default().add(bytes);
+        let mut joined: Vec<(u64, Bytes)> = Vec::with_capacity(self.buckets.len() / 2 + 1);
+        for &(key, bytes) in &self.buckets {
+            match joined.last_mut() {
+                Some((last, sum)) if *last == key >> by => sum.add(bytes),
+                _ => joined.push((key >> by, bytes)),
+            }
         }
+        self.buckets = joined;
         self.shift = shift;
     }
 
@@ -98,7 +115,7 @@ impl TimeIndex {
         let mut sum: BTreeMap<u64, Bytes> = BTreeMap::new();
         for index in indexes {
             let by = shift - index.shift;
-            for (&key, &bytes) in &index.buckets {
+            for &(key, bytes) in &index.buckets {
                 sum.entry(key >> by).or_default().add(bytes);
             }
         }
@@ -175,5 +192,16 @@ mod tests {
             assert!(first_wanted - offset / 100 <= 655 + 30, "{want}: {offset}");
         }
         assert_eq!(index.start_for(0), (0, 0));
+    }
+
+    #[test]
+    fn a_late_record_joins_or_opens_its_bucket_in_time_order() {
+        let mut index = TimeIndex::default();
+        for (i, time) in [100u64, 300, 200, 100, 300, 50].into_iter().enumerate() {
+            index.add(i * 8, 0, time, bytes(8));
+        }
+        index.finish();
+        let keys: Vec<(u64, u64)> = index.buckets.iter().map(|&(k, b)| (k, b.input)).collect();
+        assert_eq!(keys, [(50, 8), (100, 16), (200, 8), (300, 16)]);
     }
 }
