@@ -95,8 +95,10 @@ type PageSet<K> = HashSet<K, BuildHasherDefault<PageHasher>>;
 struct PageHasher(u64);
 
 impl Hasher for PageHasher {
+    /// The product's well-mixed high bits brought down: a page's low 12
+    /// bits are 0, and so are the product's, where the table's index is.
     fn finish(&self) -> u64 {
-        self.0
+        self.0.rotate_left(26)
     }
 
     fn write(&mut self, bytes: &[u8]) {
