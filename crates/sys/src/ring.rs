@@ -144,17 +144,6 @@ impl RingBuffer {
         Ok(ring)
     }
 
-    /// [`RingBuffer::map`] with every page mapped at once, for a second
-    /// reader of a ring its writer reads too (the live merger): unlike
-    /// [`map_populated`](Self::map_populated) it writes nothing, as the
-    /// tail it read may be moved on meanwhile. Each page it did not map
-    /// is a fault while the workload runs: in a 64-vCPU guest, 271 of the
-    /// merger's 3,513 samples faulted in its rings page by page (4 MiB
-    /// rings do not wrap once in a few seconds there).
-    pub fn map_prefaulted(event: &PerfEvent, data_pages: usize) -> io::Result<RingBuffer> {
-        Self::map_as(event, data_pages, true, false)
-    }
-
     /// Maps the ring of an event opened with `write_backward` read-only:
     /// the first mapping of a ring decides, and a read-only one makes the
     /// kernel write over the oldest records instead of waiting for a

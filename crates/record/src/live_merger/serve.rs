@@ -118,7 +118,7 @@ pub(super) fn serve(
             .iter()
             .map(|w| {
                 Ok(MergerRing {
-                    ring: RingBuffer::map_prefaulted(w.event, w.pages)?,
+                    ring: RingBuffer::map(w.event, w.pages)?,
                     base: w.base,
                     reads_first: w.reads_first,
                 })
