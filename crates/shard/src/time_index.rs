@@ -39,7 +39,7 @@ pub struct TimeIndex {
     /// always the last (in a map, each was an insert: a tenth of a live
     /// merger's samples in a 16-vCPU guest).
     buckets: Vec<(u64, Bytes)>,
-    /// The bucket records are being added to, kept out of the map until
+    /// The bucket records are being added to, kept out of `buckets` until
     /// another one is needed (runs of records share a bucket).
     open: Option<(u64, Bytes)>,
     /// (offset of a record, the latest time of any record before it), one

@@ -302,9 +302,8 @@ impl RingBuffer {
         let len = (head - from) as usize;
         let start = (from as usize) & (self.data_size - 1);
         let first = len.min(self.data_size - start);
-        let copy = into;
-        copy.clear();
-        copy.reserve(len);
+        into.clear();
+        into.reserve(len);
         for (offset, len) in [(start, first), (0, len - first)] {
             let at = self.data_offset + offset;
             // SAFETY: the range lies inside the data area of a mapping that
@@ -314,14 +313,14 @@ impl RingBuffer {
             // copy is dropped below.
             unsafe {
                 let from = self.map.as_ptr().add(at);
-                copy.extend_from_slice(std::slice::from_raw_parts(from, len));
+                into.extend_from_slice(std::slice::from_raw_parts(from, len));
             }
         }
         // The copy's loads come before the tail is read again.
         std::sync::atomic::fence(Ordering::Acquire);
         let kept = self.meta_atomic(DATA_TAIL).load(Ordering::Relaxed) <= from;
         if !kept {
-            copy.clear();
+            into.clear();
         }
         kept.then_some(Copied { head })
     }
