@@ -28,6 +28,8 @@ pub struct Follower {
     pub summary: ShardSummary,
     /// A read told its writer is done found nothing more.
     exhausted: bool,
+    /// The last read stopped short of what was written (at its `most`).
+    more: bool,
     /// Where an earlier merger of this output left the shard: the
     /// records it wrote are passed over.
     resume: Resume,
@@ -73,6 +75,7 @@ impl Follower {
             pos: 0,
             summary,
             exhausted: false,
+            more: false,
             resume: Resume::default(),
             copy: (0, Vec::new()),
         }
@@ -121,6 +124,12 @@ impl Follower {
         self.exhausted
     }
 
+    /// Whether the last read left records written after what it took,
+    /// for want of room.
+    pub fn more_written(&self) -> bool {
+        self.more
+    }
+
     /// Takes the whole records from where the last read stopped up to
     /// `limit` (the file's end if `None`), at most `most` bytes of them,
     /// handing each to `take` with its offset and time. A record cut at the end of
@@ -135,6 +144,7 @@ impl Follower {
         fields: &mut FieldReader,
         take: &mut impl FnMut(u64, u64, &[u8]),
     ) -> io::Result<u64> {
+        self.more = false;
         // Nothing written past what was taken (a quiet CPU's shard): no
         // look at the file.
         if limit.is_some_and(|limit| limit <= self.pos) {
@@ -178,6 +188,7 @@ impl Follower {
             self.damage(at, end, "record cut short");
         }
         self.pos += at as u64;
+        self.more = self.summary.damage.is_none() && self.pos < end;
         if let Some(bytes) = self.bytes.as_mut() {
             bytes.taken(self.pos);
         }

@@ -9,6 +9,7 @@
 //! once, by its header, for the shard's summary and the build ids.
 
 mod looks;
+mod steps;
 
 use std::io;
 
@@ -21,6 +22,7 @@ use std::collections::HashMap;
 
 use super::follow::Follower;
 use looks::Looks;
+use steps::{Cuts, RoundRecords, Took};
 
 /// Resident record bytes a round reads, split between the shards.
 const READ_BUDGET: usize = 64 << 20;
@@ -31,6 +33,11 @@ const RELEASE_EVERY: u64 = 32 << 20;
 
 /// Record bytes a step of the end reads, split between the shards.
 const DRAIN_STEP: usize = 16 << 20;
+
+/// How far a round's time cuts keep from what they must follow or
+/// precede, past the shards' lateness: a record's time is taken just
+/// before it is published, microseconds at most.
+const CUT_MARGIN: u64 = 1_000_000;
 
 /// Where a round's records go.
 pub trait RoundSink {
@@ -72,6 +79,8 @@ pub struct Rounds {
     unreleased: u64,
     /// The most the output was behind the recording.
     pub lag: Lag,
+    /// What the round being made took.
+    records: RoundRecords,
 }
 
 /// How far a live merge's output fell behind the recording, at most.
@@ -109,63 +118,13 @@ impl RoundOrder {
     }
 }
 
-/// A run of records read in one go from one follower: its shard's offset
-/// and length.
+/// A run of records that lie one after the other in one follower (its
+/// shard, or a copy of its ring): its offset and length.
 #[derive(Clone, Copy)]
 struct Run {
     follower: usize,
     offset: u64,
     len: usize,
-}
-
-/// The runs a round gathers, records that lie one after the other in
-/// one place joined into one.
-#[derive(Default)]
-struct Runs {
-    done: Vec<Run>,
-    open: Option<Run>,
-    records: u64,
-    bytes: u64,
-}
-
-impl Runs {
-    /// What takes follower `follower`'s records as they are read, each
-    /// checked against perf's round rule (`order`, counting in `late`
-    /// those that break it).
-    fn taker<'r>(
-        &'r mut self,
-        follower: usize,
-        order: &'r mut RoundOrder,
-        late: &'r mut u64,
-    ) -> impl FnMut(u64, u64, &[u8]) + 'r {
-        move |offset, time, bytes| {
-            *late += u64::from(order.put(time));
-            self.add(follower, offset, bytes.len());
-        }
-    }
-
-    fn add(&mut self, follower: usize, offset: u64, len: usize) {
-        self.records += 1;
-        self.bytes += len as u64;
-        match self.open.as_mut() {
-            Some(run) if run.follower == follower && run.offset + run.len as u64 == offset => {
-                run.len += len
-            }
-            _ => {
-                self.cut();
-                self.open = Some(Run {
-                    follower,
-                    offset,
-                    len,
-                });
-            }
-        }
-    }
-
-    /// What follows is not where the open run lies.
-    fn cut(&mut self) {
-        self.done.extend(self.open.take());
-    }
 }
 
 impl Rounds {
@@ -184,6 +143,7 @@ impl Rounds {
             at_round_end: true,
             unreleased: 0,
             lag: Lag::default(),
+            records: RoundRecords::default(),
         }
     }
 
@@ -204,10 +164,11 @@ impl Rounds {
         heads: impl FnOnce() -> Vec<u64>,
         sink: &mut impl RoundSink,
     ) -> io::Result<Round> {
-        self.looks.look(heads());
+        let heads = heads();
+        self.looks.look(heads.clone());
         let most = (READ_BUDGET / self.followers.len().max(1)).clamp(1 << 20, 32 << 20);
         let limit = |i: usize| written.get(i).copied();
-        let (_, records) = self.read_out(layouts, limit, most, false, unwritten, sink)?;
+        self.read_out(layouts, limit, most, false, unwritten)?;
         let taken: Vec<u64> = self.followers.iter().map(Follower::taken).collect();
         let positions = rings_read(&taken);
         // Where each CPU's shard begins in its ring, for the end's rounds.
@@ -218,6 +179,10 @@ impl Rounds {
         if let Some(delay) = covered {
             self.lag.time = self.lag.time.max(delay);
         }
+        // Everything published after the look was read (it is covered),
+        // and is no earlier than what was published before it.
+        let bound = covered.map(|_| self.published_before(&heads));
+        let records = self.write_out(bound, sink)?;
         self.close_round(covered.is_some(), records, sink)?;
         // How far behind the recording the output is: the bytes written
         // into the shards and not out yet.
@@ -276,7 +241,12 @@ impl Rounds {
         // freed (see `freeing`).
         let most = (DRAIN_STEP / self.followers.len().max(1)).clamp(64 << 10, 4 << 20);
         let no_copies = |_, _, _: &mut Vec<u8>| false;
-        let (_, records) = self.read_out(layouts, |_| None, most, true, no_copies, sink)?;
+        self.read_out(layouts, |_| None, most, true, no_copies)?;
+        // Only the shards' rest is still to come: each no earlier than
+        // what it held last, but for its lateness.
+        let behind = self.followers.iter().filter(|f| f.more_written());
+        let bound = behind.map(Follower::time_bound).min().unwrap_or(u64::MAX);
+        let records = self.write_out(Some(bound), sink)?;
         // Looks taken while recording that the output has not covered yet
         // end rounds as it does (the side band, its VIP done and its shard
         // read whole, covers them all); the end ends one anyway.
@@ -285,6 +255,19 @@ impl Rounds {
         let covered = self.looks.covered(&read).is_some();
         self.close_round(covered || !more, records, sink)?;
         Ok(more)
+    }
+
+    /// The latest time of the round's records published before the look
+    /// whose heads were `heads`: those of a CPU's ring that lie before
+    /// its head then (the rest follow, their times no earlier).
+    fn published_before(&self, heads: &[u64]) -> u64 {
+        let bases = &self.cpu_bases;
+        self.records.latest(|took| {
+            let i = took.follower as usize;
+            let end = took.offset + u64::from(took.len);
+            let at = bases.get(i).map(|base| base.wrapping_add(end));
+            at.zip(heads.get(i)).is_some_and(|(at, head)| at <= *head)
+        })
     }
 
     /// Each ring's read position once every writer is done: a CPU's ring
@@ -347,12 +330,10 @@ impl Rounds {
         names.zip(self.followers.iter().map(point)).collect()
     }
 
-    /// Reads every shard's new records and writes them out, a run per
-    /// shard (and per copy of a ring's unwritten bytes): each up to
-    /// `limit(i)` (its end if `None`), at most `most` bytes, and for a
-    /// shard read from one CPU's ring (before `to_end`), what `unwritten`
-    /// copies of its ring past that. Returns the bytes read and the
-    /// records written.
+    /// Reads every shard's new records into [`records`](Self::records),
+    /// each shard up to `limit(i)` (its end if `None`), at most `most`
+    /// bytes, and for a shard read from one CPU's ring (before `to_end`),
+    /// what `unwritten` copies of its ring past that.
     fn read_out(
         &mut self,
         layouts: &Layouts,
@@ -360,33 +341,67 @@ impl Rounds {
         most: usize,
         last: bool,
         mut unwritten: impl FnMut(usize, u64, &mut Vec<u8>) -> bool,
-        sink: &mut impl RoundSink,
-    ) -> io::Result<(u64, u64)> {
+    ) -> io::Result<()> {
         let mut fields = FieldReader::new(layouts);
-        let (mut read, mut runs) = (0, Runs::default());
+        self.records.clear();
         for (i, follower) in self.followers.iter_mut().enumerate() {
             // A shard read to its end each round is read whole.
             let (limit, most) = match i >= self.to_end {
                 true => (None, usize::MAX >> 1),
                 false => (limit(i), most),
             };
-            let (order, late) = (&mut self.order, &mut self.late);
-            {
-                let mut take = runs.taker(i, order, late);
-                read += follower.read(limit, most, last, &mut fields, &mut take)?;
-            }
-            // A copy of the ring lies elsewhere: a run of its own.
-            runs.cut();
+            follower.read(
+                limit,
+                most,
+                last,
+                &mut fields,
+                &mut self.records.taker(i, false),
+            )?;
             if i < self.to_end && unwritten(i, follower.taken(), follower.copy_buffer()) {
-                let mut take = runs.taker(i, order, late);
-                read += follower.take_copy(&mut fields, &mut take);
+                follower.take_copy(&mut fields, &mut self.records.taker(i, true));
             }
-            runs.cut();
         }
-        self.put_runs(&runs.done, sink)?;
+        Ok(())
+    }
+
+    /// Writes out what the round took: whole, or, if it is large, in
+    /// steps cut at times up to `bound` (see [`steps`]; `None`: not
+    /// cut), each but the last ended by a FINISHED_ROUND. Returns the
+    /// records written.
+    fn write_out(&mut self, bound: Option<u64>, sink: &mut impl RoundSink) -> io::Result<u64> {
+        let cuts = bound.map_or_else(Vec::new, |bound| {
+            let margin = self.followers.iter().map(|f| f.summary.lateness).max();
+            self.records.cuts(&Cuts {
+                bound,
+                first_past: self.order.at_last_round,
+                then_past: self.order.latest,
+                margin: margin.unwrap_or(0) + CUT_MARGIN,
+            })
+        });
+        let mut left = self.records.by_follower();
+        for cut in cuts.into_iter().map(Some).chain([None]) {
+            let mut runs = Vec::new();
+            let (order, late) = (&mut self.order, &mut self.late);
+            self.records.step(&mut left, cut, |run: &[Took]| {
+                for took in run {
+                    *late += u64::from(order.put(took.time));
+                }
+                runs.push(Run {
+                    follower: run[0].follower as usize,
+                    offset: run[0].offset,
+                    len: run.iter().map(|t| t.len as usize).sum(),
+                });
+            });
+            self.put_runs(&runs, sink)?;
+            if cut.is_some() {
+                sink.end_round()?;
+                self.order.end_round();
+                self.rounds += 1;
+            }
+        }
         self.followers.iter_mut().for_each(Follower::forget_copy);
-        self.release_behind(runs.bytes);
-        Ok((read, runs.records))
+        self.release_behind(self.records.bytes);
+        Ok(self.records.took.len() as u64)
     }
 
     /// Hands `runs` to `sink` from where the followers hold them.

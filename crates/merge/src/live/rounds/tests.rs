@@ -301,3 +301,114 @@ fn a_record_cut_short_when_the_writer_is_done_is_damage() {
     let damage = rounds.followers[0].summary.damage.clone().expect("damage");
     assert_eq!((damage.offset, damage.dropped), (48, 40));
 }
+
+/// Records perf's reader would call out of order in what went out: at
+/// each FINISHED_ROUND it sorts out everything up to the latest time
+/// before the round before, and a record earlier than that is late.
+fn perfs_out_of_order(went: &[Option<(u64, u32)>]) -> usize {
+    let (mut flushed, mut next_flush, mut latest, mut late) = (0, 0, 0, 0);
+    for record in went {
+        match record {
+            Some((time, _)) => {
+                late += usize::from(*time < flushed);
+                latest = latest.max(*time);
+            }
+            None => (flushed, next_flush) = (next_flush, latest),
+        }
+    }
+    late
+}
+
+/// The most record bytes between two FINISHED_ROUNDs.
+fn largest_round(went: &[Option<(u64, u32)>]) -> usize {
+    let rounds = went.split(Option::is_none);
+    rounds.map(|round| round.len() * 48).max().unwrap_or(0)
+}
+
+/// `count` records of task `tid`, `apart` ns apart from `from`, every
+/// seventh a little late (as an interrupt's sample written first).
+fn storm(from: u64, apart: u64, count: u64, tid: u32) -> Vec<u8> {
+    let times: Vec<u64> = (0..count)
+        .map(|i| from + i * apart - if i % 7 == 3 { apart / 2 } else { 0 })
+        .collect();
+    shard_bytes(&times, tid)
+}
+
+#[test]
+fn a_round_that_holds_much_goes_out_in_steps_each_a_round_perf_sorts_in_order() {
+    let shards = Shards::new("steps", 3);
+    let mut rounds = shards.rounds(3);
+    let mut out = Out::default();
+    // A merger kept off its CPU for a second: 1.5 MB behind in two
+    // shards, a few records in the third.
+    shards.append(0, &storm(MS, 30_000, 16_000, 1));
+    shards.append(1, &storm(MS + 7_000, 50_000, 16_000, 2));
+    shards.append(2, &storm(300 * MS, 100 * MS, 5, 3));
+    round(&mut rounds, &shards, &[None, None, None], &mut out);
+    let records = out.records();
+    assert_eq!(records.len(), 32_005);
+    for tid in 1..=3 {
+        let shard: Vec<_> = records.iter().filter(|r| r.1 == tid).collect();
+        let bytes = shards.len(tid as usize - 1) as usize;
+        assert_eq!(shard.len() * 48, bytes, "shard {tid} whole, once");
+    }
+    assert_eq!(perfs_out_of_order(&out.went), 0);
+    assert_eq!(rounds.late, 0);
+    assert!(rounds.rounds >= 8, "{} rounds", rounds.rounds);
+    // A step aims at 128 KiB; the last holds what follows the last cut
+    // that keeps clear of the look.
+    assert!(
+        largest_round(&out.went) < 400 << 10,
+        "{}",
+        largest_round(&out.went)
+    );
+    assert_eq!(out.went.last(), Some(&None), "the round ends");
+    assert!(rounds.at_round_end());
+}
+
+#[test]
+fn steps_end_before_records_published_after_the_look() {
+    let shards = Shards::new("steps-look", 2);
+    let mut rounds = shards.rounds(2);
+    let mut out = Out::default();
+    shards.append(0, &storm(MS, 30_000, 16_000, 1));
+    let looked = shards.len(0);
+    // Published after the look, read all the same: records no earlier
+    // than the latest before it (480 ms), which no cut may pass, or a
+    // record published later still could be earlier than a cut.
+    shards.append(0, &storm(500 * MS, 30_000, 8_000, 1));
+    shards.append(1, &shard_bytes(&[490 * MS], 2));
+    round(&mut rounds, &shards, &[Some(looked), Some(0)], &mut out);
+    // The latest time before each FINISHED_ROUND.
+    let mut latest = 0;
+    let mut cuts = Vec::new();
+    for record in &out.went {
+        match record {
+            Some((time, _)) => latest = latest.max(*time),
+            None => cuts.push(latest),
+        }
+    }
+    assert_eq!(out.went.last(), Some(&None), "the look is covered");
+    cuts.pop();
+    assert!(cuts.len() >= 4, "{cuts:?}");
+    assert!(cuts.iter().all(|&cut| cut < 480 * MS), "{cuts:?}");
+    assert_eq!(perfs_out_of_order(&out.went), 0);
+}
+
+#[test]
+fn the_end_goes_out_in_steps_when_much_is_left() {
+    let shards = Shards::new("steps-end", 2);
+    let mut rounds = shards.rounds(2);
+    let mut out = Out::default();
+    shards.append(0, &storm(MS, 20_000, 40_000, 1));
+    shards.append(1, &storm(MS, 90_000, 9_000, 2));
+    rounds.drain(&layouts(), &mut out).unwrap();
+    assert_eq!(out.records().len(), 49_000);
+    assert_eq!(perfs_out_of_order(&out.went), 0);
+    assert_eq!(rounds.late, 0);
+    assert!(
+        largest_round(&out.went) < 400 << 10,
+        "{}",
+        largest_round(&out.went)
+    );
+}

@@ -1,0 +1,167 @@
+//! A round's records as it took them, and the steps they go out in.
+//!
+//! A round normally goes out whole, as read. One that holds much more
+//! than a round aims at (a merger kept off its CPU while the writers
+//! spilled, or the end's rest) would hold a reader's reorder buffer as
+//! large: hotspot buffered 9.6 MB of such a DWARF recording against
+//! 0.73 MB of perf's own. Such a round goes out in steps of about
+//! [`STEP`] bytes, each a time cut: every shard's records up to its
+//! first one past the cut, then a FINISHED_ROUND. That keeps perf's rule
+//! (every record after FINISHED_ROUND k no earlier than the latest before
+//! FINISHED_ROUND k-1) because a shard's records come in time order but
+//! for its lateness: what a shard holds past a cut is no earlier than the
+//! cut less that lateness, and each cut is past the previous one (and
+//! everything written before the round) by more than it ([`Cuts`]).
+//! Nothing still to come may precede a cut either: the caller bounds the
+//! cuts by that.
+
+use std::ops::Range;
+
+/// Record bytes a step aims at: a round of perf record's passes at most.
+pub const STEP: u64 = 128 << 10;
+
+/// A round holding more than this goes out in steps.
+const STEPS_ABOVE: u64 = 2 * STEP;
+
+/// One record a round took.
+#[derive(Clone, Copy)]
+pub struct Took {
+    /// Its shard offset.
+    pub offset: u64,
+    /// Its time, 0 if it has none.
+    pub time: u64,
+    pub follower: u32,
+    pub len: u32,
+    /// Whether it lies in a copy of its ring, not in the shard.
+    pub copied: bool,
+}
+
+impl Took {
+    /// Whether it goes out before cut `cut`: a record without a time goes
+    /// with the one before it.
+    fn within(&self, cut: u64) -> bool {
+        self.time <= cut
+    }
+
+    /// Whether `next` lies right after it, in the same place.
+    fn joins(&self, next: &Took) -> bool {
+        (self.follower, self.copied) == (next.follower, next.copied)
+            && self.offset + u64::from(self.len) == next.offset
+    }
+}
+
+/// The records of a round, each follower's after the one before's, each
+/// in the order its shard holds them.
+#[derive(Default)]
+pub struct RoundRecords {
+    pub took: Vec<Took>,
+    pub bytes: u64,
+}
+
+impl RoundRecords {
+    /// What takes follower `follower`'s records (`copied`: from a copy of
+    /// its ring) as they are read.
+    pub fn taker(&mut self, follower: usize, copied: bool) -> impl FnMut(u64, u64, &[u8]) + '_ {
+        move |offset, time, bytes| {
+            self.bytes += bytes.len() as u64;
+            self.took.push(Took {
+                offset,
+                time,
+                follower: follower as u32,
+                len: bytes.len() as u32,
+                copied,
+            });
+        }
+    }
+
+    pub fn clear(&mut self) {
+        self.took.clear();
+        self.bytes = 0;
+    }
+
+    /// The latest time among the records `published` says are.
+    pub fn latest(&self, published: impl Fn(&Took) -> bool) -> u64 {
+        let times = self.took.iter().filter(|t| published(t));
+        times.map(|t| t.time).max().unwrap_or(0)
+    }
+
+    /// The cuts this round's records go out at: none if it is small, or
+    /// `cuts` allows none.
+    pub fn cuts(&self, cuts: &Cuts) -> Vec<u64> {
+        if self.bytes <= STEPS_ABOVE {
+            return Vec::new();
+        }
+        let mut times: Vec<(u64, u32)> = (self.took.iter())
+            .filter(|t| t.time > 0 && t.time <= cuts.bound.saturating_sub(cuts.margin))
+            .map(|t| (t.time, t.len))
+            .collect();
+        times.sort_unstable();
+        let (mut chosen, mut floor) = (Vec::new(), cuts.first_past);
+        let (mut step, mut through) = (0, 0);
+        for (time, len) in times {
+            step += u64::from(len);
+            through += u64::from(len);
+            let far_enough = time >= floor.saturating_add(cuts.margin);
+            // The last step is no crumb: it ends with the round.
+            let rest_large = self.bytes - through >= STEP / 2;
+            if step >= STEP && far_enough && rest_large {
+                chosen.push(time);
+                floor = time.max(cuts.then_past);
+                step = 0;
+            }
+        }
+        chosen
+    }
+
+    /// Each follower's records: where they are in [`took`](Self::took).
+    pub fn by_follower(&self) -> Vec<Range<usize>> {
+        let mut ranges: Vec<Range<usize>> = Vec::new();
+        for (i, took) in self.took.iter().enumerate() {
+            match ranges.last_mut() {
+                Some(range) if self.took[range.start].follower == took.follower => {
+                    range.end = i + 1
+                }
+                _ => ranges.push(i..i + 1),
+            }
+        }
+        ranges
+    }
+
+    /// The next step's records out of `left` (each follower's not yet
+    /// out): those up to `cut` (all if `None`), handed to `run` in runs
+    /// of records that lie one after the other in one place.
+    pub fn step(&self, left: &mut [Range<usize>], cut: Option<u64>, mut run: impl FnMut(&[Took])) {
+        for range in left {
+            let records = &self.took[range.clone()];
+            let within = records
+                .iter()
+                .take_while(|t| cut.is_none_or(|cut| t.within(cut)))
+                .count();
+            let mut records = &records[..within];
+            while !records.is_empty() {
+                let joined = 1
+                    + (records.windows(2))
+                        .take_while(|pair| pair[0].joins(&pair[1]))
+                        .count();
+                run(&records[..joined]);
+                records = &records[joined..];
+            }
+            range.start += within;
+        }
+    }
+}
+
+/// What a round's cuts must keep to.
+pub struct Cuts {
+    /// A time nothing still to come precedes (but by a shard's lateness):
+    /// no cut within the margin of it.
+    pub bound: u64,
+    /// The first cut comes at least the margin past this: the latest time
+    /// written before the last FINISHED_ROUND.
+    pub first_past: u64,
+    /// Each later cut comes at least the margin past this and the cut
+    /// before: the latest time written before this round.
+    pub then_past: u64,
+    /// The shards' lateness and more.
+    pub margin: u64,
+}
