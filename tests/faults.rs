@@ -538,7 +538,12 @@ fn a_live_merger_killed_while_recording_is_restarted_and_nothing_is_lost_or_repe
         let Some((_serial, scratch)) = recording_test("faults-live-merger") else {
             return;
         };
-        let options = [&["--call-graph", "dwarf,32768"][..], args].concat();
+        // 100 MB/s on one CPU: 16 MiB rings give its writer 80 ms to
+        // spill from half a ring, where the default 4 MiB's 20 ms was
+        // once too short for a CI host busy with the other tests (the
+        // kernel lost a chunk, as it would have for perf).
+        let rings = ["--call-graph", "dwarf,32768", "-m", "16M"];
+        let options = [&rings[..], args].concat();
         let stderr = record_killing_the_merger(&scratch, fault, &options, CALLS);
         assert!(stderr.contains(resumed), "{fault}: {stderr}");
         let script = perf(&["script", "-F", "comm,event"], &scratch.output());

@@ -19,7 +19,7 @@ use super::{Destination, Message, Switch, WatchedRing, WindowDone, WindowsOutput
 use crate::say;
 
 /// How often a round is written while data flows; a quiet recording is
-/// looked at less often. What a round leaves behind is what the stop
+/// looked at less often, down to once a [`QUIET_ROUND`]. What a round leaves behind is what the stop
 /// still has to merge: in alternating runs on a 2-vCPU VM, 50 ms rounds
 /// against 100 ms took the syscall storm's last round from 0.07 s to
 /// 0.03-0.04 s and the DWARF storm's from 0.13-0.16 s to 0.06-0.09 s, for
@@ -322,16 +322,19 @@ fn follow(
 ) -> Result<Event, Stopped> {
     let mut heads: Vec<u64> = Vec::new();
     let mut looked = Instant::now();
+    let mut wait = SHORTEST_ROUND;
     loop {
         // While the kernel writes, the next round comes once the rings
         // have about ROUND_AIM more, at the rate they grew since the last
-        // look; a recording whose rings are all quiet is looked at less
-        // often.
+        // look. Rings gone quiet are looked at less and less often: a
+        // pause in the workload (an exec between two parts of it) ends
+        // soon after it did, where a fixed second held a stream's reader
+        // a second behind.
         let now: Vec<u64> = rings.rings.iter().map(|r| r.ring.head()).collect();
         let grown: u64 = now.iter().zip(&heads).map(|(n, h)| n - h).sum();
-        let wait = match (heads.is_empty(), grown) {
+        wait = match (heads.is_empty(), grown) {
             (true, _) => SHORTEST_ROUND,
-            (false, 0) => QUIET_ROUND,
+            (false, 0) => (wait * 2).min(QUIET_ROUND),
             (false, grown) => next_round(grown, looked.elapsed()),
         };
         (heads, looked) = (now, Instant::now());
