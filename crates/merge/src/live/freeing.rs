@@ -65,14 +65,14 @@ pub enum Checkpoint {
 pub struct Freeing {
     /// Punches the shards behind the checkpoints.
     puncher: Puncher,
-    names: Vec<String>,
+    /// What the next checkpoint writes: each shard, by file name in the
+    /// merge's order, is given where it stands then.
+    prefix: MergedPrefix,
     /// Data bytes written at the last checkpoint.
     checkpointed: u64,
     /// Whether a checkpoint was written: the shards then lack what the
     /// output holds.
     pub freed: bool,
-    /// The output is a stream: what it holds is gone to its reader.
-    streamed: bool,
     /// The first sample's time in what an earlier merger of this output
     /// wrote (0 if none): the shards no longer hold it.
     first_sample_before: u64,
@@ -89,11 +89,10 @@ impl Freeing {
         let files = open_to_punch(paths)?;
         Ok(Freeing {
             puncher: Puncher::start(files, vec![0; paths.len()]),
-            names: paths.iter().map(|p| file_name(p)).collect(),
+            prefix: prefix_of(paths, streamed),
             checkpointed: 0,
             freed: false,
             punch_while_recording: streamed,
-            streamed,
             first_sample_before: 0,
             slots: None,
         })
@@ -103,15 +102,14 @@ impl Freeing {
     /// wrote up to `prefix`, its last checkpoint: they are freed up to it.
     pub fn resume(paths: &[PathBuf], prefix: &MergedPrefix) -> io::Result<Freeing> {
         let files = open_to_punch(paths)?;
-        let names: Vec<String> = paths.iter().map(|p| file_name(p)).collect();
-        let punched = names.iter().map(|name| prefix.resume(name).start as u64);
+        let next = prefix_of(paths, false);
+        let punched = (next.shards.iter()).map(|(name, _)| prefix.resume(name).start as u64);
         Ok(Freeing {
             puncher: Puncher::start(files, punched.collect()),
-            names,
+            prefix: next,
             checkpointed: prefix.data_len,
             freed: true,
             punch_while_recording: false,
-            streamed: false,
             first_sample_before: prefix.first_sample,
             slots: None,
         })
@@ -141,9 +139,7 @@ impl Freeing {
 
     /// Each shard's first record not yet written, in the merge's order.
     fn points(&self, rounds: &Rounds) -> Vec<u64> {
-        let points = rounds.resume_points_by_name();
-        let point = |name: &String| points.get(name).map_or(0, |p| p.start as u64);
-        self.names.iter().map(point).collect()
+        rounds.resume_points().map(|p| p.start as u64).collect()
     }
 
     /// Flushes the output (`flush`) and writes down how far it holds the
@@ -160,8 +156,6 @@ impl Freeing {
     ) -> io::Result<()> {
         flush()?;
         crate::data_out::injected_fault(&[Site::MergeCheckpoint])?;
-        let points = rounds.resume_points_by_name();
-        let point = |name: &String| points.get(name).copied().unwrap_or_default();
         let first_sample = rounds
             .followers
             .iter()
@@ -169,24 +163,20 @@ impl Freeing {
             .chain([self.first_sample_before])
             .filter(|&t| t > 0)
             .min();
-        let named = |offset: fn(&shardrec_shard::merged_prefix::Resume) -> usize| {
-            let offset = |name: &String| offset(&point(name)) as u64;
-            self.names.iter().map(|n| (n.clone(), offset(n))).collect()
-        };
-        let prefix = MergedPrefix {
-            data_offset,
-            data_len,
-            until: rounds.cut(),
-            shards: named(|p| p.start),
-            taken: named(|p| p.taken),
-            first_sample: first_sample.unwrap_or(0),
-            streamed: self.streamed,
-        };
-        match self.slots.as_mut().filter(|slots| slots.fits(&prefix)) {
-            Some(slots) => slots.write(&prefix)?,
+        let prefix = &mut self.prefix;
+        let shards = prefix.shards.iter_mut().zip(&mut prefix.taken);
+        for (((_, start), (_, taken)), point) in shards.zip(rounds.resume_points()) {
+            (*start, *taken) = (point.start as u64, point.taken as u64);
+        }
+        (prefix.data_offset, prefix.data_len) = (data_offset, data_len);
+        prefix.until = rounds.cut();
+        prefix.first_sample = first_sample.unwrap_or(0);
+        let prefix = &self.prefix;
+        match self.slots.as_mut().filter(|slots| slots.fits(prefix)) {
+            Some(slots) => slots.write(prefix)?,
             None => {
                 let path = recording.merged_prefix_path();
-                self.slots = Some(PrefixSlots::create(&path, &prefix)?);
+                self.slots = Some(PrefixSlots::create(&path, prefix)?);
             }
         }
         self.checkpointed = data_len;
@@ -205,6 +195,21 @@ impl Freeing {
     /// punch under way.
     pub fn stop_punching(&mut self) -> io::Result<()> {
         self.puncher.stop()
+    }
+}
+
+/// A checkpoint's [`MergedPrefix`] for the shards at `paths`, each at
+/// its start, for the checkpoints to fill in.
+fn prefix_of(paths: &[PathBuf], streamed: bool) -> MergedPrefix {
+    let names = paths.iter().map(|p| (file_name(p), 0));
+    MergedPrefix {
+        data_offset: 0,
+        data_len: 0,
+        until: 0,
+        shards: names.clone().collect(),
+        taken: names.collect(),
+        first_sample: 0,
+        streamed,
     }
 }
 

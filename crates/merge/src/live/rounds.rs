@@ -17,8 +17,6 @@ use shardrec_control::fault::Site;
 use shardrec_format::header::RecordHeader;
 use shardrec_format::layouts::{FieldReader, Layouts};
 use shardrec_shard::merged_prefix::Resume;
-use shardrec_shard::scan::file_name;
-use std::collections::HashMap;
 
 use super::follow::Follower;
 use looks::Looks;
@@ -181,7 +179,8 @@ impl Rounds {
         }
         // Everything published after the look was read (it is covered),
         // and is no earlier than what was published before it.
-        let bound = covered.map(|_| self.published_before(&heads));
+        let large = covered.is_some() && self.records.large();
+        let bound = large.then(|| self.published_before(&heads));
         let records = self.write_out(bound, sink)?;
         self.close_round(covered.is_some(), records, sink)?;
         // How far behind the recording the output is: the bytes written
@@ -224,9 +223,7 @@ impl Rounds {
     }
 
     /// Whether the output ends with a FINISHED_ROUND that covered a look
-    /// at the rings: a merge can go on from here ([`resume_points_by_name`]).
-    ///
-    /// [`resume_points_by_name`]: Self::resume_points_by_name
+    /// at the rings: a merge can go on from here ([`resume_points`](Self::resume_points)).
     pub fn at_round_end(&self) -> bool {
         self.at_round_end
     }
@@ -318,16 +315,15 @@ impl Rounds {
         self.order.at_last_round
     }
 
-    /// Where a merge would resume each shard now, by its file name: from
-    /// the first record not written (everything before it is).
-    pub fn resume_points_by_name(&self) -> HashMap<String, Resume> {
-        let point = |f: &Follower| Resume {
+    /// Where a merge would resume each shard now, in the followers'
+    /// order: from the first record not written (everything before it
+    /// is).
+    pub fn resume_points(&self) -> impl Iterator<Item = Resume> + '_ {
+        self.followers.iter().map(|f| Resume {
             start: f.taken() as usize,
             taken: f.taken() as usize,
             until: self.cut(),
-        };
-        let names = self.followers.iter().map(|f| file_name(&f.path));
-        names.zip(self.followers.iter().map(point)).collect()
+        })
     }
 
     /// Reads every shard's new records into [`records`](Self::records),

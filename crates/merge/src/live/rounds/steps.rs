@@ -85,10 +85,15 @@ impl RoundRecords {
         times.map(|t| t.time).max().unwrap_or(0)
     }
 
+    /// Whether the round goes out in steps, `cuts` permitting.
+    pub fn large(&self) -> bool {
+        self.bytes > STEPS_ABOVE
+    }
+
     /// The cuts this round's records go out at: none if it is small, or
     /// `cuts` allows none.
     pub fn cuts(&self, cuts: &Cuts) -> Vec<u64> {
-        if self.bytes <= STEPS_ABOVE {
+        if !self.large() {
             return Vec::new();
         }
         let mut times: Vec<(u64, u32)> = (self.took.iter())
