@@ -81,6 +81,13 @@ impl Follower {
         }
     }
 
+    /// Keeps no time index of the shard ([`ShardSummary::unindexed`]):
+    /// nothing reads it once the shard is freed.
+    pub fn unindexed(mut self) -> Follower {
+        self.summary.unindexed = true;
+        self
+    }
+
     /// Goes on from where an earlier merger of the same output left the
     /// shard: from `resume.start`, passing over the records it wrote.
     pub fn resumed(mut self, resume: Resume) -> Follower {

@@ -110,7 +110,7 @@ impl<'a> LiveMerge<'a> {
         let (prefix, tally) = resumed
             .map(|(prefix, (_, _, tally))| (prefix, tally))
             .unzip();
-        let (cpus, read_to_end) = followers(&shards, prefix.as_ref());
+        let (cpus, read_to_end) = followers(&shards, prefix.as_ref(), !options.consume);
         let rounds = Rounds::new(cpus, read_to_end);
         Ok(LiveMerge {
             recording,
@@ -415,16 +415,27 @@ fn open_stream(
 
 /// Followers of the CPUs' shards (mapped) and of those read to their end
 /// each round (the VIP's, read into memory), each from where an earlier
-/// merger left it, if one did (`prefix`).
-fn followers(shards: &ShardPaths, prefix: Option<&MergedPrefix>) -> (Vec<Follower>, Vec<Follower>) {
-    let resume = |path: &PathBuf| match prefix {
-        Some(prefix) => prefix.resume(&shardrec_shard::scan::file_name(path)),
-        None => Default::default(),
+/// merger left it, if one did (`prefix`), with a time index if the
+/// shards are `kept`.
+fn followers(
+    shards: &ShardPaths,
+    prefix: Option<&MergedPrefix>,
+    kept: bool,
+) -> (Vec<Follower>, Vec<Follower>) {
+    let follow = |follower: Follower| {
+        let resume = match prefix {
+            Some(prefix) => prefix.resume(&shardrec_shard::scan::file_name(&follower.path)),
+            None => Default::default(),
+        };
+        let follower = follower.resumed(resume);
+        match kept {
+            true => follower,
+            false => follower.unindexed(),
+        }
     };
-    let cpus = shards.cpus();
-    let cpus = cpus.map(|path| Follower::open(path).resumed(resume(path)));
+    let cpus = shards.cpus().map(|path| follow(Follower::open(path)));
     let vip = shards.vip().into_iter();
-    let vip = vip.map(|path| Follower::open_copied(path).resumed(resume(path)));
+    let vip = vip.map(|path| follow(Follower::open_copied(path)));
     (cpus.collect(), vip.collect())
 }
 
