@@ -56,6 +56,9 @@ impl Took {
 pub struct RoundRecords {
     pub took: Vec<Took>,
     pub bytes: u64,
+    /// The times and lengths [`cuts`](Self::cuts) sorts, kept from round
+    /// to round: a large round's fresh buffer each time is fresh pages.
+    times: Vec<(u64, u32)>,
 }
 
 impl RoundRecords {
@@ -92,18 +95,19 @@ impl RoundRecords {
 
     /// The cuts this round's records go out at: none if it is small, or
     /// `cuts` allows none.
-    pub fn cuts(&self, cuts: &Cuts) -> Vec<u64> {
+    pub fn cuts(&mut self, cuts: &Cuts) -> Vec<u64> {
         if !self.large() {
             return Vec::new();
         }
-        let mut times: Vec<(u64, u32)> = (self.took.iter())
-            .filter(|t| t.time > 0 && t.time <= cuts.bound.saturating_sub(cuts.margin))
-            .map(|t| (t.time, t.len))
-            .collect();
+        let last = cuts.bound.saturating_sub(cuts.margin);
+        let times = &mut self.times;
+        times.clear();
+        let within = self.took.iter().filter(|t| t.time > 0 && t.time <= last);
+        times.extend(within.map(|t| (t.time, t.len)));
         times.sort_unstable();
         let (mut chosen, mut floor) = (Vec::new(), cuts.first_past);
         let (mut step, mut through) = (0, 0);
-        for (time, len) in times {
+        for &(time, len) in times.iter() {
             step += u64::from(len);
             through += u64::from(len);
             let far_enough = time >= floor.saturating_add(cuts.margin);
