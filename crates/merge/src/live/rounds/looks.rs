@@ -35,6 +35,8 @@ pub struct Looks {
     round_from: u64,
     /// When the latest look covered was taken.
     covered_at: Option<Instant>,
+    /// That look's heads.
+    covered_heads: Vec<u64>,
 }
 
 impl Looks {
@@ -59,7 +61,14 @@ impl Looks {
         }
         let newest = newest?;
         self.covered_at = Some(newest.at);
+        self.covered_heads = newest.heads;
         (newest.seq >= self.round_from).then(|| newest.at.elapsed())
+    }
+
+    /// The heads of the latest look covered: every record published
+    /// before it is out. (It may be older than the latest look taken.)
+    pub fn covered_heads(&self) -> &[u64] {
+        &self.covered_heads
     }
 
     /// A round ended: the next one needs a look taken from now on.

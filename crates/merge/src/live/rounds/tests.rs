@@ -412,3 +412,27 @@ fn the_end_goes_out_in_steps_when_much_is_left() {
         largest_round(&out.went)
     );
 }
+
+#[test]
+fn steps_keep_before_the_look_that_was_covered_not_the_latest_one() {
+    let shards = Shards::new("steps-older-look", 2);
+    let mut rounds = shards.rounds(2);
+    let mut out = Out::default();
+    // Round 1: ring 1 holds a record its writer has not written (nor is
+    // it copied): the look is not covered.
+    let a = shards.append(0, &storm(MS, 10_000, 16_000, 1));
+    let b = shards.append(1, &shard_bytes(&[100 * MS], 2));
+    round(&mut rounds, &shards, &[Some(a), Some(b + 48)], &mut out);
+    // Round 2: ring 1's record is written (150 ms), covering the first
+    // look; shard 0 got records published after it (200 to 360 ms), and
+    // ring 1 one more not written yet (250 ms): the round's own look is
+    // not covered, and no cut may pass the first look's latest (161 ms).
+    shards.append(0, &storm(200 * MS, 10_000, 16_000, 1));
+    let b = shards.append(1, &shard_bytes(&[150 * MS], 2));
+    round(&mut rounds, &shards, &[None, Some(b + 48)], &mut out);
+    shards.append(1, &shard_bytes(&[250 * MS], 2));
+    round(&mut rounds, &shards, &[None, None], &mut out);
+    assert_eq!(out.records().len(), 32_003);
+    assert_eq!(perfs_out_of_order(&out.went), 0);
+    assert_eq!(rounds.late, 0);
+}
