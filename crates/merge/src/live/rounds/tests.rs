@@ -319,10 +319,13 @@ fn perfs_out_of_order(went: &[Option<(u64, u32)>]) -> usize {
     late
 }
 
-/// The most record bytes between two FINISHED_ROUNDs.
-fn largest_round(went: &[Option<(u64, u32)>]) -> usize {
+/// Checks that no two FINISHED_ROUNDs hold 400 KiB of records or more
+/// between them: a step aims at 128 KiB, and the last holds what follows
+/// the last cut.
+fn assert_rounds_small(went: &[Option<(u64, u32)>]) {
     let rounds = went.split(Option::is_none);
-    rounds.map(|round| round.len() * 48).max().unwrap_or(0)
+    let largest = rounds.map(|round| round.len() * 48).max().unwrap_or(0);
+    assert!(largest < 400 << 10, "a round of {largest} bytes");
 }
 
 /// `count` records of task `tid`, `apart` ns apart from `from`, every
@@ -355,13 +358,7 @@ fn a_round_that_holds_much_goes_out_in_steps_each_a_round_perf_sorts_in_order() 
     assert_eq!(perfs_out_of_order(&out.went), 0);
     assert_eq!(rounds.late, 0);
     assert!(rounds.rounds >= 8, "{} rounds", rounds.rounds);
-    // A step aims at 128 KiB; the last holds what follows the last cut
-    // that keeps clear of the look.
-    assert!(
-        largest_round(&out.went) < 400 << 10,
-        "{}",
-        largest_round(&out.went)
-    );
+    assert_rounds_small(&out.went);
     assert_eq!(out.went.last(), Some(&None), "the round ends");
     assert!(rounds.at_round_end());
 }
@@ -406,11 +403,7 @@ fn the_end_goes_out_in_steps_when_much_is_left() {
     assert_eq!(out.records().len(), 49_000);
     assert_eq!(perfs_out_of_order(&out.went), 0);
     assert_eq!(rounds.late, 0);
-    assert!(
-        largest_round(&out.went) < 400 << 10,
-        "{}",
-        largest_round(&out.went)
-    );
+    assert_rounds_small(&out.went);
 }
 
 #[test]
