@@ -243,9 +243,6 @@ fn the_recorders_merge_interrupted_after_freeing_shards_is_completed_by_a_merge(
     let cpus = meta.stats.unwrap().cpus;
     let recorded: u64 = cpus.iter().map(|c| c.samples).sum();
     assert!(recorded > 5_000, "{recorded} samples");
-    // A DWARF storm at 10 kHz beside two busy spinners lost 4 chunks in
-    // the kernel, as it would for perf: perf then says so, and only then.
-    let lost: u64 = cpus.iter().map(|c| c.lost).sum();
 
     let out = scratch.0.join("completed.data");
     let output = merge(&dir, &out, &[], None);
@@ -253,8 +250,8 @@ fn the_recorders_merge_interrupted_after_freeing_shards_is_completed_by_a_merge(
     assert!(output.status.success(), "{stderr}");
     assert!(stderr.contains("resumed: the first"), "{stderr}");
     assert_eq!(samples_by_linux_perf_data(&out), recorded);
+    // A DWARF storm at 10 kHz beside two busy spinners lost 4 chunks in
+    // the kernel, as it would for perf: perf then says so, and only then.
     let report = perf(&["report", "--stdio", "--sort", "comm"], &out);
-    if lost == 0 {
-        assert_no_complaint(&report, "perf report");
-    }
+    assert_no_complaint_but_kernel_losses(&report, &out, "perf report");
 }

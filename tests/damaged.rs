@@ -352,12 +352,18 @@ fn a_full_disk_cuts_the_recording_cleanly_and_the_shards_merge_elsewhere() {
         "the samples left in the rings are counted"
     );
     assert!(count("LOST_SAMPLES events:") > 0, "{text}");
+    // The one complaint besides the kernel's own losses (beside busy
+    // CPUs, a writer kept off its CPU, as it would be for perf's).
     let report = perf(&["report", "--stdio"], &elsewhere.output());
-    let complaints: Vec<_> = String::from_utf8_lossy(&report.stderr)
+    let said = String::from_utf8_lossy(&report.stderr);
+    let rest: Vec<&str> = said
         .lines()
-        .filter(|l| !l.trim().is_empty() && *l != "Warning:" && !l.contains("samples and lost"))
-        .map(str::to_string)
+        .filter(|l| *l != "Warning:" && !l.contains("samples and lost"))
         .collect();
-    assert!(complaints.is_empty(), "{complaints:?}");
+    let rest = std::process::Output {
+        stderr: rest.join("\n").into_bytes(),
+        ..report
+    };
+    assert_no_complaint_but_kernel_losses(&rest, &elsewhere.output(), "perf report");
     drop(disk);
 }

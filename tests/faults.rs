@@ -691,7 +691,7 @@ fn writers_killed_while_they_spill_past_a_stalled_merger_lose_and_repeat_nothing
     // samples and counted them, as it would for perf. What reached the
     // rings is whole, and what did not is counted.
     let lost = samples_lost(&stderr);
-    let calls = workload_calls_despite(&scratch.output(), lost);
+    let calls = workload_calls_despite_losses(&scratch.output());
     assert_eq!(
         calls + lost,
         CALLS,
@@ -788,16 +788,20 @@ fn a_live_merger_killed_between_switch_output_windows_is_restarted_and_each_call
 /// The samples of `shardrec-load` in `file`, as perf script reads it
 /// (without a complaint).
 fn workload_calls(file: &std::path::Path) -> usize {
-    workload_calls_despite(file, 0)
+    let script = perf(&["script", "-F", "comm,event"], file);
+    assert_no_complaint(&script, &file.display().to_string());
+    load_lines(&script)
 }
 
-/// [`workload_calls`] of a recording in which the kernel lost `lost`
+/// [`workload_calls`] of a recording in which the kernel may have lost
 /// samples (perf then says it lost chunks).
-fn workload_calls_despite(file: &std::path::Path, lost: usize) -> usize {
+fn workload_calls_despite_losses(file: &std::path::Path) -> usize {
     let script = perf(&["script", "-F", "comm,event"], file);
-    if lost == 0 {
-        assert_no_complaint(&script, &file.display().to_string());
-    }
+    assert_no_complaint_but_kernel_losses(&script, file, &file.display().to_string());
+    load_lines(&script)
+}
+
+fn load_lines(script: &std::process::Output) -> usize {
     String::from_utf8_lossy(&script.stdout)
         .lines()
         .filter(|line| line.contains("shardrec-load"))

@@ -45,6 +45,14 @@ fn callers(perf: &Perf, file: &Path, symbol: &str) -> String {
 
 /// Records `shardrec-load waits TIMES` with `options` (and merges):
 /// the recorder's stderr.
+/// The number after `key` in what `shardrec-load --report` wrote.
+fn load_said(report: &Path, key: &str) -> u64 {
+    let said = std::fs::read_to_string(report).unwrap();
+    said.split_whitespace()
+        .find_map(|word| word.strip_prefix(key)?.parse().ok())
+        .unwrap_or_else(|| panic!("no {key} in {said}"))
+}
+
 fn record_waits(scratch: &Scratch, options: &[&str], times: &[&str]) -> String {
     record_and_merge(
         scratch,
@@ -120,13 +128,7 @@ fn on_and_off_cpu_time_add_up_to_the_threads_life() {
         "300",
     ];
     record_and_merge(&scratch, &args);
-    let load_said = std::fs::read_to_string(&report).unwrap();
-    let said = |key: &str| -> u64 {
-        load_said
-            .split_whitespace()
-            .find_map(|word| word.strip_prefix(key)?.parse().ok())
-            .unwrap_or_else(|| panic!("no {key} in {load_said}"))
-    };
+    let said = |key: &str| load_said(&report, key);
     // On a busy host the thread also waits runnable for a CPU: neither
     // on-CPU nor one of its own waits (which the off-CPU program times).
     let (life_ns, runqueue_ns) = (said("elapsed_ns="), said("runqueue_ns="));
@@ -251,8 +253,19 @@ fn waits_under_the_threshold_are_summed_and_written_at_the_end() {
     let Some((_serial, scratch)) = recording_test("off-cpu-thresh") else {
         return;
     };
-    let options = ["-e", "dummy", "--off-cpu", "--off-cpu-thresh", "100"];
-    let stderr = record_waits(&scratch, &options, &["50", "300"]);
+    let report = scratch.0.join("load.report");
+    let options = [
+        "-e",
+        "dummy",
+        "--off-cpu",
+        "--off-cpu-thresh",
+        "100",
+        "--",
+        load(),
+        "--report",
+        report.to_str().unwrap(),
+    ];
+    let stderr = record_and_merge(&scratch, &[&options[..], &["waits", "50", "300"]].concat());
     assert!(
         stderr.contains("summed by thread and stack, written at the end; 0 not summed"),
         "{stderr}"
@@ -265,14 +278,19 @@ fn waits_under_the_threshold_are_summed_and_written_at_the_end() {
             .unwrap_or_else(|| panic!("no {symbol} in {shares:?}"))
             .0
     };
-    // 50 of 350 ms, and 300 of 350.
-    assert!(
-        (share("waits::sleep_wait") - 14.3).abs() <= 5.0,
-        "{shares:?}"
+    // 50 of 350 ms, and 300 of 350, as each wait took (on a busy host,
+    // with the time the woken thread waited for a CPU).
+    let (sleep, read) = (
+        load_said(&report, "sleep_ns="),
+        load_said(&report, "read_ns="),
     );
+    let sleep_share = 100.0 * sleep as f64 / (sleep + read) as f64;
+    let sleep_got = share("waits::sleep_wait");
+    let read_got = share("waits::pipe_wait");
     assert!(
-        (share("waits::pipe_wait") - 85.7).abs() <= 5.0,
-        "{shares:?}"
+        (sleep_got - sleep_share).abs() <= 5.0 && (read_got - (100.0 - sleep_share)).abs() <= 5.0,
+        "{sleep_share:.1}% and {:.1}% expected (the waits took {sleep} and {read} ns): {shares:?}",
+        100.0 - sleep_share
     );
     // The sum comes after the long wait, which was written as it ended.
     let script = Perf::debian().run(&["script", "-F", "tid,time,period,ip,sym"], &file);

@@ -29,7 +29,8 @@
 //! - `idle N SECONDS`: keeps N idle child processes for at most SECONDS,
 //!   printing `ready` once they exist; they die with it;
 //! - `waits SLEEP_MS READ_MS [SPIN_MS]`: the main thread runs, sleeps in
-//!   `sleep_wait`, then waits on a pipe in `pipe_wait` (see `waits.rs`);
+//!   `sleep_wait`, then waits on a pipe in `pipe_wait` (see `waits.rs`;
+//!   `--report` adds how long each wait took);
 //! - `run CMD ARGS...`: runs CMD and waits for it (so `--report` times a
 //!   workload of another program, `perf bench sched messaging` say);
 //! - `rusage FILE CMD ARGS...`: runs CMD and writes its wait4 usage to FILE
@@ -185,11 +186,14 @@ fn run(words: &[&str], timed: &mut report::Start) -> Result<(), String> {
         }
         ["waits", times @ ..] if (2..=3).contains(&times.len()) => {
             let ms: Vec<u64> = times.iter().filter_map(|t| t.parse().ok()).collect();
-            match ms[..] {
-                [sleep, read] => waits::run(Duration::ZERO, millis(sleep), millis(read)),
-                [sleep, read, spin] => waits::run(millis(spin), millis(sleep), millis(read)),
-                _ => Err(format!("bad milliseconds in {times:?}")),
-            }
+            let [sleep, read] = match ms[..] {
+                [sleep, read] => waits::run(Duration::ZERO, millis(sleep), millis(read))?,
+                [sleep, read, spin] => waits::run(millis(spin), millis(sleep), millis(read))?,
+                _ => return Err(format!("bad milliseconds in {times:?}")),
+            };
+            timed.add("sleep_ns", sleep.as_nanos() as u64);
+            timed.add("read_ns", read.as_nanos() as u64);
+            Ok(())
         }
         _ => Err(concat!(
             "usage: shardrec-load [--report FILE] syscalls N | syscalls-for SECONDS | syscalls-paced N SECONDS | syscalls-busy N | spin SECONDS",

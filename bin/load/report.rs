@@ -2,7 +2,8 @@
 //! benchmarks: when it started (CLOCK_REALTIME, comparable with the launch
 //! time a harness reads), how long it ran, and the CPU it and its waited-for
 //! children used, so a recorder's CPU is the recorder's tree minus this.
-//! A workload of fixed time adds the work it got done.
+//! A workload of fixed time adds the work it got done; one of known
+//! waits, how long each took.
 
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -15,7 +16,8 @@ pub struct Start {
     unix_ns: u128,
     instant: Instant,
     end: Option<Instant>,
-    work: Option<u64>,
+    /// What the workload adds, as `key=value` words after the rest.
+    added: Vec<(&'static str, u64)>,
 }
 
 impl Start {
@@ -26,7 +28,7 @@ impl Start {
                 .map_or(0, |d| d.as_nanos()),
             instant: Instant::now(),
             end: None,
-            work: None,
+            added: Vec::new(),
         }
     }
 
@@ -44,12 +46,17 @@ impl Start {
     /// The work done in the measured part, for a workload that runs for a
     /// fixed time: a recorder that takes CPU from it leaves less done.
     pub fn set_work(&mut self, units: u64) {
-        self.work = Some(units);
+        self.add("work", units);
+    }
+
+    /// A `key=value` word the workload adds to the line.
+    pub fn add(&mut self, key: &'static str, value: u64) {
+        self.added.push((key, value));
     }
 
     /// Writes one line of `key=value` words to `path`:
     /// `pid start_unix_ns elapsed_ns user_us sys_us maxrss_kb
-    /// runqueue_ns`, then `work` where the workload set it.
+    /// runqueue_ns`, then what the workload added (`work`, say).
     pub fn write(&self, path: &str) -> Result<(), String> {
         let end = self.end.unwrap_or_else(Instant::now);
         let elapsed = end.duration_since(self.instant).as_nanos();
@@ -59,9 +66,11 @@ impl Start {
             let t = if user { u.user_time() } else { u.system_time() };
             t.tv_sec() as i128 * 1_000_000 + t.tv_usec() as i128
         };
-        let work = self.work.map_or(String::new(), |w| format!(" work={w}"));
+        let added: String = (self.added.iter())
+            .map(|(key, value)| format!(" {key}={value}"))
+            .collect();
         let line = format!(
-            "pid={} start_unix_ns={} elapsed_ns={} user_us={} sys_us={} maxrss_kb={} runqueue_ns={}{work}\n",
+            "pid={} start_unix_ns={} elapsed_ns={} user_us={} sys_us={} maxrss_kb={} runqueue_ns={}{added}\n",
             std::process::id(),
             self.unix_ns,
             elapsed,

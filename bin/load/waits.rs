@@ -4,14 +4,16 @@
 //! then reads a pipe in `pipe_wait` until a thread named `waker` writes
 //! it, READ_MS later. Each makes its system call itself
 //! (`shardrec_sys::inline_syscall`), so the wait's innermost user frame is
-//! the function's.
+//! the function's. `--report` adds how long each wait took, from the call
+//! to its return (`sleep_ns=`, `read_ns=`): on a busy host, a woken
+//! thread also waits for a CPU, and that is off-CPU time too.
 
 use std::io::Write;
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
-/// Runs for `spin`, then the two waits.
-pub fn run(spin: Duration, sleep: Duration, read: Duration) -> Result<(), String> {
+/// Runs for `spin`, then the two waits; how long each took.
+pub fn run(spin: Duration, sleep: Duration, read: Duration) -> Result<[Duration; 2], String> {
     std::hint::black_box(crate::hot_caller(spin));
     let (reader, writer) = nix::unistd::pipe().map_err(|e| format!("pipe: {e}"))?;
     let due = Instant::now() + sleep + read;
@@ -22,12 +24,16 @@ pub fn run(spin: Duration, sleep: Duration, read: Duration) -> Result<(), String
             std::fs::File::from(writer).write_all(b"w")
         })
         .map_err(|e| format!("thread: {e}"))?;
+    let started = Instant::now();
     sleep_wait(sleep);
+    let slept = Instant::now();
     pipe_wait(reader.as_fd());
+    let took = [slept - started, slept.elapsed()];
     waker
         .join()
         .map_err(|_| "the waker panicked".to_string())?
-        .map_err(|e| format!("writing the pipe: {e}"))
+        .map_err(|e| format!("writing the pipe: {e}"))?;
+    Ok(took)
 }
 
 /// The sleep.

@@ -375,6 +375,47 @@ pub fn assert_no_complaint(output: &Output, what: &str) {
     }
 }
 
+/// perf's stderr about `file`, after checking it holds no complaint but
+/// the one about records the kernel lost (a ring full while its writer
+/// was kept off its CPU, as it would be for perf), and that only if
+/// `file` holds LOST records.
+pub fn assert_no_complaint_but_kernel_losses(output: &Output, file: &Path, what: &str) {
+    let stats = perf(&["report", "--stats"], file);
+    let kernel_lost = String::from_utf8_lossy(&stats.stdout)
+        .lines()
+        .any(|l| l.trim_start().starts_with("LOST events:"));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let is_the_loss = |line: &str| {
+        let lost_chunks = line.starts_with("Processed ") && line.ends_with(" chunks!");
+        kernel_lost && (lost_chunks || line == "Check IO/CPU overload!" || line == "Warning:")
+    };
+    let rest: Vec<&str> = stderr.lines().filter(|l| !is_the_loss(l)).collect();
+    let rest = Output {
+        stderr: rest.join("\n").into_bytes(),
+        ..output.clone()
+    };
+    assert_no_complaint(&rest, what);
+}
+
+/// Two listings (perf script's lines) the same, or a failure that says
+/// how many lines each has and shows the first that differ, not both
+/// whole (a log keeps the end of a long message only).
+pub fn assert_same_lines(got: &[String], want: &[String], what: &str) {
+    if got == want {
+        return;
+    }
+    let at = got.iter().zip(want).take_while(|(g, w)| g == w).count();
+    let around =
+        |lines: &[String]| lines[at.saturating_sub(2)..(at + 3).min(lines.len())].join("\n");
+    panic!(
+        "{what}: {} lines, {} expected; the first difference is line {at}:\n{}\n--- expected:\n{}",
+        got.len(),
+        want.len(),
+        around(got),
+        around(want)
+    );
+}
+
 /// Runs `shardrec record -o OUT --keep-shards ARGS...` (merging), checks it
 /// succeeded, and returns its stderr.
 pub fn record_and_merge(scratch: &Scratch, args: &[&str]) -> String {

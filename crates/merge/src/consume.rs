@@ -102,6 +102,8 @@ impl<'a> Consumer<'a> {
             data_offset: self.data_offset,
             data_len: self.base + next.offset - self.data_offset,
             until: next.start,
+            // In time order: nothing written is later than `until`.
+            latest: 0,
             shards: self
                 .shards
                 .iter()

@@ -415,7 +415,7 @@ pub(crate) fn resumed_data(
     Ok(ResumedData {
         bytes,
         range: start as usize..end as usize,
-        until: prefix.until,
+        until: prefix.rounds_from(),
     })
 }
 

@@ -28,6 +28,14 @@ pub struct MergedPrefix {
     pub data_len: u64,
     /// The earliest time of the records still to merge.
     pub until: u64,
+    /// The latest time the data holds, where it can pass `until`: a live
+    /// merge's checkpoint may fall inside a round, after records of one
+    /// shard later than others' still to merge. A merge that takes the
+    /// output up ends no round before it has written every record
+    /// earlier than this, or perf finds them out of order. 0: `until`
+    /// bounds it (older merges, and merges in time order).
+    #[serde(default)]
+    pub latest: u64,
     /// Each shard (by file name) with the offset of its first record still
     /// to merge; the bytes before it may be freed.
     pub shards: Vec<(String, u64)>,
@@ -68,6 +76,12 @@ impl Resume {
 }
 
 impl MergedPrefix {
+    /// No round of a merge that takes the output up may end before it
+    /// has written a record this late (see [`latest`](Self::latest)).
+    pub fn rounds_from(&self) -> u64 {
+        self.until.max(self.latest)
+    }
+
     /// Where to resume the shard named `name`.
     pub fn resume(&self, name: &str) -> Resume {
         let find = |list: &[(String, u64)]| {
@@ -112,6 +126,7 @@ impl PrefixSlots {
             data_offset: u64::MAX,
             data_len: u64::MAX,
             until: u64::MAX,
+            latest: u64::MAX,
             first_sample: u64::MAX,
             shards: widest(&prefix.shards),
             taken: widest(&prefix.taken),

@@ -146,7 +146,8 @@ impl Freeing {
     /// recording, whether or not a round ended there: a merger taken up
     /// from a checkpoint inside a round keeps perf's rule, as all it
     /// reads was published after the look that the last FINISHED_ROUND
-    /// covered.
+    /// covered; a merge after the fact, which sorts what is left, ends
+    /// no round before the latest time written (`MergedPrefix::latest`).
     fn checkpoint(
         &mut self,
         recording: &RecordingDir,
@@ -170,6 +171,7 @@ impl Freeing {
         }
         (prefix.data_offset, prefix.data_len) = (data_offset, data_len);
         prefix.until = rounds.cut();
+        prefix.latest = rounds.latest();
         prefix.first_sample = first_sample.unwrap_or(0);
         let prefix = &self.prefix;
         match self.slots.as_mut().filter(|slots| slots.fits(prefix)) {
@@ -206,6 +208,7 @@ fn prefix_of(paths: &[PathBuf], streamed: bool) -> MergedPrefix {
         data_offset: 0,
         data_len: 0,
         until: 0,
+        latest: 0,
         shards: names.clone().collect(),
         taken: names.collect(),
         first_sample: 0,

@@ -117,7 +117,10 @@ impl<'a> LiveMerge<'a> {
             layouts,
             output: path.clone(),
             options: options.clone(),
-            rounds: rounds.written_up_to(prefix.as_ref().map_or(0, |p| p.until)),
+            rounds: match &prefix {
+                Some(prefix) => rounds.written_up_to(prefix.until, prefix.latest),
+                None => rounds,
+            },
             freeing,
             synth,
             records,

@@ -303,25 +303,31 @@ impl Rounds {
         }
     }
 
-    /// Goes on from an output written up to the latest time `cut` by an
-    /// earlier merger, which ended a round there: nothing earlier may
-    /// follow this merger's first FINISHED_ROUND.
-    pub fn written_up_to(mut self, cut: u64) -> Rounds {
+    /// Goes on from an output an earlier merger wrote: `cut` the latest
+    /// time before its last FINISHED_ROUND (nothing earlier may follow
+    /// this merger's first), `latest` the latest it wrote at all (its
+    /// checkpoint may fall inside a round).
+    pub fn written_up_to(mut self, cut: u64, latest: u64) -> Rounds {
         self.order = RoundOrder {
             floor: 0,
             at_last_round: cut,
-            latest: cut,
+            latest: latest.max(cut),
         };
         self
     }
 
+    /// The latest time written.
+    pub fn latest(&self) -> u64 {
+        self.order.latest
+    }
+
     /// The latest time before the last FINISHED_ROUND. A live merger
-    /// that takes the output up from [`at_round_end`](Self::at_round_end)
-    /// holds what follows its first round to it. A merge after the fact
-    /// that does (after `kill -9`) sorts what is left and ends its first
-    /// round 64 KiB in: a record left earlier than this past that point
-    /// (a storm's last pass, read while the round before the checkpoint
-    /// was written) is one perf calls out of order.
+    /// that takes the output up holds what follows its first round to
+    /// it. A merge after the fact that does (after `kill -9`) sorts what
+    /// is left, and ends its first round only past [`latest`](Self::latest):
+    /// a checkpoint inside a round may follow one shard's records later
+    /// than another's still to merge (a writer kept off its CPU), which
+    /// must all come before that round's end.
     pub fn cut(&self) -> u64 {
         self.order.at_last_round
     }

@@ -204,6 +204,9 @@ fn a_ring_its_writer_has_not_written_ends_no_round_until_it_is_read() {
     round(&mut rounds, &shards, &[None, Some(48)], &mut out);
     assert_eq!(out.went, [Some((100 * MS, 1)), Some((200 * MS, 1))]);
     assert!(!rounds.at_round_end(), "no checkpoint inside a round");
+    // A checkpoint here holds ring 0 up to 200 ms and ring 1 not at all:
+    // a merge that takes the output up ends no round before 200 ms.
+    assert_eq!((rounds.cut(), rounds.latest()), (0, 200 * MS));
     // Its writer writes them, the second record only in part so far.
     let early = shard_bytes(&[150 * MS], 2);
     assert_eq!(early.len(), 48);
