@@ -88,6 +88,9 @@ struct Recording<'a> {
     switch_trigger: Option<EventTrigger>,
     /// Stopping: a writer that ends now has drained, or was told to quit.
     stopping: bool,
+    /// The kernel's maps as first synthesized: every later `synth.shard`
+    /// (a switch of output) has them again without a read of kallsyms.
+    kernel_maps: Option<Vec<u8>>,
 }
 
 impl<'a> Recording<'a> {
@@ -134,6 +137,7 @@ impl<'a> Recording<'a> {
             counting,
             switch_trigger,
             stopping: false,
+            kernel_maps: None,
         })
     }
 

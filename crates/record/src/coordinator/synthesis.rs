@@ -24,12 +24,17 @@ impl Recording<'_> {
     /// Writes `synth.shard`: the kernel's maps, the existing tasks, and the
     /// records the VIP made for the BPF programs already loaded. The kernel's
     /// maps (a read of most of kallsyms, for the end of its text) are made
-    /// while the tasks are walked, and written after them.
+    /// while the tasks are walked, and written after them; once made, they
+    /// are kept for the next: as perf's, they are read at the start only.
+    /// (Read again at each switch, they took 150 ms of the coordinator's
+    /// CPU each, and `--keep-last`'s windows of 125 ms came every 300 to
+    /// 500 ms.)
     pub(super) fn synthesize(
         &mut self,
         existing_bpf: &[u8],
         moment: Moment,
     ) -> Result<(), RecordError> {
+        let kept_kernel_maps = self.kernel_maps.take();
         let output = &mut self.output;
         let first = &self.pool.writers()[0].events.events[0];
         let sample_type = output.meta.events[first.spec].sample_type();
@@ -74,21 +79,25 @@ impl Recording<'_> {
             path: path.clone(),
             source: e,
         };
-        let described = std::thread::scope(|scope| {
-            let kernel = scope.spawn(|| {
-                let mut records = Vec::new();
-                if describe {
+        let (described, kernel_maps) = std::thread::scope(|scope| {
+            let kernel = scope.spawn(|| match kept_kernel_maps {
+                None if describe => {
+                    let mut records = Vec::new();
                     synth.kernel(&mut records)?;
+                    Ok::<_, std::io::Error>(Some(records))
                 }
-                Ok::<_, std::io::Error>(records)
+                kept => Ok(kept),
             });
             let described = synth.tasks(&tasks, &mut out)?;
             let kernel = kernel.join().expect("kernel synthesis does not panic")?;
-            out.write_all(&kernel)?;
+            if describe {
+                out.write_all(kernel.as_deref().unwrap_or_default())?;
+            }
             out.write_all(existing_bpf)?;
-            Ok::<_, std::io::Error>(described)
+            Ok::<_, std::io::Error>((described, kernel))
         })
         .map_err(output_error)?;
+        self.kernel_maps = kernel_maps;
         if described.map_timeouts > 0 {
             say::warning(&format!(
                 "the maps of {} processes took longer than --proc-map-timeout to read: \
