@@ -1,9 +1,9 @@
 //! The merger: one process, forked at the start with the other helpers (so
 //! tracepoints leave it out with them), at the least CPU priority and with
 //! one thread, which carries out the coordinator's jobs one after the
-//! other: merge a window (or several, joined) into an output, or remove a
-//! window no longer wanted. Jobs come on a pipe; when it ends, the merger
-//! reports the outputs it kept and those it could not write, and exits.
+//! other: merge a window (or several, joined) into an output. Jobs come on
+//! a pipe; when it ends, the merger reports the outputs it kept and those
+//! it could not write, and exits.
 
 use std::ffi::OsString;
 use std::fs::File;
@@ -21,31 +21,27 @@ use crate::config::SwitchOutput;
 use crate::say;
 use crate::RecordError;
 
-/// What the merger is asked to do.
+/// What the merger is asked to do: merge these windows (oldest first;
+/// several are joined first) of the recording in `root` into `output`. A
+/// single window of the recording's own directory is removed once
+/// merged, unless the windows are kept for later snapshots; a snapshot's
+/// own directory (links to the windows it joins) is removed once merged.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Job {
-    /// Merge these windows (oldest first; several are joined first) into
-    /// this output; a single window is removed once merged, unless the
-    /// windows are kept for later snapshots.
-    Merge(Vec<u32>, PathBuf),
-    /// Remove this window.
-    Remove(u32),
+pub struct Job {
+    pub root: PathBuf,
+    pub windows: Vec<u32>,
+    pub output: PathBuf,
 }
 
 impl Job {
-    /// Two NUL-ended fields: `m:N,N,...` or `r:N`, then the output's path
-    /// (empty for a removal).
+    /// Three NUL-ended fields: `N,N,...`, the root's path, the output's.
     fn encode(&self) -> Vec<u8> {
-        let (what, path) = match self {
-            Job::Merge(windows, path) => {
-                let list: Vec<String> = windows.iter().map(u32::to_string).collect();
-                (format!("m:{}", list.join(",")), path.as_os_str().as_bytes())
-            }
-            Job::Remove(window) => (format!("r:{window}"), &b""[..]),
-        };
-        let mut bytes = what.into_bytes();
-        bytes.push(0);
-        bytes.extend_from_slice(path);
+        let list: Vec<String> = self.windows.iter().map(u32::to_string).collect();
+        let mut bytes = list.join(",").into_bytes();
+        for path in [&self.root, &self.output] {
+            bytes.push(0);
+            bytes.extend_from_slice(path.as_os_str().as_bytes());
+        }
         bytes.push(0);
         bytes
     }
@@ -59,21 +55,14 @@ impl Job {
                 bytes
             })
         };
-        let (what, path) = (field()?, field()?);
-        let what = String::from_utf8(what).ok()?;
-        let windows = |list: &str| {
-            list.split(',')
-                .map(str::parse)
-                .collect::<Result<Vec<u32>, _>>()
-        };
-        match what.split_once(':')? {
-            ("m", list) => Some(Job::Merge(
-                windows(list).ok()?,
-                PathBuf::from(OsString::from_vec(path)),
-            )),
-            ("r", window) => Some(Job::Remove(window.parse().ok()?)),
-            _ => None,
-        }
+        let (list, root, output) = (field()?, field()?, field()?);
+        let windows = String::from_utf8(list).ok()?;
+        let windows = windows.split(',').map(str::parse).collect::<Result<_, _>>();
+        Some(Job {
+            root: PathBuf::from(OsString::from_vec(root)),
+            windows: windows.ok()?,
+            output: PathBuf::from(OsString::from_vec(output)),
+        })
     }
 }
 
@@ -173,15 +162,19 @@ fn serve(root: &RecordingDir, settings: &SwitchOutput, mut jobs: impl BufRead) -
         max_files: settings.max_files,
         ..Outputs::default()
     };
-    while let Some(job) = Job::read(&mut jobs) {
-        let (windows, output) = match job {
-            Job::Remove(window) => {
-                let _ = std::fs::remove_dir_all(root.window(window).path());
-                continue;
-            }
-            Job::Merge(windows, output) => (windows, output),
-        };
-        match merge_windows(root, &windows, &output, settings) {
+    while let Some(Job {
+        root: from,
+        windows,
+        output,
+    }) = Job::read(&mut jobs)
+    {
+        let staged = from != root.path();
+        let from = RecordingDir::open(from);
+        let merged = merge_windows(&from, &windows, &output, settings);
+        if staged {
+            let _ = std::fs::remove_dir_all(from.path());
+        }
+        match merged {
             Ok(()) => outputs.add(output),
             Err(error) => {
                 say::error(&format!(
@@ -270,10 +263,14 @@ mod tests {
 
     #[test]
     fn jobs_read_as_written() {
+        let job = |root: &str, windows: &[u32], output: &str| Job {
+            root: root.into(),
+            windows: windows.to_vec(),
+            output: output.into(),
+        };
         let jobs = [
-            Job::Merge(vec![3], PathBuf::from("/tmp/perf.data.2026112406014842")),
-            Job::Remove(1),
-            Job::Merge(vec![4, 5, 6], PathBuf::from("a b\nc")),
+            job("/tmp/r", &[3], "/tmp/perf.data.2026112406014842"),
+            job("/tmp/r/snapshot000001", &[4, 5, 6], "a b\nc"),
         ];
         let bytes: Vec<u8> = jobs.iter().flat_map(Job::encode).collect();
         let mut read = &bytes[..];
