@@ -12,7 +12,9 @@ use std::sync::Arc;
 
 use common::*;
 
-/// The bytes under `dir` now (0 if it is gone).
+/// The bytes of the windows under `dir` now (0 if it is gone), without
+/// a snapshot's own directories until it is written: the links to the
+/// windows it joins (the same bytes), and the join.
 fn bytes_under(dir: &Path) -> u64 {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return 0;
@@ -20,10 +22,15 @@ fn bytes_under(dir: &Path) -> u64 {
     entries
         .filter_map(Result::ok)
         .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() && snapshots_own(&e.file_name().to_string_lossy()) => 0,
             Ok(t) if t.is_dir() => bytes_under(&e.path()),
             _ => e.metadata().map_or(0, |m| m.len()),
         })
         .sum()
+}
+
+fn snapshots_own(name: &str) -> bool {
+    name.starts_with("snapshot") || name.starts_with("joined")
 }
 
 /// Runs `shardrec record ARGS -- sh -c SCRIPT` while watching how much
