@@ -134,13 +134,15 @@ impl RingBuffer {
     /// that reads the ring: it then takes no page fault on the ring while
     /// the workload runs (on a busy many-CPU guest those faults were a
     /// measurable share of the writers' and their io_uring workers' time).
-    /// The metadata page is also written once (the tail, unchanged), so
-    /// the first real release does not take a write fault either: that one
+    /// The metadata page is also written once (the tail, unchanged, or
+    /// further if the ring's other reader moved it meanwhile), so the
+    /// first real release does not take a write fault either: that one
     /// flushes the TLB of every CPU the process ran on.
     pub fn map_populated(event: &PerfEvent, data_pages: usize) -> io::Result<RingBuffer> {
         let ring = Self::map_as(event, data_pages, true, false)?;
         let tail = ring.tail();
-        ring.meta_atomic(DATA_TAIL).store(tail, Ordering::Release);
+        ring.meta_atomic(DATA_TAIL)
+            .fetch_max(tail, Ordering::Release);
         Ok(ring)
     }
 
