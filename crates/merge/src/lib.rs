@@ -484,9 +484,9 @@ fn report(
     written: output::Written,
     started: Instant,
 ) -> MergeReport {
-    let mut by_type = synth.summary.by_type.clone();
-    for shard in shards {
-        for (&t, &n) in &shard.summary.by_type {
+    let mut by_type = std::collections::BTreeMap::new();
+    for summary in std::iter::once(&synth.summary).chain(shards.iter().map(|s| &s.summary)) {
+        for (t, n) in summary.by_type.iter() {
             *by_type.entry(t).or_default() += n;
         }
     }

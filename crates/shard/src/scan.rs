@@ -296,7 +296,7 @@ pub struct Damage {
 #[derive(Clone, Debug, Default)]
 pub struct ShardSummary {
     /// Whole records, by type.
-    pub by_type: BTreeMap<RecordType, u64>,
+    pub by_type: TypeCounts,
     /// Records the kernel dropped, from `PERF_RECORD_LOST`.
     pub lost: u64,
     /// Samples the kernel dropped, from `PERF_RECORD_LOST_SAMPLES`.
@@ -333,12 +333,12 @@ pub struct ShardSummary {
 impl ShardSummary {
     /// Whole records.
     pub fn records(&self) -> u64 {
-        self.by_type.values().sum()
+        self.by_type.iter().map(|(_, n)| n).sum()
     }
 
     /// Samples.
     pub fn samples(&self) -> u64 {
-        self.by_type.get(&RecordType::SAMPLE).copied().unwrap_or(0)
+        self.by_type.get(RecordType::SAMPLE)
     }
 
     /// A shard that could not be read at all: empty, damaged from byte 0.
@@ -391,7 +391,7 @@ impl ShardSummary {
     }
 
     fn add(&mut self, type_: RecordType, record: &[u8], time: u64) {
-        *self.by_type.entry(type_).or_default() += 1;
+        self.by_type.add(type_, 1);
         match type_ {
             RecordType::SAMPLE => {
                 self.first_sample = min_nonzero(self.first_sample, time);
@@ -413,8 +413,8 @@ impl ShardSummary {
     /// Adds what `other` holds: counts, losses and times (not its offsets,
     /// index or damage).
     pub fn absorb(&mut self, other: &ShardSummary) {
-        for (&type_, &count) in &other.by_type {
-            *self.by_type.entry(type_).or_default() += count;
+        for (type_, count) in other.by_type.iter() {
+            self.by_type.add(type_, count);
         }
         self.lost += other.lost;
         self.lost_samples += other.lost_samples;
@@ -529,5 +529,70 @@ fn min_nonzero(current: u64, time: u64) -> u64 {
         time
     } else {
         current
+    }
+}
+
+/// Records counted by type: an array for the kernel's and perf's types
+/// (below 128), where a map looked up for every record was 6% of the live
+/// merger's samples on a 16-vCPU guest; a map for any other.
+#[derive(Clone, Debug, Default)]
+pub struct TypeCounts {
+    common: Vec<u64>,
+    rest: BTreeMap<RecordType, u64>,
+}
+
+/// Types counted in [`TypeCounts`]'s array.
+const COMMON_TYPES: usize = 128;
+
+impl TypeCounts {
+    /// Counts `n` more records of `type_`.
+    pub fn add(&mut self, type_: RecordType, n: u64) {
+        match usize::try_from(type_.0).ok().filter(|&t| t < COMMON_TYPES) {
+            Some(t) => {
+                if self.common.is_empty() {
+                    self.common = vec![0; COMMON_TYPES];
+                }
+                self.common[t] += n;
+            }
+            None => *self.rest.entry(type_).or_default() += n,
+        }
+    }
+
+    /// Records of `type_`.
+    pub fn get(&self, type_: RecordType) -> u64 {
+        match usize::try_from(type_.0).ok().filter(|&t| t < COMMON_TYPES) {
+            Some(t) => self.common.get(t).copied().unwrap_or(0),
+            None => self.rest.get(&type_).copied().unwrap_or(0),
+        }
+    }
+
+    /// Each type counted, with its count, in type order.
+    pub fn iter(&self) -> impl Iterator<Item = (RecordType, u64)> + '_ {
+        let common = (self.common.iter().enumerate())
+            .filter(|(_, &n)| n > 0)
+            .map(|(t, &n)| (RecordType(t as u32), n));
+        common.chain(self.rest.iter().map(|(&t, &n)| (t, n)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_by_type_come_back_in_type_order_whatever_the_type() {
+        let mut counts = TypeCounts::default();
+        let rare = RecordType(4096);
+        for (type_, n) in [(RecordType::SAMPLE, 3), (rare, 2), (RecordType::MMAP, 1)] {
+            counts.add(type_, n);
+        }
+        counts.add(RecordType::SAMPLE, 4);
+        assert_eq!((counts.get(RecordType::SAMPLE), counts.get(rare)), (7, 2));
+        assert_eq!(counts.get(RecordType::COMM), 0);
+        let all: Vec<_> = counts.iter().collect();
+        assert_eq!(
+            all,
+            [(RecordType::MMAP, 1), (RecordType::SAMPLE, 7), (rare, 2)]
+        );
     }
 }
