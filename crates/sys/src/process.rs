@@ -193,6 +193,28 @@ pub fn prefer_background() {
     unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 19) };
 }
 
+/// Keeps the memory this process frees mapped, up to `most` bytes, for
+/// its next allocations: a process that frees and takes back large
+/// buffers all the time otherwise has glibc hand them to the kernel (it
+/// trims the heap and unmaps large blocks) and faults their pages in again
+/// each time (in a 16-vCPU guest, 5% of the live merger's samples went
+/// to faults of fresh heap pages and to `brk`). Without effect where the
+/// C library is not glibc.
+pub fn keep_freed_memory(most: usize) {
+    #[cfg(target_env = "gnu")]
+    {
+        let most = libc::c_int::try_from(most).unwrap_or(libc::c_int::MAX);
+        // SAFETY: mallopt only sets the allocator's tunables; it is called
+        // before this process has threads.
+        unsafe {
+            libc::mallopt(libc::M_TRIM_THRESHOLD, most);
+            libc::mallopt(libc::M_MMAP_THRESHOLD, most);
+        }
+    }
+    #[cfg(not(target_env = "gnu"))]
+    let _ = most;
+}
+
 /// What a finished child and the descendants it waited for used.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Usage {

@@ -127,6 +127,10 @@ pub struct WindowDone {
     pub written: bool,
 }
 
+/// What the merger keeps of the memory it frees (glibc takes no larger
+/// block from the heap than 32 MiB).
+const MERGER_FREED_KEPT: usize = 32 << 20;
+
 /// The coordinator's handle on the live merger.
 pub struct LiveMerger {
     /// Its process.
@@ -171,6 +175,9 @@ impl LiveMerger {
             if restarted {
                 shardrec_control::fault::disarm_crashes();
             }
+            // Its rounds take and free buffers the size of what the rings
+            // held (up to a ring each) and more for its output's runs.
+            process::keep_freed_memory(MERGER_FREED_KEPT);
             let mut commands = File::from(commands_in);
             let mut results = File::from(results_out);
             let served = serve::serve(&dir, &output, &options, &rings, &mut commands, |said| {
