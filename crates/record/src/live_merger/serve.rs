@@ -119,10 +119,11 @@ pub(super) fn serve(
             .map(|w| {
                 Ok(MergerRing {
                     // Every page mapped now, before the events are
-                    // enabled, as the writers' are: before 6.16 a ring's
-                    // pages fault in one by one as they are first read,
-                    // and on a 16-vCPU guest with Linux 6.1 page faults
-                    // were a third of the merger's samples.
+                    // enabled, as the writers' are: Linux 6.1 faults a
+                    // ring's pages in one by one as they are first read
+                    // (6.18 maps them at mmap), and in a 16-vCPU guest
+                    // with 6.1 page faults were a third of the merger's
+                    // samples.
                     ring: RingBuffer::map_populated(w.event, w.pages)?,
                     base: w.base,
                     reads_first: w.reads_first,
