@@ -13,15 +13,29 @@ use common::*;
 
 /// Bytes of `dir`'s CPU shards: (their length, what the disk holds).
 fn shard_sizes(dir: &Path) -> (u64, u64) {
-    std::fs::read_dir(dir)
+    let list = shard_list(dir);
+    (
+        list.iter().map(|s| s.1).sum(),
+        list.iter().map(|s| s.2).sum(),
+    )
+}
+
+/// Each CPU shard's name, length and bytes held on disk.
+fn shard_list(dir: &Path) -> Vec<(String, u64, u64)> {
+    let mut list: Vec<_> = std::fs::read_dir(dir)
         .unwrap()
         .filter_map(|e| e.ok())
-        .filter(|e| e.file_name().to_string_lossy().starts_with("cpu"))
-        .filter(|e| e.file_name().to_string_lossy().ends_with(".shard"))
-        .map(|e| e.metadata().unwrap())
-        .fold((0, 0), |(len, held), m| {
-            (len + m.len(), held + 512 * m.blocks())
+        .map(|e| {
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                e.metadata().unwrap(),
+            )
         })
+        .filter(|(name, _)| name.starts_with("cpu") && name.ends_with(".shard"))
+        .map(|(name, m)| (name, m.len(), 512 * m.blocks()))
+        .collect();
+    list.sort();
+    list
 }
 
 fn copy_dir(from: &Path, to: &Path) {
@@ -97,7 +111,9 @@ fn a_merge_that_frees_the_shards_writes_what_one_that_keeps_them_writes() {
         assert_eq!(len_after, len, "the shards keep their length");
         assert!(
             held_after < held / 4,
-            "{held_after} of {held} bytes still held after the merge"
+            "{threads} threads: {held_after} of {held} bytes still held after the merge, by shard {:?}: {}",
+            shard_list(&dir),
+            String::from_utf8_lossy(&output.stderr)
         );
         assert!(!dir.join("merged.prefix").exists());
         assert!(!dir.join("merged.partial").exists());
