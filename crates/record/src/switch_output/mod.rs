@@ -416,9 +416,10 @@ pub fn timestamped(output: &Path) -> std::io::Result<PathBuf> {
 }
 
 /// Makes `staged` a recording root holding `windows` of `root`, each file
-/// a hard link to the window's: the windows can then be removed (their
-/// bytes stay while the links do) and the files are not written again
-/// (a window is linked once closed).
+/// a hard link to the window's (a copy where the file system has no
+/// links): the windows can then be removed (their bytes stay while the
+/// links do) and the files are not written again (a window is linked
+/// once closed).
 fn link_windows(root: &RecordingDir, staged: &Path, windows: &[u32]) -> std::io::Result<()> {
     let staged = RecordingDir::create(staged).map_err(std::io::Error::other)?;
     for &window in windows {
@@ -428,7 +429,10 @@ fn link_windows(root: &RecordingDir, staged: &Path, windows: &[u32]) -> std::io:
         for entry in std::fs::read_dir(root.window(window).path())? {
             let entry = entry?;
             if entry.file_type()?.is_file() {
-                std::fs::hard_link(entry.path(), into.path().join(entry.file_name()))?;
+                let to = into.path().join(entry.file_name());
+                if std::fs::hard_link(entry.path(), &to).is_err() {
+                    std::fs::copy(entry.path(), &to)?;
+                }
             }
         }
     }
