@@ -544,10 +544,15 @@ pub struct TypeCounts {
 /// Types counted in [`TypeCounts`]'s array.
 const COMMON_TYPES: usize = 128;
 
+/// Where `type_` is counted in [`TypeCounts`]'s array, if it is.
+fn common_index(type_: RecordType) -> Option<usize> {
+    usize::try_from(type_.0).ok().filter(|&t| t < COMMON_TYPES)
+}
+
 impl TypeCounts {
     /// Counts `n` more records of `type_`.
     pub fn add(&mut self, type_: RecordType, n: u64) {
-        match usize::try_from(type_.0).ok().filter(|&t| t < COMMON_TYPES) {
+        match common_index(type_) {
             Some(t) => {
                 if self.common.is_empty() {
                     self.common = vec![0; COMMON_TYPES];
@@ -560,7 +565,7 @@ impl TypeCounts {
 
     /// Records of `type_`.
     pub fn get(&self, type_: RecordType) -> u64 {
-        match usize::try_from(type_.0).ok().filter(|&t| t < COMMON_TYPES) {
+        match common_index(type_) {
             Some(t) => self.common.get(t).copied().unwrap_or(0),
             None => self.rest.get(&type_).copied().unwrap_or(0),
         }
