@@ -240,7 +240,7 @@ fn run(
         .map(|&event| {
             Ok(SideBand {
                 event,
-                ring: RingBuffer::map_populated(event, RING_PAGES)?,
+                ring: RingBuffer::map_reader(event, RING_PAGES)?,
             })
         })
         .collect::<io::Result<Vec<_>>>()?;

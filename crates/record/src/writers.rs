@@ -383,7 +383,7 @@ fn run(
             )
         })?;
     }
-    let ring = RingBuffer::map_populated(owner, setup.options.ring_pages)?;
+    let ring = RingBuffer::map_reader(owner, setup.options.ring_pages)?;
     // Where the merger reads first, the writer spills only from half a
     // ring on, in rings big enough for the merger's rounds to keep up; a
     // smaller ring fills between two of them in a storm (a 64 KiB one at

@@ -203,12 +203,14 @@ pub fn prefer_background() {
 pub fn keep_freed_memory(most: usize) {
     #[cfg(target_env = "gnu")]
     {
-        let most = libc::c_int::try_from(most).unwrap_or(libc::c_int::MAX);
+        // glibc takes no block larger than 32 MiB on 64-bit from its heap.
+        const MMAP_THRESHOLD_MAX: usize = 32 << 20;
+        let int = |bytes: usize| libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
         // SAFETY: mallopt only sets the allocator's tunables; it is called
         // before this process has threads.
         unsafe {
-            libc::mallopt(libc::M_TRIM_THRESHOLD, most);
-            libc::mallopt(libc::M_MMAP_THRESHOLD, most);
+            libc::mallopt(libc::M_TRIM_THRESHOLD, int(most));
+            libc::mallopt(libc::M_MMAP_THRESHOLD, int(most.min(MMAP_THRESHOLD_MAX)));
         }
     }
     #[cfg(not(target_env = "gnu"))]
