@@ -80,6 +80,10 @@ fn wait_single_threaded() -> io::Result<bool> {
 /// uses only the descriptors in `keep`, since it leaves through
 /// [`exit_now`] without dropping its parent's frames.
 pub unsafe fn close_fds_except(keep: &[RawFd]) -> io::Result<()> {
+    // SAFETY: the caller's promise, passed on.
+    if unsafe { close_ranges_except(keep) } {
+        return Ok(());
+    }
     let fds: Vec<RawFd> = std::fs::read_dir("/proc/self/fd")?
         .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
         .collect();
@@ -90,6 +94,40 @@ pub unsafe fn close_fds_except(keep: &[RawFd]) -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// [`close_fds_except`] with `close_range(2)` (Linux 5.9) over the gaps
+/// between the kept descriptors: a few calls, where reading `/proc/self/fd`
+/// and closing one by one the hundreds of descriptors a writer inherits
+/// at 64 CPUs was a fifteenth of the writers' start in a 64-vCPU guest.
+/// False where the kernel has no such call.
+///
+/// # Safety
+///
+/// As for [`close_fds_except`].
+unsafe fn close_ranges_except(keep: &[RawFd]) -> bool {
+    let mut kept: Vec<u32> = keep
+        .iter()
+        .filter_map(|&fd| u32::try_from(fd).ok())
+        .collect();
+    kept.retain(|&fd| fd > 2);
+    kept.sort_unstable();
+    kept.dedup();
+    let mut from = 3u32;
+    for next in kept.into_iter().map(Some).chain([None]) {
+        let to = next.map_or(u32::MAX, |fd| fd - 1);
+        if from <= to {
+            // SAFETY: the caller vouches that no live value uses these
+            // descriptors again; close_range touches no memory.
+            let closed = unsafe { libc::syscall(libc::SYS_close_range, from, to, 0) };
+            if closed != 0 {
+                // No such call (ENOSYS): the slow way closes the rest.
+                return false;
+            }
+        }
+        from = next.map_or(u32::MAX, |fd| fd + 1);
+    }
+    true
 }
 
 /// Blocks `signals` in this process, returning the previous mask.
