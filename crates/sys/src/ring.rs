@@ -56,7 +56,7 @@ struct MappedChunks {
 
 impl MappedChunks {
     fn new(data_size: usize) -> MappedChunks {
-        let chunk = (data_size / 64).max(page_size()).min(data_size.max(1));
+        let chunk = (data_size / 64).max(page_size());
         let count = data_size.div_ceil(chunk);
         let all = match count {
             64.. => u64::MAX,
@@ -69,15 +69,19 @@ impl MappedChunks {
         }
     }
 
+    /// The bits of the chunks `[offset, offset + len)` (not empty) lies on.
+    fn span(&self, offset: usize, len: usize) -> u64 {
+        let (first, last) = (offset / self.chunk, (offset + len - 1) / self.chunk);
+        (u64::MAX >> (63 - (last - first))) << first
+    }
+
     /// The byte range of the chunks `[offset, offset + len)` touches that
     /// are not faulted in yet, from the first such chunk to the last.
     fn missing(&self, offset: usize, len: usize) -> Option<(usize, usize)> {
         if len == 0 {
             return None;
         }
-        let (first, last) = (offset / self.chunk, (offset + len - 1) / self.chunk);
-        let span = (u64::MAX >> (63 - (last - first))) << first;
-        let missing = span & !self.done.load(Ordering::Relaxed);
+        let missing = self.span(offset, len) & !self.done.load(Ordering::Relaxed);
         if missing == 0 {
             return None;
         }
@@ -92,13 +96,7 @@ impl MappedChunks {
     /// them where the kernel cannot populate (before 5.14) or need not
     /// (since 6.14 a ring is mapped whole at `mmap`, as a PFN map).
     fn mark(&self, range: Option<(usize, usize)>) {
-        let bits = match range {
-            None => self.all,
-            Some((offset, len)) => {
-                let (first, last) = (offset / self.chunk, (offset + len - 1) / self.chunk);
-                (u64::MAX >> (63 - (last - first))) << first
-            }
-        };
+        let bits = range.map_or(self.all, |(offset, len)| self.span(offset, len));
         self.done.fetch_or(bits & self.all, Ordering::Relaxed);
     }
 }
@@ -354,10 +352,10 @@ impl RingBuffer {
 
     /// For another process than the ring's reader: a copy, in `into`
     /// (emptied first, and reused so that a copy each round does not take
-    /// fresh pages each time; it grows to a ring's size at most), of the unread bytes from `from` (at or past
-    /// the reader's tail) to the head, if there are some and at most
-    /// `most`; `None` if not, or if the reader
-    /// moved its tail past `from` while they were copied (the kernel may
+    /// fresh pages each time; it grows to a ring's size at most), of the
+    /// unread bytes from `from` (at or past the reader's tail) to the head,
+    /// if there are some and at most `most`; `None` if not, or if the
+    /// reader moved its tail past `from` while they were copied (the kernel may
     /// then have written over them). Nothing in the ring changes, and the
     /// reader is not woken. Releasing the [`Copied`] (once the copy is
     /// safe elsewhere) gives the bytes back to the kernel, whether or not
