@@ -56,7 +56,7 @@ impl Start {
 
     /// Writes one line of `key=value` words to `path`:
     /// `pid start_unix_ns elapsed_ns user_us sys_us maxrss_kb
-    /// runqueue_ns`, then what the workload added (`work`, say).
+    /// oncpu_ns runqueue_ns`, then what the workload added (`work`, say).
     pub fn write(&self, path: &str) -> Result<(), String> {
         let end = self.end.unwrap_or_else(Instant::now);
         let elapsed = end.duration_since(self.instant).as_nanos();
@@ -70,26 +70,28 @@ impl Start {
             .map(|(key, value)| format!(" {key}={value}"))
             .collect();
         let line = format!(
-            "pid={} start_unix_ns={} elapsed_ns={} user_us={} sys_us={} maxrss_kb={} runqueue_ns={}{added}\n",
+            "pid={} start_unix_ns={} elapsed_ns={} user_us={} sys_us={} maxrss_kb={} oncpu_ns={} runqueue_ns={}{added}\n",
             std::process::id(),
             self.unix_ns,
             elapsed,
             micros(&me, true) + micros(&children, true),
             micros(&me, false) + micros(&children, false),
             me.max_rss().max(children.max_rss()),
-            main_thread_runqueue_ns(),
+            main_thread_schedstat(0),
+            main_thread_schedstat(1),
         );
         std::fs::write(path, line).map_err(|e| format!("writing {path}: {e}"))
     }
 }
 
-/// How long the main thread waited on a run queue, runnable but not
-/// running (`/proc/self/schedstat`'s second field; 0 where the kernel
-/// keeps no schedstat): on a busy host, time that is neither on-CPU nor a
-/// wait of its own.
-fn main_thread_runqueue_ns() -> u64 {
+/// The main thread's `/proc/self/schedstat` field `n` (0 where the kernel
+/// keeps no schedstat): 0 is how long it ran, by the scheduler's own
+/// clock, so exactly even where a VM delivers the sampling timer late; 1
+/// is how long it waited on a run queue, runnable but not running (on a
+/// busy host, time that is neither on-CPU nor a wait of its own).
+fn main_thread_schedstat(n: usize) -> u64 {
     std::fs::read_to_string("/proc/self/schedstat")
         .ok()
-        .and_then(|stat| stat.split_whitespace().nth(1)?.parse().ok())
+        .and_then(|stat| stat.split_whitespace().nth(n)?.parse().ok())
         .unwrap_or(0)
 }
