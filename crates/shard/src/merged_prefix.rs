@@ -13,7 +13,7 @@
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -109,6 +109,9 @@ pub struct PrefixSlots {
     slot_len: u64,
     /// The sequence number of the newest slot written.
     seq: u64,
+    /// Made ready but not yet written: the file's temporary name and the
+    /// one it takes at the first write.
+    unnamed: Option<(PathBuf, PathBuf)>,
 }
 
 const MAGIC: &[u8; 8] = b"shrdpfx1";
@@ -122,6 +125,17 @@ impl PrefixSlots {
     /// its like (its offsets may grow to any size): written beside it and
     /// renamed over it, so a reader finds a whole one at any moment.
     pub fn create(path: &Path, prefix: &MergedPrefix) -> io::Result<PrefixSlots> {
+        let mut slots = PrefixSlots::prepare(path, prefix)?;
+        slots.write(prefix)?;
+        Ok(slots)
+    }
+
+    /// Slots for `path`, made ready for prefixes like `prefix` (the same
+    /// shards) but not written: `path` appears, whole, at the first
+    /// [`write`](Self::write). A live merge makes them before the
+    /// recording starts, so its first checkpoint costs one write and a
+    /// rename.
+    pub fn prepare(path: &Path, prefix: &MergedPrefix) -> io::Result<PrefixSlots> {
         let widest = MergedPrefix {
             data_offset: u64::MAX,
             data_len: u64::MAX,
@@ -146,14 +160,12 @@ impl PrefixSlots {
         let mut head = MAGIC.to_vec();
         head.extend_from_slice(&slot_len.to_le_bytes());
         file.write_all_at(&head, 0)?;
-        let mut slots = PrefixSlots {
+        Ok(PrefixSlots {
             file,
             slot_len,
             seq: 0,
-        };
-        slots.write(prefix)?;
-        std::fs::rename(&tmp, path)?;
-        Ok(slots)
+            unnamed: Some((PathBuf::from(tmp), path.to_path_buf())),
+        })
     }
 
     /// Whether `prefix` fits the slots (the shards they were made for).
@@ -176,6 +188,9 @@ impl PrefixSlots {
         self.file
             .write_all_at(&slot, HEAD + (seq % 2) * self.slot_len)?;
         self.seq = seq;
+        if let Some((tmp, path)) = self.unnamed.take() {
+            std::fs::rename(tmp, path)?;
+        }
         Ok(())
     }
 }
@@ -263,6 +278,25 @@ mod tests {
         let whole = rmp_serde::to_vec_named(&prefix(7)).unwrap();
         assert_eq!(decode(&whole).unwrap(), prefix(7));
         assert!(decode(&bytes[..HEAD as usize]).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn prepared_slots_appear_at_their_first_write() {
+        let dir = std::env::temp_dir().join(format!("prefix-prepared-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("merged.prefix");
+        let mut slots = PrefixSlots::prepare(&path, &prefix(0)).unwrap();
+        assert!(!path.exists(), "no checkpoint yet: no merged.prefix");
+        slots.write(&prefix(100)).unwrap();
+        assert_eq!(decode(&std::fs::read(&path).unwrap()).unwrap(), prefix(100));
+        slots.write(&prefix(200)).unwrap();
+        assert_eq!(decode(&std::fs::read(&path).unwrap()).unwrap(), prefix(200));
+        assert_eq!(
+            std::fs::read_dir(&dir).unwrap().count(),
+            1,
+            "the temporary name is gone"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

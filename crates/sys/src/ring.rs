@@ -350,10 +350,10 @@ impl RingBuffer {
         Ok(head)
     }
 
-    /// For another process than the ring's reader: a copy, in `into`
-    /// (emptied first, and reused so that a copy each round does not take
-    /// fresh pages each time; it grows to a ring's size at most), of the
-    /// unread bytes from `from` (at or past the reader's tail) to the head,
+    /// For another process than the ring's reader: a copy, appended to
+    /// `into` (one buffer for every ring's copies of a round, kept from
+    /// round to round, so that copies take no fresh pages once it has held
+    /// a round), of the unread bytes from `from` (at or past the reader's tail) to the head,
     /// if there are some and at most `most`; `None` if not, or if the
     /// reader moved its tail past `from` while they were copied (the kernel may
     /// then have written over them). Nothing in the ring changes, and the
@@ -371,11 +371,8 @@ impl RingBuffer {
         let len = (head - from) as usize;
         let start = (from as usize) & (self.data_size - 1);
         let first = len.min(self.data_size - start);
-        into.clear();
-        // Room in powers of two up to a ring, never past: a caller that
-        // keeps `into` from copy to copy then keeps at most a ring's
-        // worth, and takes no fresh pages once it has held that much.
-        into.reserve_exact(len.next_power_of_two().min(self.data_size));
+        let before = into.len();
+        into.reserve(len);
         for (offset, len) in [(start, first), (0, len - first)] {
             self.fault_in(offset, len);
             let at = self.data_offset + offset;
@@ -393,7 +390,7 @@ impl RingBuffer {
         std::sync::atomic::fence(Ordering::Acquire);
         let kept = self.meta_atomic(DATA_TAIL).load(Ordering::Relaxed) <= from;
         if !kept {
-            into.clear();
+            into.truncate(before);
         }
         kept.then_some(Copied { head })
     }

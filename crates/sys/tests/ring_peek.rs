@@ -53,14 +53,18 @@ fn a_second_mapping_peeks_exactly_the_unread_bytes_even_where_they_wrap() {
         let _ = peeker
             .peek_unread(tail + 8, size, &mut later)
             .expect("a copy of the rest");
+        // Appended to what the buffer holds.
         let mut peeked = vec![0xff; 3];
         let copied = peeker.peek_unread(tail, size, &mut peeked).expect("a copy");
         assert_eq!(copied.end(), head);
         assert_eq!(reader.tail(), tail, "the peek moved the tail");
+        assert_eq!(peeked.drain(..3).collect::<Vec<u8>>(), [0xff; 3]);
         assert_eq!(later, peeked[8..]);
         assert_eq!(peeked, consumed(&reader));
-        let behind = peeker.peek_unread(tail, size, &mut buffer);
+        let mut held = vec![1, 2];
+        let behind = peeker.peek_unread(tail, size, &mut held);
         assert_eq!(behind, None, "the tail moved past it");
+        assert_eq!(held, [1, 2], "a copy dropped leaves what was there");
     }
     assert!(reader.head() > size, "the ring never wrapped");
     // The other reader's release (the live merger's) moves the tail both

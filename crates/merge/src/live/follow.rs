@@ -6,6 +6,7 @@
 
 use std::fs::File;
 use std::io;
+use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
@@ -30,13 +31,10 @@ pub struct Follower {
     /// Where an earlier merger of this output left the shard: the
     /// records it wrote are passed over.
     resume: Resume,
-    /// A copy of the ring's bytes its writer has not written
-    /// ([`Follower::take_copy`]), from this shard offset, until the round
-    /// that took it has written it out. The buffer is kept from round to
-    /// round: a copy each round in fresh memory took a page fault and a
-    /// page cleared for every 4 KiB, most of the merger's first rounds in
-    /// a 64-vCPU guest.
-    copy: (u64, Vec<u8>),
+    /// Where the round's copies hold this shard's ring's bytes its writer
+    /// has not written ([`Follower::take_copy`]), from this shard offset,
+    /// until the round that took them has written them out.
+    copy: (u64, Range<usize>),
 }
 
 impl Follower {
@@ -74,7 +72,7 @@ impl Follower {
             exhausted: false,
             more: false,
             resume: Resume::default(),
-            copy: (0, Vec::new()),
+            copy: (0, 0..0),
         }
     }
 
@@ -101,12 +99,13 @@ impl Follower {
         }
     }
 
-    /// The record of `len` bytes taken at `offset`.
-    pub fn record(&self, offset: u64, len: usize) -> &[u8] {
+    /// The record of `len` bytes taken at `offset`, from the shard or
+    /// from the round's `copies`.
+    pub fn record<'a>(&'a self, offset: u64, len: usize, copies: &'a [u8]) -> &'a [u8] {
         let (start, copy) = &self.copy;
         if (*start..start + copy.len() as u64).contains(&offset) {
-            let at = (offset - start) as usize;
-            return &copy[at..at + len];
+            let at = copy.start + (offset - start) as usize;
+            return &copies[at..at + len];
         }
         self.bytes.as_ref().map_or(&[], |b| b.get(offset, len))
     }
@@ -199,47 +198,37 @@ impl Follower {
         Ok(at as u64)
     }
 
-    /// The buffer a copy of the shard's ring goes into, from where this
-    /// follower has read the shard to ([`taken`](Self::taken)), before
-    /// [`take_copy`](Self::take_copy).
-    pub fn copy_buffer(&mut self) -> &mut Vec<u8> {
-        &mut self.copy.1
-    }
-
-    /// Takes the whole records of the copy in [`copy_buffer`]: the bytes
-    /// of the shard's ring that its writer has not written yet. So a
+    /// Takes the whole records of `copies[copy]`, a copy of the shard's
+    /// ring from where this follower has read the shard to
+    /// ([`taken`](Self::taken)): the bytes its writer has not written
+    /// yet. So a
     /// quiet ring's few records need not wait for its writer, nor wake it:
     /// they are written out from the copy, and passed over when the writer
     /// writes them into the shard (or never written there, where the
     /// merger reads the rings first). A record in it that is not one is
     /// left for the read of the shard to find. Returns the bytes taken.
-    ///
-    /// [`copy_buffer`]: Self::copy_buffer
     pub fn take_copy(
         &mut self,
+        (copies, copy): (&[u8], Range<usize>),
         fields: &mut FieldReader,
         take: &mut impl FnMut(u64, u64, &[u8]),
     ) -> u64 {
-        let (start, copy) = &mut self.copy;
         if self.bytes.is_none() || self.summary.damage.is_some() {
-            copy.clear();
+            self.copy = (self.pos, 0..0);
             return 0;
         }
-        *start = self.pos;
+        let start = self.pos;
         let shard = (&mut self.summary, &self.resume);
-        let (at, _) = walk_records(shard, copy, *start as usize, fields, take);
-        copy.truncate(at);
+        let (at, _) = walk_records(shard, &copies[copy.clone()], start as usize, fields, take);
+        self.copy = (start, copy.start..copy.start + at);
         self.pos += at as u64;
         at as u64
     }
 
     /// The round that took the copy has written it out: no record is read
-    /// from it again. Its buffer is kept for the next, whatever it grew
-    /// to (a ring at most): one dropped after a large copy was taken
-    /// again, in fresh pages, at the next, and while a 64-vCPU guest's
-    /// merger was behind those faults were a third of its samples.
+    /// from it again.
     pub fn forget_copy(&mut self) {
-        self.copy.1.clear();
+        self.copy.1 = 0..0;
     }
 
     fn damage(&mut self, at: usize, end: u64, reason: &str) {

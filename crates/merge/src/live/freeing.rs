@@ -25,7 +25,7 @@
 
 use std::fs::File;
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -84,17 +84,21 @@ pub struct Freeing {
 
 impl Freeing {
     /// Frees the shards at `paths` (in the merge's order), behind a file
-    /// or, `streamed`, a stream.
-    pub fn open(paths: &[PathBuf], streamed: bool) -> io::Result<Freeing> {
+    /// or, `streamed`, a stream, with checkpoints at `prefix_path`, made
+    /// ready now (the first written only at the first checkpoint): the
+    /// live merger opens its output before the recording starts.
+    pub fn open(paths: &[PathBuf], streamed: bool, prefix_path: &Path) -> io::Result<Freeing> {
         let files = open_to_punch(paths)?;
+        let prefix = prefix_of(paths, streamed);
+        let slots = PrefixSlots::prepare(prefix_path, &prefix)?;
         Ok(Freeing {
             puncher: Puncher::start(files, vec![0; paths.len()]),
-            prefix: prefix_of(paths, streamed),
+            prefix,
             checkpointed: 0,
             freed: false,
             punch_while_recording: streamed,
             first_sample_before: 0,
-            slots: None,
+            slots: Some(slots),
         })
     }
 

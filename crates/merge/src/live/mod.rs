@@ -136,7 +136,7 @@ impl<'a> LiveMerge<'a> {
 
     /// One round ([`Rounds::round`]): `written[i]` is how far CPU shard
     /// `i` is known written (its writer's ring tail less the shard's start
-    /// in the ring), and `unwritten(i, offset, into)` copies into `into` its ring's bytes its
+    /// in the ring), and `unwritten(i, offset, into)` appends to `into` its ring's bytes its
     /// writer has not written, if they would start at that offset of the
     /// shard; the VIP's shard is read to its end. `rings_read` turns what
     /// each shard has been read to into every ring's read position, and
@@ -381,7 +381,7 @@ fn open_file<'a>(
         }
         frees_from_start => {
             let freeing = frees_from_start
-                .map(|_| Freeing::open(paths, false))
+                .map(|_| Freeing::open(paths, false, &recording.merged_prefix_path()))
                 .transpose()
                 .map_err(fail)?;
             let tmp = freeing.as_ref().map(|_| tmp);
@@ -405,7 +405,7 @@ fn open_stream(
     };
     let freeing = options
         .consume
-        .then(|| Freeing::open(paths, true))
+        .then(|| Freeing::open(paths, true, &recording.merged_prefix_path()))
         .transpose()
         .map_err(fail)?;
     // What is known before the data: the programs loaded before

@@ -484,7 +484,7 @@ struct TakenFromRings {
 }
 
 impl TakenFromRings {
-    /// A copy into `into` of ring `i`'s bytes from `from` (where its shard has been
+    /// A copy, appended to `into`, of ring `i`'s bytes from `from` (where its shard has been
     /// read to) to its head, if its writer has not written past there
     /// nor does so meanwhile (the copy is then dropped, as the shard
     /// holds the bytes), and if there are not too many:
@@ -507,11 +507,12 @@ impl TakenFromRings {
             true => size,
             false => size / 2,
         };
+        let before = into.len();
         let Some(copied) = ring.ring.peek_unread(from, most, into) else {
             return false;
         };
         if ring.reads_first {
-            self.bytes += into.len() as u64;
+            self.bytes += (into.len() - before) as u64;
             self.held.push((i, copied));
         }
         true

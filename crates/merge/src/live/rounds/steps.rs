@@ -24,7 +24,7 @@ pub const STEP: u64 = 128 << 10;
 const STEPS_ABOVE: u64 = 2 * STEP;
 
 /// One record a round took.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Default)]
 pub struct Took {
     /// Its shard offset.
     pub offset: u64,
@@ -61,7 +61,19 @@ pub struct RoundRecords {
     times: Vec<(u64, u32)>,
 }
 
+/// The records [`RoundRecords::prepared`] has room for: a round of
+/// 128 KiB holds about a thousand samples with call chains.
+const TOOK_PREPARED: usize = 16 << 10;
+
 impl RoundRecords {
+    /// Room for [`TOOK_PREPARED`] records, taken before the recording.
+    pub fn prepared() -> RoundRecords {
+        RoundRecords {
+            took: super::prepared(TOOK_PREPARED),
+            ..RoundRecords::default()
+        }
+    }
+
     /// What takes follower `follower`'s records (`copied`: from a copy of
     /// its ring) as they are read.
     pub fn taker(&mut self, follower: usize, copied: bool) -> impl FnMut(u64, u64, &[u8]) + '_ {
