@@ -282,20 +282,40 @@ impl<'a, S: RecordSink> RecordWriter<'a, S> {
     }
 
     /// Counts `record`, watches it for the binaries it hits, and says how
-    /// it goes out: without the padding the kernel left after its
-    /// trailer, or, a wait of the off-CPU program, as perf's
-    /// `offcpu-time` sample (dropped if it holds none).
+    /// it goes out ([`going`](Self::going)).
     fn observe(&mut self, record: &[u8]) -> Going {
+        let going = self.going(record);
+        let seen = match &going {
+            Going::AsIs => record,
+            Going::Changed(changed) => changed,
+            Going::Dropped => return going,
+        };
+        let header = RecordHeader::parse(seen).expect("validated");
+        // Only an off-CPU wait becomes a sample of another layout.
+        let off_cpu = header.type_ == RecordType::SAMPLE && !matches!(going, Going::AsIs);
+        let fields = &mut self.fields;
+        self.hits.observe(header, seen, || match off_cpu {
+            true => SampleIdLayout::new(records::OFF_CPU_SAMPLE_TYPE).sample_pid_ip(seen),
+            false => fields.sample_pid_ip(seen),
+        });
+        self.records += 1;
+        going
+    }
+
+    /// How `record` goes out: without the padding the kernel left after
+    /// its trailer, or, a wait of the off-CPU program, as perf's
+    /// `offcpu-time` sample. Only the off-CPU program writes into its
+    /// events, a wait each time: a sample without one was not written by
+    /// it, and perf would misread it under the offcpu-time attr, so it is
+    /// dropped.
+    fn going(&mut self, record: &[u8]) -> Going {
         let header = RecordHeader::parse(record).expect("validated");
         if header.type_ == RecordType::SAMPLE {
             if let Some(layout) = self.fields.off_cpu_layout(record) {
-                return self.observe_off_cpu(&layout, record);
+                let sample = records::off_cpu_sample_of_output(&layout, record);
+                return sample.map_or(Going::Dropped, Going::Changed);
             }
         }
-        let fields = &mut self.fields;
-        self.hits
-            .observe(header, record, || fields.sample_pid_ip(record));
-        self.records += 1;
         let len = self.fields.true_len(record, header.type_);
         if len == record.len() {
             return Going::AsIs;
@@ -303,21 +323,6 @@ impl<'a, S: RecordSink> RecordWriter<'a, S> {
         let mut trimmed = record[..len].to_vec();
         shardrec_format::views::set_size(&mut trimmed, len as u16);
         Going::Changed(trimmed)
-    }
-
-    fn observe_off_cpu(&mut self, layout: &SampleIdLayout, record: &[u8]) -> Going {
-        // Only the off-CPU program writes into these events, a wait each
-        // time: a sample without one was not written by it, and perf
-        // would misread it under the offcpu-time attr.
-        let Some(sample) = records::off_cpu_sample_of_output(layout, record) else {
-            return Going::Dropped;
-        };
-        let header = RecordHeader::parse(&sample).expect("built whole");
-        let written = SampleIdLayout::new(records::OFF_CPU_SAMPLE_TYPE);
-        self.hits
-            .observe(header, &sample, || written.sample_pid_ip(&sample));
-        self.records += 1;
-        Going::Changed(sample)
     }
 }
 
@@ -332,30 +337,21 @@ enum Going {
 }
 
 impl<S: RecordSink> crate::live::RoundSink for RecordWriter<'_, S> {
-    /// Each run's records are observed one by one; those that go as they
-    /// are go out as the run's pieces, one slice each, not one per record.
+    fn take(&mut self, record: &[u8]) -> bool {
+        matches!(self.observe(record), Going::AsIs)
+    }
+
+    /// The runs go out as the pieces of one write, not one per record.
     fn put_runs(&mut self, runs: &[&[u8]]) -> io::Result<()> {
-        let mut pieces: Vec<&[u8]> = Vec::with_capacity(runs.len());
-        for run in runs {
-            let mut whole = 0;
-            let mut at = 0;
-            for record in crate::live::records_of(run) {
-                let going = self.observe(record);
-                let end = at + record.len();
-                if !matches!(going, Going::AsIs) {
-                    pieces.extend(Some(&run[whole..at]).filter(|p| !p.is_empty()));
-                    self.out.records(&pieces)?;
-                    pieces.clear();
-                    if let Going::Changed(changed) = going {
-                        self.out.record(&changed)?;
-                    }
-                    whole = end;
-                }
-                at = end;
-            }
-            pieces.extend(Some(&run[whole..at]).filter(|p| !p.is_empty()));
+        self.out.records(runs)
+    }
+
+    fn put_changed(&mut self, record: &[u8]) -> io::Result<()> {
+        match self.going(record) {
+            Going::AsIs => self.out.record(record),
+            Going::Changed(changed) => self.out.record(&changed),
+            Going::Dropped => Ok(()),
         }
-        self.out.records(&pieces)
     }
 
     fn end_round(&mut self) -> io::Result<()> {

@@ -52,12 +52,23 @@ const CUT_MARGIN: u64 = 1_000_000;
 /// 2-vCPU VM had 3 and 112 records out of perf's order, in 2 of 16.
 const LOOK_MARGIN: u64 = 10_000_000;
 
-/// Where a round's records go.
+/// Where a round's records go. Each record is walked once, as it is
+/// read: the sink takes it then (counts it, watches it for build ids) and
+/// says whether it goes out as it lies; when the round writes it out, it
+/// goes in a run of such records, or alone through
+/// [`put_changed`](Self::put_changed). (A round cut in steps writes its
+/// records in another order than it read them: the build-id watch sees
+/// them in the order they were read, as it does every other round.)
 pub trait RoundSink {
-    /// Runs of whole records, in order, each run the bytes of records
-    /// that lie one after the other (in a shard, or in a copy of its
-    /// ring), so a sink can write a run from where it is.
+    /// A record the round took: whether it goes out as it lies.
+    fn take(&mut self, record: &[u8]) -> bool;
+    /// Runs of whole records taken, in order, each run the bytes of
+    /// records that go out as they lie, one after the other (in a shard,
+    /// or in a copy of its ring), so a sink can write a run from where it
+    /// is.
     fn put_runs(&mut self, runs: &[&[u8]]) -> io::Result<()>;
+    /// A record taken that does not go out as it lies, at its turn.
+    fn put_changed(&mut self, record: &[u8]) -> io::Result<()>;
     /// A FINISHED_ROUND.
     fn end_round(&mut self) -> io::Result<()>;
 }
@@ -141,6 +152,8 @@ struct Run {
     follower: usize,
     offset: u64,
     len: usize,
+    /// Whether its records go out as they lie.
+    as_is: bool,
 }
 
 impl Rounds {
@@ -184,7 +197,7 @@ impl Rounds {
         self.looks.look(heads());
         let most = (READ_BUDGET / self.followers.len().max(1)).clamp(1 << 20, 32 << 20);
         let limit = |i: usize| written.get(i).copied();
-        self.read_out(layouts, limit, most, false, unwritten)?;
+        self.read_out(layouts, limit, (most, false), unwritten, sink)?;
         let taken: Vec<u64> = self.followers.iter().map(Follower::taken).collect();
         let positions = rings_read(&taken);
         // Where each CPU's shard begins in its ring, for the end's rounds.
@@ -261,7 +274,7 @@ impl Rounds {
         // freed (see `freeing`).
         let most = (DRAIN_STEP / self.followers.len().max(1)).clamp(64 << 10, 4 << 20);
         let no_copies = |_, _, _: &mut Vec<u8>| false;
-        self.read_out(layouts, |_| None, most, true, no_copies)?;
+        self.read_out(layouts, |_| None, (most, true), no_copies, sink)?;
         // Only the shards' rest is still to come: each no earlier than
         // what it held last, but for its lateness.
         let behind = self.followers.iter().filter(|f| f.more_written());
@@ -357,15 +370,16 @@ impl Rounds {
 
     /// Reads every shard's new records into [`records`](Self::records),
     /// each shard up to `limit(i)` (its end if `None`), at most `most`
-    /// bytes, and for a shard read from one CPU's ring (before `to_end`),
-    /// what `unwritten` copies of its ring past that.
+    /// bytes (`last`: its writer is done), and for a shard read from one
+    /// CPU's ring (before `to_end`), what `unwritten` copies of its ring
+    /// past that. `sink` takes each record as it is read.
     fn read_out(
         &mut self,
         layouts: &Layouts,
         limit: impl Fn(usize) -> Option<u64>,
-        most: usize,
-        last: bool,
+        (most, last): (usize, bool),
         mut unwritten: impl FnMut(usize, u64, &mut Vec<u8>) -> bool,
+        sink: &mut impl RoundSink,
     ) -> io::Result<()> {
         let mut fields = FieldReader::new(layouts);
         self.records.clear();
@@ -380,12 +394,12 @@ impl Rounds {
                 most,
                 last,
                 &mut fields,
-                &mut self.records.taker(i, false),
+                &mut self.records.taker(i, false, sink),
             )?;
             let before = self.copies.len();
             if i < self.to_end && unwritten(i, follower.taken(), &mut self.copies) {
                 let copy = (&self.copies[..], before..self.copies.len());
-                follower.take_copy(copy, &mut fields, &mut self.records.taker(i, true));
+                follower.take_copy(copy, &mut fields, &mut self.records.taker(i, true, sink));
             }
         }
         Ok(())
@@ -417,6 +431,7 @@ impl Rounds {
                     follower: run[0].follower as usize,
                     offset: run[0].offset,
                     len: run.iter().map(|t| t.len as usize).sum(),
+                    as_is: run[0].as_is,
                 });
             });
             self.put_runs(&runs, sink)?;
@@ -432,17 +447,23 @@ impl Rounds {
         Ok(self.records.took.len() as u64)
     }
 
-    /// Hands `runs` to `sink` from where the followers hold them.
+    /// Hands `runs` to `sink` from where the followers hold them: those
+    /// that go out as they lie as pieces of one write, the others record
+    /// by record.
     fn put_runs(&self, runs: &[Run], sink: &mut impl RoundSink) -> io::Result<()> {
-        // A writev takes at most 1024 pieces.
-        for runs in runs.chunks(1024) {
-            let bytes: Vec<&[u8]> = runs
-                .iter()
-                .map(|r| self.followers[r.follower].record(r.offset, r.len, &self.copies))
-                .collect();
-            sink.put_runs(&bytes)?;
+        let mut pieces: Vec<&[u8]> = Vec::new();
+        for run in runs {
+            let bytes = self.followers[run.follower].record(run.offset, run.len, &self.copies);
+            // A writev takes at most 1024 pieces.
+            if !run.as_is || pieces.len() == 1024 {
+                put_pieces(&mut pieces, sink)?;
+            }
+            match run.as_is {
+                true => pieces.push(bytes),
+                false => records_of(bytes).try_for_each(|record| sink.put_changed(record))?,
+            }
         }
-        Ok(())
+        put_pieces(&mut pieces, sink)
     }
 
     /// After `bytes` more went out: every [`RELEASE_EVERY`], the pages
@@ -457,6 +478,16 @@ impl Rounds {
             follower.release_before(follower.taken());
         }
     }
+}
+
+/// Hands `pieces` to `sink` as runs, if there are any, and empties them.
+fn put_pieces(pieces: &mut Vec<&[u8]>, sink: &mut impl RoundSink) -> io::Result<()> {
+    if pieces.is_empty() {
+        return Ok(());
+    }
+    sink.put_runs(pieces)?;
+    pieces.clear();
+    Ok(())
 }
 
 /// An empty buffer with room for `items`, its pages already taken (each

@@ -17,6 +17,8 @@
 
 use std::ops::Range;
 
+use super::RoundSink;
+
 /// Record bytes a step aims at: a round of perf record's passes at most.
 pub const STEP: u64 = 128 << 10;
 
@@ -34,6 +36,8 @@ pub struct Took {
     pub len: u32,
     /// Whether it lies in a copy of its ring, not in the shard.
     pub copied: bool,
+    /// Whether it goes out as it lies ([`super::RoundSink::take`]).
+    pub as_is: bool,
 }
 
 impl Took {
@@ -45,7 +49,7 @@ impl Took {
 
     /// Whether `next` lies right after it, in the same place.
     fn joins(&self, next: &Took) -> bool {
-        (self.follower, self.copied) == (next.follower, next.copied)
+        (self.follower, self.copied, self.as_is) == (next.follower, next.copied, next.as_is)
             && self.offset + u64::from(self.len) == next.offset
     }
 }
@@ -75,8 +79,13 @@ impl RoundRecords {
     }
 
     /// What takes follower `follower`'s records (`copied`: from a copy of
-    /// its ring) as they are read.
-    pub fn taker(&mut self, follower: usize, copied: bool) -> impl FnMut(u64, u64, &[u8]) + '_ {
+    /// its ring) as they are read, handing each to `sink` as well.
+    pub fn taker<'s>(
+        &'s mut self,
+        follower: usize,
+        copied: bool,
+        sink: &'s mut impl RoundSink,
+    ) -> impl FnMut(u64, u64, &[u8]) + 's {
         move |offset, time, bytes| {
             self.bytes += bytes.len() as u64;
             self.took.push(Took {
@@ -85,6 +94,7 @@ impl RoundRecords {
                 follower: follower as u32,
                 len: bytes.len() as u32,
                 copied,
+                as_is: sink.take(bytes),
             });
         }
     }
