@@ -126,8 +126,10 @@ impl PrefixSlots {
     /// renamed over it, so a reader finds a whole one at any moment.
     pub fn create(path: &Path, prefix: &MergedPrefix) -> io::Result<PrefixSlots> {
         let mut slots = PrefixSlots::prepare(path, prefix)?;
-        slots.write(prefix)?;
-        Ok(slots)
+        match slots.write(prefix)? {
+            true => Ok(slots),
+            false => Err(io::Error::other("merged.prefix outgrew its slots")),
+        }
     }
 
     /// Slots for `path`, made ready for prefixes like `prefix` (the same
@@ -168,16 +170,13 @@ impl PrefixSlots {
         })
     }
 
-    /// Whether `prefix` fits the slots (the shards they were made for).
-    pub fn fits(&self, prefix: &MergedPrefix) -> bool {
-        encode(prefix).is_ok_and(|bytes| (bytes.len() + SLOT_HEAD) as u64 <= self.slot_len)
-    }
-
-    /// Writes `prefix` over the older slot, in one write.
-    pub fn write(&mut self, prefix: &MergedPrefix) -> io::Result<()> {
+    /// Writes `prefix` over the older slot, in one write; false, writing
+    /// nothing, if it does not fit the slots (they were made for other
+    /// shards).
+    pub fn write(&mut self, prefix: &MergedPrefix) -> io::Result<bool> {
         let payload = encode(prefix)?;
         if (payload.len() + SLOT_HEAD) as u64 > self.slot_len {
-            return Err(io::Error::other("merged.prefix outgrew its slots"));
+            return Ok(false);
         }
         let seq = self.seq + 1;
         let mut slot = Vec::with_capacity(SLOT_HEAD + payload.len());
@@ -191,7 +190,7 @@ impl PrefixSlots {
         if let Some((tmp, path)) = self.unnamed.take() {
             std::fs::rename(tmp, path)?;
         }
-        Ok(())
+        Ok(true)
     }
 }
 
@@ -262,11 +261,10 @@ mod tests {
         let mut slots = PrefixSlots::create(&path, &prefix(0)).unwrap();
         assert_eq!(decode(&std::fs::read(&path).unwrap()).unwrap(), prefix(0));
         for len in [100, 200, 300] {
-            slots.write(&prefix(len)).unwrap();
+            assert!(slots.write(&prefix(len)).unwrap());
         }
         let read = || decode(&std::fs::read(&path).unwrap());
         assert_eq!(read().unwrap(), prefix(300));
-        assert!(slots.fits(&prefix(u64::MAX)));
         // The newest slot cut mid-write (its checksum no longer holds):
         // the one before.
         let mut bytes = std::fs::read(&path).unwrap();
@@ -288,9 +286,9 @@ mod tests {
         let path = dir.join("merged.prefix");
         let mut slots = PrefixSlots::prepare(&path, &prefix(0)).unwrap();
         assert!(!path.exists(), "no checkpoint yet: no merged.prefix");
-        slots.write(&prefix(100)).unwrap();
+        assert!(slots.write(&prefix(100)).unwrap());
         assert_eq!(decode(&std::fs::read(&path).unwrap()).unwrap(), prefix(100));
-        slots.write(&prefix(200)).unwrap();
+        assert!(slots.write(&prefix(200)).unwrap());
         assert_eq!(decode(&std::fs::read(&path).unwrap()).unwrap(), prefix(200));
         assert_eq!(
             std::fs::read_dir(&dir).unwrap().count(),

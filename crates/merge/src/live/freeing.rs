@@ -178,12 +178,13 @@ impl Freeing {
         prefix.latest = rounds.latest();
         prefix.first_sample = first_sample.unwrap_or(0);
         let prefix = &self.prefix;
-        match self.slots.as_mut().filter(|slots| slots.fits(prefix)) {
+        let written = match self.slots.as_mut() {
             Some(slots) => slots.write(prefix)?,
-            None => {
-                let path = recording.merged_prefix_path();
-                self.slots = Some(PrefixSlots::create(&path, prefix)?);
-            }
+            None => false,
+        };
+        if !written {
+            let path = recording.merged_prefix_path();
+            self.slots = Some(PrefixSlots::create(&path, prefix)?);
         }
         self.checkpointed = data_len;
         self.freed = true;

@@ -97,10 +97,13 @@ const ROUND_COPY_BUDGET: u64 = 64 << 20;
 /// kernel after a checkpoint, which comes once a ring holds this share of
 /// itself taken and not given back (its writer spills at half), or this
 /// long after the last: in a DWARF storm a checkpoint after every round
-/// was a sixth of the merger's samples. A recording killed whole loses
-/// what its rings held, and what the output took past its checkpoint.
+/// was a sixth of the merger's samples, and in a 16-vCPU guest, where
+/// rounds come every 50 ms, checkpoints every 50 ms were still 7% of
+/// them. A recording killed whole loses what its rings held, and what
+/// the output took past its checkpoint: a quarter second at most (perf
+/// record's file holds nothing readable then).
 const CHECKPOINT_SHARE: u64 = 8;
-const CHECKPOINT_EVERY: Duration = Duration::from_millis(50);
+const CHECKPOINT_EVERY: Duration = Duration::from_millis(250);
 
 /// The merger's life: wait for `b`, write rounds until `f`, finish;
 /// `say` answers the coordinator with each `--switch-output` window
