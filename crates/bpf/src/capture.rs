@@ -75,19 +75,20 @@ impl CapturedProgram {
     }
 
     /// The program as [`shardrec_sys::bpf::ProgInfo::from_loaded`] takes
-    /// it; `None` unless it arrived whole. Its BTF is there if it came
-    /// with it (a BTF object comes with the first program that has it).
-    pub fn loaded(&self) -> Option<LoadedProg> {
+    /// it (moved, not copied: its images and arrays are most of it);
+    /// `None` unless it arrived whole. Its BTF is there if it came with it
+    /// (a BTF object comes with the first program that has it).
+    pub fn into_loaded(self) -> Option<LoadedProg> {
         if !self.is_whole() {
             return None;
         }
-        let [func_info, line_info, jited_line_info, btf] = self.arrays.clone();
+        let [func_info, line_info, jited_line_info, btf] = self.arrays;
         Some(LoadedProg {
             func_info,
             line_info,
             jited_line_info,
             btf: (!btf.is_empty()).then_some(btf),
-            ..self.loaded.clone()
+            ..self.loaded
         })
     }
 }

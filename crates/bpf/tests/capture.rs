@@ -127,7 +127,7 @@ fn check(capture: &mut Capture<'_>) {
     for id in [kept_id, switch.loaded.id] {
         let program = &captured.programs[&id];
         let syscall = bpf::capture_prog(id).unwrap().expect("a kept program");
-        let loaded = program.loaded().unwrap_or_else(|| panic!("{program:?}"));
+        let loaded = (program.clone().into_loaded()).unwrap_or_else(|| panic!("{program:?}"));
         let mut in_kernel = ProgInfo::from_loaded(loaded).unwrap();
         assert_eq!(program.image(), syscall.array(BpilArray::JitedInsns));
         if id == switch.loaded.id {

@@ -80,6 +80,6 @@ impl<'obj> KernelCapture<'obj> {
     /// Program `id` as it loaded, if [`KernelCapture::collect`] found it
     /// whole.
     pub fn take(&mut self, id: u32) -> Option<LoadedProg> {
-        self.capture.take(id)?.loaded()
+        self.capture.take(id)?.into_loaded()
     }
 }
