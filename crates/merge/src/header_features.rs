@@ -37,13 +37,19 @@ pub fn all(
         feat::total_mem(host.total_mem_kb),
         feat::cmdline(&meta.command_line),
         event_desc(meta),
-        topology(meta),
         feat::sample_time(sample_times.0, sample_times.1),
         (Feature::BuildId, build_id::encode(build_ids)),
-        host::numa_topology(&host.numa_nodes),
         host::pmu_mappings(&host.pmus),
         host::pmu_caps(&host.pmus),
     ];
+    // What the recorder reads of the host at its stop: a recording
+    // killed before (merged after `kill -9`) has none of it.
+    if !host.topology.cpus.is_empty() {
+        features.push(topology(meta));
+    }
+    if !host.numa_nodes.is_empty() {
+        features.push(host::numa_topology(&host.numa_nodes));
+    }
     features.extend(host::cpu_pmu_caps(&host.pmus));
     if !host.caches.is_empty() {
         features.push(host::cache(&host.caches));

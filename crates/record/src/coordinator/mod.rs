@@ -196,6 +196,10 @@ impl<'a> Recording<'a> {
             .chain(merger)
             .collect();
         self.exclude_recorder()?;
+        // A stream's features go first, as perf's pipe mode writes them.
+        if self.output.streamed() {
+            crate::host::complete(&mut self.output.meta.host);
+        }
         self.output.dir.write_start_meta(&self.output.meta)?;
         self.output.dir.reserve_meta_room(&self.output.meta)?;
         self.output.begin();

@@ -8,7 +8,11 @@ use std::collections::HashSet;
 use shardrec_shard::{Host, Topology};
 use shardrec_sys::cpu;
 
-/// Reads the host's facts; a fact that cannot be read is left empty.
+/// Reads the host's facts that a recording needs from its start (a
+/// merge after `kill -9` has only these); a fact that cannot be read is
+/// left empty. The CPUs' arrangement, caches and memory, thousands of
+/// sysfs files on a large host (28 per CPU for the caches alone), wait
+/// for [`complete`], as perf record reads them at its end.
 pub fn facts() -> Host {
     let uname = nix::sys::utsname::uname().ok();
     let field = |f: fn(&nix::sys::utsname::UtsName) -> &std::ffi::OsStr| {
@@ -41,13 +45,24 @@ pub fn facts() -> Host {
             info("stepping")
         ),
         total_mem_kb: meminfo_total_kb().unwrap_or(0),
-        topology: topology(present),
-        numa_nodes: nodes::numa_nodes(),
         pmus: devices::pmus(),
-        caches: devices::caches(),
-        memory: nodes::memory_topology(),
         kernel_build_ids: shardrec_perfdata::build_id::kernel_and_module_build_ids(),
+        ..Host::default()
     }
+}
+
+/// Adds to `host` ([`facts`]) the CPUs' arrangement, NUMA nodes, caches
+/// and memory blocks, unless it has them: at the stop, at the first
+/// `--switch-output` window, or at the start for a stream, whose
+/// features go first.
+pub fn complete(host: &mut Host) {
+    if !host.topology.cpus.is_empty() {
+        return;
+    }
+    host.topology = topology(host.cpus_available);
+    host.numa_nodes = nodes::numa_nodes();
+    host.caches = devices::caches();
+    host.memory = nodes::memory_topology();
 }
 
 fn read_list(name: &str) -> Vec<u32> {
