@@ -102,15 +102,19 @@ pub fn open_side_band(plan: &Plan) -> Result<SideBandEvents, SideBandUnavailable
             let id = event.id().map_err(SideBandUnavailable::system(format!(
                 "reading the id of the side-band event on CPU {cpu}"
             )))?;
-            let ring = RingBuffer::map(&event, crate::vip::RING_PAGES).map_err(
-                SideBandUnavailable::system(format!("mapping the side-band ring of CPU {cpu}")),
-            )?;
-            Ok(((cpu, event, id), ring))
+            Ok((cpu, event, id))
         },
     )
     .into_iter()
     .collect::<Result<Vec<_>, SideBandUnavailable>>()?;
-    let (events, rings) = events.into_iter().unzip();
+    // Mapped from here, one after another (see `open_all`).
+    let rings = (events.iter())
+        .map(|(cpu, event, _)| {
+            RingBuffer::map(event, crate::vip::RING_PAGES).map_err(SideBandUnavailable::system(
+                format!("mapping the side-band ring of CPU {cpu}"),
+            ))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     Ok(SideBandEvents {
         sample_type: attr.sample_type(),
         attr,
@@ -172,13 +176,20 @@ pub fn open_all(
         Scope::Threads(tids) => tids.clone(),
         Scope::Workload => vec![workload.expect("a workload pid")],
     };
-    let mut cpus = cpu::on_each(
+    // Each CPU's events opened on that CPU (no IPI to install them), then
+    // their rings mapped one after another from here: mapped from the
+    // per-CPU threads, which share one mm, each ring's allocation held
+    // the mmap_lock while the other threads spun on it (7% of the
+    // coordinator's start in a 64-vCPU guest), as perf maps its rings
+    // from one thread.
+    let opened = cpu::on_each(
         &plan.cpus,
         |&cpu| cpu,
         |&cpu| open_cpu(plan, attrs, &tasks, cpu),
-    )
-    .into_iter()
-    .collect::<Result<Vec<_>, _>>()?;
+    );
+    let mut cpus = (plan.cpus.iter().zip(opened))
+        .map(|(&cpu, opened)| joined_on_ring(plan, cpu, opened?))
+        .collect::<Result<Vec<_>, _>>()?;
     if plan.pids_are_processes {
         follow_new_threads(plan, attrs, &mut cpus, &mut tasks)?;
     }
@@ -216,17 +227,32 @@ fn follow_new_threads(
     Ok(())
 }
 
+/// The events of `cpu`, opened (on that CPU), its ring's owner first.
 fn open_cpu(
     plan: &Plan,
     attrs: &[Attr],
     tasks: &[i32],
     cpu: u32,
-) -> Result<CpuEvents, RecordError> {
-    let mut opened = open_tasks(plan, attrs, tasks, cpu)?.into_iter();
+) -> Result<Vec<(usize, PerfEvent, Target)>, RecordError> {
+    let mut opened = open_tasks(plan, attrs, tasks, cpu)?;
     // Every listed thread may have ended before its events could be opened.
-    let (spec, owner, target) = opened.next().ok_or(RecordError::NoSuchProcess(
-        tasks.first().copied().unwrap_or(-1),
-    ))?;
+    if opened.is_empty() {
+        let task = tasks.first().copied().unwrap_or(-1);
+        return Err(RecordError::NoSuchProcess(task));
+    }
+    opened.extend(open_cpu_wide(plan, attrs, cpu)?);
+    Ok(opened)
+}
+
+/// `cpu`'s `opened` events, the first one's ring mapped and the others
+/// writing into it.
+fn joined_on_ring(
+    plan: &Plan,
+    cpu: u32,
+    opened: Vec<(usize, PerfEvent, Target)>,
+) -> Result<CpuEvents, RecordError> {
+    let mut opened = opened.into_iter();
+    let (spec, owner, target) = opened.next().expect("open_cpu opens one at least");
     let ring = map_ring(plan, &owner, spec, cpu)?;
     let id = owner
         .id()
@@ -236,7 +262,7 @@ fn open_cpu(
         event: owner,
         id,
     }];
-    for (spec, event, target) in opened.chain(open_cpu_wide(plan, attrs, cpu)?) {
+    for (spec, event, target) in opened {
         let event = joined(plan, &events[0].event, spec, event, target)?;
         events.push(event);
     }
