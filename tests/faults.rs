@@ -688,6 +688,12 @@ fn writers_killed_while_they_spill_past_a_stalled_merger_lose_and_repeat_nothing
     let warnings = stderr.lines().filter(|l| l.contains("warning"));
     let others = warnings.filter(|l| !l.contains("failed while stopping"));
     assert!(replaced >= 1 && others.count() == 0, "{stderr}");
+    // The summary says what the writers spilled past the stalled merger.
+    let spilled = stderr.lines().find(|l| l.contains("through the shards: "));
+    assert!(
+        spilled.is_some_and(|l| !l.contains("through the shards: 0.000 MB")),
+        "{stderr}"
+    );
     // A slow CI host's merger, back from its stall, once took longer to
     // catch up than the ring's last 16 MiB lasted: the kernel lost 37
     // samples and counted them, as it would for perf. What reached the

@@ -71,6 +71,23 @@ impl RecordReport {
     pub fn lost(&self) -> u64 {
         self.cpus.iter().map(|c| c.stats.dropped()).sum()
     }
+
+    /// Where the live merger read the rings first: how much went through
+    /// the shards all the same, spilled by the writers while it was
+    /// behind (with the default rings, about nothing).
+    fn write_spilled(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let bytes: u64 = self.cpus.iter().map(|c| c.stats.bytes).sum();
+        let spilled: u64 = self.cpus.iter().map(|c| c.writer.bytes).sum();
+        if self.live.is_none() || spilled >= bytes {
+            return Ok(());
+        }
+        writeln!(
+            f,
+            "  through the shards: {:.3} MB; the live merger took the other {:.3} MB from the rings",
+            spilled as f64 / 1e6,
+            (bytes - spilled) as f64 / 1e6
+        )
+    }
 }
 
 impl fmt::Display for RecordReport {
@@ -113,6 +130,7 @@ impl fmt::Display for RecordReport {
                 s.dropped()
             )?;
         }
+        self.write_spilled(f)?;
         if let Some(switched) = &self.switched {
             writeln!(
                 f,
