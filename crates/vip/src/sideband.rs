@@ -191,8 +191,7 @@ impl<'a> Vip<'a> {
     /// Waits [`GATHER`] after rings woke the VIP, where the kernel
     /// capture reads the programs, and makes `ready` every ring that holds
     /// records then: what came meanwhile is read with what woke it (only
-    /// those rings: read one by one, all 64 of a 64-vCPU guest's made the
-    /// VIP dearer than the wakeups it saved). Not after a wakeup that
+    /// those rings, not all 64 of a 64-vCPU host). Not after a wakeup that
     /// brought nothing (records it came for were read with an earlier
     /// one).
     fn gather(&self, ready: &mut Vec<usize>) {
