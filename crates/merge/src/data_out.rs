@@ -327,7 +327,7 @@ impl<'a, S: RecordSink> RecordWriter<'a, S> {
 }
 
 /// How a record read from a shard goes out.
-enum Going {
+pub enum Going {
     /// As it is.
     AsIs,
     /// Changed (trimmed, or made perf's).
@@ -337,8 +337,8 @@ enum Going {
 }
 
 impl<S: RecordSink> crate::live::RoundSink for RecordWriter<'_, S> {
-    fn take(&mut self, record: &[u8]) -> bool {
-        matches!(self.observe(record), Going::AsIs)
+    fn take(&mut self, record: &[u8]) -> Going {
+        self.observe(record)
     }
 
     /// The runs go out as the pieces of one write, not one per record.
@@ -346,12 +346,8 @@ impl<S: RecordSink> crate::live::RoundSink for RecordWriter<'_, S> {
         self.out.records(runs)
     }
 
-    fn put_changed(&mut self, record: &[u8]) -> io::Result<()> {
-        match self.going(record) {
-            Going::AsIs => self.out.record(record),
-            Going::Changed(changed) => self.out.record(&changed),
-            Going::Dropped => Ok(()),
-        }
+    fn put_changed(&mut self, changed: &[u8]) -> io::Result<()> {
+        self.out.record(changed)
     }
 
     fn end_round(&mut self) -> io::Result<()> {

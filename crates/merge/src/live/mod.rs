@@ -26,6 +26,7 @@ use shardrec_shard::output::Output;
 use shardrec_shard::scan::{ScannedShard, ShardSummary};
 use shardrec_shard::{Meta, RecordingDir};
 
+pub use crate::data_out::Going;
 use crate::data_out::{DataOut, RecordWriter};
 use crate::dso::SliceHits;
 use crate::output::{self, Written};

@@ -19,8 +19,9 @@ use shardrec_format::layouts::{FieldReader, Layouts};
 use shardrec_shard::merged_prefix::Resume;
 
 use super::follow::Follower;
+use crate::data_out::Going;
 use looks::Looks;
-use steps::{Cuts, RoundRecords, Took};
+use steps::{Cuts, Out, RoundRecords, Took};
 
 /// Resident record bytes a round reads, split between the shards.
 const READ_BUDGET: usize = 64 << 20;
@@ -54,21 +55,22 @@ const LOOK_MARGIN: u64 = 10_000_000;
 
 /// Where a round's records go. Each record is walked once, as it is
 /// read: the sink takes it then (counts it, watches it for build ids) and
-/// says whether it goes out as it lies; when the round writes it out, it
-/// goes in a run of such records, or alone through
-/// [`put_changed`](Self::put_changed). (A round cut in steps writes its
-/// records in another order than it read them: the build-id watch sees
-/// them in the order they were read, as it does every other round.)
+/// says how it goes out; when the round writes it out, it goes in a run
+/// of records that go as they lie, or alone, as the sink changed it,
+/// through [`put_changed`](Self::put_changed). (A round cut in steps
+/// writes its records in another order than it read them: the build-id
+/// watch sees them in the order they were read, as it does every other
+/// round.)
 pub trait RoundSink {
-    /// A record the round took: whether it goes out as it lies.
-    fn take(&mut self, record: &[u8]) -> bool;
+    /// A record the round took: how it goes out.
+    fn take(&mut self, record: &[u8]) -> Going;
     /// Runs of whole records taken, in order, each run the bytes of
     /// records that go out as they lie, one after the other (in a shard,
     /// or in a copy of its ring), so a sink can write a run from where it
     /// is.
     fn put_runs(&mut self, runs: &[&[u8]]) -> io::Result<()>;
-    /// A record taken that does not go out as it lies, at its turn.
-    fn put_changed(&mut self, record: &[u8]) -> io::Result<()>;
+    /// A record as [`take`](Self::take) changed it, at its turn.
+    fn put_changed(&mut self, changed: &[u8]) -> io::Result<()>;
     /// A FINISHED_ROUND.
     fn end_round(&mut self) -> io::Result<()>;
 }
@@ -152,8 +154,8 @@ struct Run {
     follower: usize,
     offset: u64,
     len: usize,
-    /// Whether its records go out as they lie.
-    as_is: bool,
+    /// How its records go out.
+    out: Out,
 }
 
 impl Rounds {
@@ -431,7 +433,7 @@ impl Rounds {
                     follower: run[0].follower as usize,
                     offset: run[0].offset,
                     len: run.iter().map(|t| t.len as usize).sum(),
-                    as_is: run[0].as_is,
+                    out: run[0].out,
                 });
             });
             self.put_runs(&runs, sink)?;
@@ -453,14 +455,18 @@ impl Rounds {
     fn put_runs(&self, runs: &[Run], sink: &mut impl RoundSink) -> io::Result<()> {
         let mut pieces: Vec<&[u8]> = Vec::new();
         for run in runs {
-            let bytes = self.followers[run.follower].record(run.offset, run.len, &self.copies);
             // A writev takes at most 1024 pieces.
-            if !run.as_is || pieces.len() == 1024 {
+            if run.out != Out::AsIs || pieces.len() == 1024 {
                 put_pieces(&mut pieces, sink)?;
             }
-            match run.as_is {
-                true => pieces.push(bytes),
-                false => records_of(bytes).try_for_each(|record| sink.put_changed(record))?,
+            match run.out {
+                Out::AsIs => pieces.push(self.followers[run.follower].record(
+                    run.offset,
+                    run.len,
+                    &self.copies,
+                )),
+                Out::Changed(i) => sink.put_changed(&self.records.changed[i as usize])?,
+                Out::Dropped => {}
             }
         }
         put_pieces(&mut pieces, sink)

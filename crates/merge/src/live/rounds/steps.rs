@@ -17,7 +17,7 @@
 
 use std::ops::Range;
 
-use super::RoundSink;
+use super::{Going, RoundSink};
 
 /// Record bytes a step aims at: a round of perf record's passes at most.
 pub const STEP: u64 = 128 << 10;
@@ -36,8 +36,21 @@ pub struct Took {
     pub len: u32,
     /// Whether it lies in a copy of its ring, not in the shard.
     pub copied: bool,
-    /// Whether it goes out as it lies ([`super::RoundSink::take`]).
-    pub as_is: bool,
+    /// How it goes out ([`super::RoundSink::take`]).
+    pub out: Out,
+}
+
+/// How a record a round took goes out.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Out {
+    /// As it lies, in a run with the records around it.
+    #[default]
+    AsIs,
+    /// Alone, as the sink changed it: the round's changed record `i`
+    /// ([`RoundRecords::changed`]).
+    Changed(u32),
+    /// Not at all.
+    Dropped,
 }
 
 impl Took {
@@ -49,7 +62,8 @@ impl Took {
 
     /// Whether `next` lies right after it, in the same place.
     fn joins(&self, next: &Took) -> bool {
-        (self.follower, self.copied, self.as_is) == (next.follower, next.copied, next.as_is)
+        (self.follower, self.copied) == (next.follower, next.copied)
+            && (self.out, next.out) == (Out::AsIs, Out::AsIs)
             && self.offset + u64::from(self.len) == next.offset
     }
 }
@@ -60,6 +74,8 @@ impl Took {
 pub struct RoundRecords {
     pub took: Vec<Took>,
     pub bytes: u64,
+    /// The records the sink changed as it took them, in the order taken.
+    pub changed: Vec<Vec<u8>>,
     /// The times and lengths [`cuts`](Self::cuts) sorts, kept from round
     /// to round: a large round's fresh buffer each time is fresh pages.
     times: Vec<(u64, u32)>,
@@ -94,13 +110,21 @@ impl RoundRecords {
                 follower: follower as u32,
                 len: bytes.len() as u32,
                 copied,
-                as_is: sink.take(bytes),
+                out: match sink.take(bytes) {
+                    Going::AsIs => Out::AsIs,
+                    Going::Changed(record) => {
+                        self.changed.push(record);
+                        Out::Changed(self.changed.len() as u32 - 1)
+                    }
+                    Going::Dropped => Out::Dropped,
+                },
             });
         }
     }
 
     pub fn clear(&mut self) {
         self.took.clear();
+        self.changed.clear();
         self.bytes = 0;
     }
 

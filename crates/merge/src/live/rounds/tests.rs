@@ -13,7 +13,7 @@ use shardrec_format::sample_id::{IDENTIFIER, TID, TIME};
 use shardrec_format::views::Comm;
 use shardrec_format::{SampleId, SampleIdLayout};
 
-use super::{records_of, RoundSink, Rounds};
+use super::{records_of, Going, RoundSink, Rounds};
 use crate::live::follow::Follower;
 
 const ID: u64 = 7;
@@ -92,8 +92,8 @@ struct Out {
 }
 
 impl RoundSink for Out {
-    fn take(&mut self, _: &[u8]) -> bool {
-        true
+    fn take(&mut self, _: &[u8]) -> Going {
+        Going::AsIs
     }
 
     fn put_runs(&mut self, runs: &[&[u8]]) -> io::Result<()> {
