@@ -756,7 +756,7 @@ fn a_live_merger_killed_between_switch_output_windows_is_restarted_and_each_call
     const CALLS: usize = 6000;
     // Killed as the second window closes, before its output is written:
     // the new merger writes it, then follows the window being recorded.
-    // Killed inside a window (rounds come every 50 ms while data flows):
+    // Killed inside a window (a round comes every 128 KiB of this storm):
     // the new merger goes on with it (from its start, as the shards are
     // kept).
     let scenarios: [(&str, &[&str]); 2] = [

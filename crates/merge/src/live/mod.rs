@@ -35,7 +35,7 @@ use crate::shard_set::ShardPaths;
 use crate::{MergeError, MergeOptions, MergeReport};
 use follow::Follower;
 use freeing::{Checkpoint, Freeing};
-pub use rounds::{records_of, Lag, Round, RoundSink, Rounds};
+pub use rounds::{records_of, round_aim, Lag, Round, RoundSink, Rounds};
 pub use sink::LiveOutput;
 use sink::Sink;
 

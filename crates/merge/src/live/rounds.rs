@@ -21,6 +21,7 @@ use shardrec_shard::merged_prefix::Resume;
 use super::follow::Follower;
 use crate::data_out::Going;
 use looks::Looks;
+pub use steps::round_aim;
 use steps::{Cuts, Out, RoundRecords, Took};
 
 /// Resident record bytes a round reads, split between the shards.
@@ -386,6 +387,7 @@ impl Rounds {
         let mut fields = FieldReader::new(layouts);
         self.records.clear();
         for (i, follower) in self.followers.iter_mut().enumerate() {
+            let took_before = self.records.took.len();
             // A shard read to its end each round is read whole.
             let (limit, most) = match i >= self.to_end {
                 true => (None, usize::MAX >> 1),
@@ -403,6 +405,7 @@ impl Rounds {
                 let copy = (&self.copies[..], before..self.copies.len());
                 follower.take_copy(copy, &mut fields, &mut self.records.taker(i, true, sink));
             }
+            self.records.busy += usize::from(self.records.took.len() > took_before);
         }
         Ok(())
     }

@@ -5,7 +5,7 @@
 //! spilled, or the end's rest) would hold a reader's reorder buffer as
 //! large: hotspot buffered 9.6 MB of such a DWARF recording against
 //! 0.73 MB of perf's own. Such a round goes out in steps of about
-//! [`STEP`] bytes, each a time cut: every shard's records up to its
+//! [`round_aim`] bytes, each a time cut: every shard's records up to its
 //! first one past the cut, then a FINISHED_ROUND. That keeps perf's rule
 //! (every record after FINISHED_ROUND k no earlier than the latest before
 //! FINISHED_ROUND k-1) because a shard's records come in time order but
@@ -19,11 +19,28 @@ use std::ops::Range;
 
 use super::{Going, RoundSink};
 
-/// Record bytes a step aims at: a round of perf record's passes at most.
-pub const STEP: u64 = 128 << 10;
+/// Record bytes a round, or a step of one, aims at with one or two
+/// shards holding records. A reader holds about two rounds in its
+/// reorder buffer, and perf record's rounds are its passes over the
+/// rings, one each time a ring is half full (256 KiB of its default
+/// 512 KiB). With 50 ms rounds, hotspot held 7.5 MB of a 10 s DWARF
+/// recording at once, against 0.58 MB of perf's own file; with 256 KiB
+/// rounds, 0.8 to 1.6 MB (a debug build, a busy host), over the 2×
+/// perf's the tests allow; with 128 KiB, 0.49 to 0.52 MB against 0.53 to
+/// 0.63 MB.
+const STEP: u64 = 128 << 10;
 
-/// A round holding more than this goes out in steps.
-const STEPS_ABOVE: u64 = 2 * STEP;
+/// Each shard holding records past two adds this to the aim, as each busy
+/// ring adds to perf's passes.
+const BUSY_STEP: u64 = 64 << 10;
+
+/// Record bytes a round, or a step of one, aims at with `busy` shards
+/// holding records. A fixed aim made rounds of a 16-vCPU guest come
+/// every 50 ms, each with work for every ring, and large rounds cut
+/// in steps with a sort of their times: more than perf's passes cost.
+pub fn round_aim(busy: usize) -> u64 {
+    STEP + busy.saturating_sub(2) as u64 * BUSY_STEP
+}
 
 /// One record a round took.
 #[derive(Clone, Copy, Default)]
@@ -74,6 +91,8 @@ impl Took {
 pub struct RoundRecords {
     pub took: Vec<Took>,
     pub bytes: u64,
+    /// The followers the round took records from.
+    pub busy: usize,
     /// The records the sink changed as it took them, in the order taken.
     pub changed: Vec<Vec<u8>>,
     /// The times and lengths [`cuts`](Self::cuts) sorts, kept from round
@@ -126,6 +145,7 @@ impl RoundRecords {
         self.took.clear();
         self.changed.clear();
         self.bytes = 0;
+        self.busy = 0;
     }
 
     /// The latest time among the records `published` says are.
@@ -136,7 +156,12 @@ impl RoundRecords {
 
     /// Whether the round goes out in steps, `cuts` permitting.
     pub fn large(&self) -> bool {
-        self.bytes > STEPS_ABOVE
+        self.bytes > 2 * self.step_aim()
+    }
+
+    /// The bytes a step of this round aims at.
+    fn step_aim(&self) -> u64 {
+        round_aim(self.busy)
     }
 
     /// The cuts this round's records go out at: none if it is small, or
@@ -146,6 +171,7 @@ impl RoundRecords {
             return Vec::new();
         }
         let last = cuts.bound.saturating_sub(cuts.margin);
+        let aim = self.step_aim();
         let times = &mut self.times;
         times.clear();
         let within = self.took.iter().filter(|t| t.time > 0 && t.time <= last);
@@ -158,8 +184,8 @@ impl RoundRecords {
             through += u64::from(len);
             let far_enough = time >= floor.saturating_add(cuts.margin);
             // The last step is no crumb: it ends with the round.
-            let rest_large = self.bytes - through >= STEP / 2;
-            if step >= STEP && far_enough && rest_large {
+            let rest_large = self.bytes - through >= aim / 2;
+            if step >= aim && far_enough && rest_large {
                 chosen.push(time);
                 floor = time.max(cuts.then_past);
                 step = 0;
