@@ -68,7 +68,7 @@ const JITED_LINE_REC: u32 = 8;
 impl ProgInfo {
     /// The info the kernel would give of `prog` (run-time statistics
     /// zero: a program being loaded has not run).
-    pub fn from_loaded(prog: LoadedProg) -> io::Result<ProgInfo> {
+    pub fn from_loaded(mut prog: LoadedProg) -> io::Result<ProgInfo> {
         let functions = prog.functions.len() as u32;
         let mut info = InfoBuf::zeroed();
         info.set_u32(field::TYPE, prog.prog_type);
@@ -114,30 +114,46 @@ impl ProgInfo {
                 info.set_rec_size(array, size);
             }
         }
-        let arrays = arrays(&prog);
+        let arrays = arrays(&mut prog);
         decode(info.0.to_vec(), arrays, prog.btf)
     }
 }
 
 /// The arrays of [`BpilArray::CAPTURED`], in that order, as the kernel
-/// fills them.
-fn arrays(prog: &LoadedProg) -> Vec<(BpilArray, Vec<u8>)> {
-    let each = |bytes: &dyn Fn(&LoadedFunction) -> Vec<u8>| -> Vec<u8> {
-        prog.functions.iter().flat_map(bytes).collect()
+/// fills them, moved out of `prog` where they are whole. Bytes are
+/// appended a slice at a time: where they were collected byte by byte,
+/// this function had 37 of the VIP's 452 samples in a 16-vCPU guest
+/// loading 50 programs.
+fn arrays(prog: &mut LoadedProg) -> Vec<(BpilArray, Vec<u8>)> {
+    let functions = &mut prog.functions;
+    let mut ksyms = Vec::with_capacity(functions.len() * 8);
+    let mut lens = Vec::with_capacity(functions.len() * 4);
+    let mut tags = Vec::with_capacity(functions.len() * 8);
+    for function in functions.iter() {
+        ksyms.extend_from_slice(&function.address.to_ne_bytes());
+        lens.extend_from_slice(&(function.image.len() as u32).to_ne_bytes());
+        tags.extend_from_slice(&function.tag);
+    }
+    let mut images = match functions.len() {
+        1 => std::mem::take(&mut functions[0].image),
+        _ => Vec::new(),
     };
+    if functions.len() > 1 {
+        functions
+            .iter()
+            .for_each(|f| images.extend_from_slice(&f.image));
+    }
     BpilArray::CAPTURED
         .iter()
         .map(|&array| {
             let bytes = match array {
-                BpilArray::JitedInsns => each(&|f| f.image.clone()),
-                BpilArray::JitedKsyms => each(&|f| f.address.to_ne_bytes().to_vec()),
-                BpilArray::JitedFuncLens => {
-                    each(&|f| (f.image.len() as u32).to_ne_bytes().to_vec())
-                }
-                BpilArray::ProgTags => each(&|f| f.tag.to_vec()),
-                BpilArray::FuncInfo => prog.func_info.clone(),
-                BpilArray::LineInfo => prog.line_info.clone(),
-                BpilArray::JitedLineInfo => prog.jited_line_info.clone(),
+                BpilArray::JitedInsns => std::mem::take(&mut images),
+                BpilArray::JitedKsyms => std::mem::take(&mut ksyms),
+                BpilArray::JitedFuncLens => std::mem::take(&mut lens),
+                BpilArray::ProgTags => std::mem::take(&mut tags),
+                BpilArray::FuncInfo => std::mem::take(&mut prog.func_info),
+                BpilArray::LineInfo => std::mem::take(&mut prog.line_info),
+                BpilArray::JitedLineInfo => std::mem::take(&mut prog.jited_line_info),
                 BpilArray::XlatedInsns | BpilArray::MapIds => Vec::new(),
             };
             (array, bytes)
