@@ -282,47 +282,58 @@ impl<'a, S: RecordSink> RecordWriter<'a, S> {
     }
 
     /// Counts `record`, watches it for the binaries it hits, and says how
-    /// it goes out ([`going`](Self::going)).
+    /// it goes out ([`going`](Self::going)). The live merger asks this of
+    /// every record while the workload runs: a sample costs one header
+    /// parse and one look-up of its event's layout.
     fn observe(&mut self, record: &[u8]) -> Going {
-        let going = self.going(record);
-        let seen = match &going {
-            Going::AsIs => record,
-            Going::Changed(changed) => changed,
-            Going::Dropped => return going,
-        };
-        let header = RecordHeader::parse(seen).expect("validated");
-        // Only an off-CPU wait becomes a sample of another layout.
-        let off_cpu = header.type_ == RecordType::SAMPLE && !matches!(going, Going::AsIs);
+        let header = RecordHeader::parse(record).expect("validated");
+        let going = self.going(header, record);
         let fields = &mut self.fields;
-        self.hits.observe(header, seen, || match off_cpu {
-            true => SampleIdLayout::new(records::OFF_CPU_SAMPLE_TYPE).sample_pid_ip(seen),
-            false => fields.sample_pid_ip(seen),
-        });
+        match &going {
+            Going::AsIs => self
+                .hits
+                .observe(header, record, || fields.sample_pid_ip(record)),
+            // Only an off-CPU wait becomes a sample of another layout.
+            Going::Changed(changed) => {
+                let header = RecordHeader::parse(changed).expect("made whole");
+                let layout = SampleIdLayout::new(records::OFF_CPU_SAMPLE_TYPE);
+                self.hits.observe(header, changed, || match header.type_ {
+                    RecordType::SAMPLE => layout.sample_pid_ip(changed),
+                    _ => None,
+                })
+            }
+            Going::Dropped => return going,
+        }
         self.records += 1;
         going
     }
 
     /// How `record` goes out: without the padding the kernel left after
-    /// its trailer, or, a wait of the off-CPU program, as perf's
-    /// `offcpu-time` sample. Only the off-CPU program writes into its
-    /// events, a wait each time: a sample without one was not written by
-    /// it, and perf would misread it under the offcpu-time attr, so it is
-    /// dropped.
-    fn going(&mut self, record: &[u8]) -> Going {
-        let header = RecordHeader::parse(record).expect("validated");
-        if header.type_ == RecordType::SAMPLE {
-            if let Some(layout) = self.fields.off_cpu_layout(record) {
-                let sample = records::off_cpu_sample_of_output(&layout, record);
-                return sample.map_or(Going::Dropped, Going::Changed);
+    /// its trailer (only KSYMBOL and BPF_EVENT records can have any), or,
+    /// a wait of the off-CPU program, as perf's `offcpu-time` sample. Only
+    /// the off-CPU program writes into its events, a wait each time: a
+    /// sample without one was not written by it, and perf would misread
+    /// it under the offcpu-time attr, so it is dropped.
+    fn going(&mut self, header: RecordHeader, record: &[u8]) -> Going {
+        match header.type_ {
+            RecordType::SAMPLE => match self.fields.off_cpu_layout(record) {
+                Some(layout) => {
+                    let sample = records::off_cpu_sample_of_output(&layout, record);
+                    sample.map_or(Going::Dropped, Going::Changed)
+                }
+                None => Going::AsIs,
+            },
+            RecordType::KSYMBOL | RecordType::BPF_EVENT => {
+                let len = self.fields.true_len(record, header.type_);
+                if len == record.len() {
+                    return Going::AsIs;
+                }
+                let mut trimmed = record[..len].to_vec();
+                shardrec_format::views::set_size(&mut trimmed, len as u16);
+                Going::Changed(trimmed)
             }
+            _ => Going::AsIs,
         }
-        let len = self.fields.true_len(record, header.type_);
-        if len == record.len() {
-            return Going::AsIs;
-        }
-        let mut trimmed = record[..len].to_vec();
-        shardrec_format::views::set_size(&mut trimmed, len as u16);
-        Going::Changed(trimmed)
     }
 }
 
