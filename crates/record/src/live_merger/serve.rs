@@ -352,11 +352,11 @@ fn follow(
 /// When rounds come. While the kernel writes, the next round comes once
 /// the rings have about a round's aim more ([`round_aim`]: more with
 /// more busy rings; a fixed 128 KiB made rounds of a 16-vCPU guest come
-/// every 50 ms, each with work for every ring), or once one of them may hold [`RING_FILL_SHARE`] of
-/// itself, at the rate they grew since the last look. Rings gone quiet
-/// are looked at less and less often: a pause in the workload (an exec
-/// between two parts of it) ends soon after it did, where a fixed second
-/// held a stream's reader a second behind.
+/// every 50 ms, each with work for every ring), or once one of them may
+/// hold [`RING_FILL_SHARE`] of itself, at the rate they grew since the
+/// last look. Rings gone quiet are looked at less and less often: a pause
+/// in the workload (an exec between two parts of it) ends soon after it
+/// did, where a fixed second held a stream's reader a second behind.
 struct Pace {
     /// Each ring's data bytes.
     sizes: Vec<u64>,
