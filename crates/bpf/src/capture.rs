@@ -302,11 +302,15 @@ impl<'obj> Capture<'obj> {
     }
 
     /// Puts together what the ring holds ([`Capture::captured`]), waiting
-    /// up to `timeout` for something to come.
+    /// up to `timeout` for something to come. With no time to wait, the
+    /// ring is read without a system call: `poll` would make an
+    /// `epoll_wait` only to learn what `consume` reads anyway.
     pub fn drain(&mut self, timeout: Duration) -> io::Result<()> {
-        self.reader
-            .poll(timeout)
-            .map_err(context("reading the capture ring"))?;
+        if !timeout.is_zero() {
+            self.reader
+                .poll(timeout)
+                .map_err(context("reading the capture ring"))?;
+        }
         self.reader
             .consume()
             .map_err(context("reading the capture ring"))

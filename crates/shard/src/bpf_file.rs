@@ -79,11 +79,11 @@ mod bytes {
 
 /// Appends one entry.
 pub fn append(out: &mut impl Write, entry: &BpfEntry) -> std::io::Result<()> {
-    let bytes = rmp_serde::to_vec(entry).map_err(std::io::Error::other)?;
-    let len = u32::try_from(bytes.len()).map_err(std::io::Error::other)?;
-    let mut framed = Vec::with_capacity(4 + bytes.len());
-    framed.extend_from_slice(&len.to_le_bytes());
-    framed.extend_from_slice(&bytes);
+    // The length goes first, in room kept for it: one buffer, no copy.
+    let mut framed = vec![0; 4];
+    rmp_serde::encode::write(&mut framed, entry).map_err(std::io::Error::other)?;
+    let len = u32::try_from(framed.len() - 4).map_err(std::io::Error::other)?;
+    framed[..4].copy_from_slice(&len.to_le_bytes());
     out.write_all(&framed)
 }
 
