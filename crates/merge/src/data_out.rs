@@ -293,14 +293,13 @@ impl<'a, S: RecordSink> RecordWriter<'a, S> {
             Going::AsIs => self
                 .hits
                 .observe(header, record, || fields.sample_pid_ip(record)),
-            // Only an off-CPU wait becomes a sample of another layout.
+            // Only an off-CPU wait becomes a sample of another layout (the
+            // watch asks a sample alone for its pid and ip).
             Going::Changed(changed) => {
                 let header = RecordHeader::parse(changed).expect("made whole");
                 let layout = SampleIdLayout::new(records::OFF_CPU_SAMPLE_TYPE);
-                self.hits.observe(header, changed, || match header.type_ {
-                    RecordType::SAMPLE => layout.sample_pid_ip(changed),
-                    _ => None,
-                })
+                self.hits
+                    .observe(header, changed, || layout.sample_pid_ip(changed))
             }
             Going::Dropped => return going,
         }

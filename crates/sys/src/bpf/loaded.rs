@@ -134,15 +134,14 @@ fn arrays(prog: &mut LoadedProg) -> Vec<(BpilArray, Vec<u8>)> {
         lens.extend_from_slice(&(function.image.len() as u32).to_ne_bytes());
         tags.extend_from_slice(&function.tag);
     }
-    let mut images = match functions.len() {
-        1 => std::mem::take(&mut functions[0].image),
-        _ => Vec::new(),
-    };
-    if functions.len() > 1 {
-        functions
+    let mut images = match functions.as_mut_slice() {
+        [only] => std::mem::take(&mut only.image),
+        all => all
             .iter()
-            .for_each(|f| images.extend_from_slice(&f.image));
-    }
+            .map(|f| f.image.as_slice())
+            .collect::<Vec<_>>()
+            .concat(),
+    };
     BpilArray::CAPTURED
         .iter()
         .map(|&array| {
