@@ -376,9 +376,10 @@ pub fn assert_no_complaint(output: &Output, what: &str) {
 }
 
 /// perf's stderr about `file`, after checking it holds no complaint but
-/// the one about records the kernel lost (a ring full while its writer
-/// was kept off its CPU, as it would be for perf), and that only if
-/// `file` holds LOST records.
+/// the ones about records the kernel lost (a ring full while its writer
+/// was kept off its CPU, as it would be for perf: "lost N chunks" for the
+/// LOST records, "lost X%" for the LOST_SAMPLES counts), and those only
+/// if `file` holds LOST records.
 pub fn assert_no_complaint_but_kernel_losses(output: &Output, file: &Path, what: &str) {
     let stats = perf(&["report", "--stats"], file);
     let kernel_lost = String::from_utf8_lossy(&stats.stdout)
@@ -387,7 +388,10 @@ pub fn assert_no_complaint_but_kernel_losses(output: &Output, file: &Path, what:
     let stderr = String::from_utf8_lossy(&output.stderr);
     let is_the_loss = |line: &str| {
         let lost_chunks = line.starts_with("Processed ") && line.ends_with(" chunks!");
-        kernel_lost && (lost_chunks || line == "Check IO/CPU overload!" || line == "Warning:")
+        // The same loss as each event counted it (LOST_SAMPLES).
+        let lost_samples = line.starts_with("Processed ") && line.contains(" samples and lost ");
+        let said = lost_chunks || lost_samples;
+        kernel_lost && (said || line == "Check IO/CPU overload!" || line == "Warning:")
     };
     let rest: Vec<&str> = stderr.lines().filter(|l| !is_the_loss(l)).collect();
     let rest = Output {

@@ -419,8 +419,7 @@ impl Rounds {
             let margin = self.followers.iter().map(|f| f.summary.lateness).max();
             self.records.cuts(&Cuts {
                 bound,
-                first_past: self.order.at_last_round,
-                then_past: self.order.latest,
+                past: self.order.latest,
                 margin: margin.unwrap_or(0) + CUT_MARGIN,
             })
         });

@@ -177,7 +177,7 @@ impl RoundRecords {
         let within = self.took.iter().filter(|t| t.time > 0 && t.time <= last);
         times.extend(within.map(|t| (t.time, t.len)));
         times.sort_unstable();
-        let (mut chosen, mut floor) = (Vec::new(), cuts.first_past);
+        let (mut chosen, mut floor) = (Vec::new(), cuts.past);
         let (mut step, mut through) = (0, 0);
         for &(time, len) in times.iter() {
             step += u64::from(len);
@@ -187,7 +187,7 @@ impl RoundRecords {
             let rest_large = self.bytes - through >= aim / 2;
             if step >= aim && far_enough && rest_large {
                 chosen.push(time);
-                floor = time.max(cuts.then_past);
+                floor = time;
                 step = 0;
             }
         }
@@ -237,12 +237,16 @@ pub struct Cuts {
     /// A time nothing still to come precedes (but by a shard's lateness):
     /// no cut within the margin of it.
     pub bound: u64,
-    /// The first cut comes at least the margin past this: the latest time
-    /// written before the last FINISHED_ROUND.
-    pub first_past: u64,
-    /// Each later cut comes at least the margin past this and the cut
-    /// before: the latest time written before this round.
-    pub then_past: u64,
+    /// Every cut comes at least the margin past this and the cut before:
+    /// the latest time written before this round. The first cut too, not
+    /// only past the last FINISHED_ROUND's latest: rounds that ended with
+    /// no FINISHED_ROUND since (their looks not covered) may have written
+    /// records read after the look this round covers, and with one of
+    /// them before a cut, the FINISHED_ROUND that ends this round would
+    /// let records published after that look, but earlier than it,
+    /// follow (1,378 of 6,000 samples out of perf's order once, in a
+    /// recording whose writers spilled past a stalled merger).
+    pub past: u64,
     /// The shards' lateness and more.
     pub margin: u64,
 }

@@ -442,3 +442,27 @@ fn steps_keep_before_the_look_that_was_covered_not_the_latest_one() {
     assert_eq!(perfs_out_of_order(&out.went), 0);
     assert_eq!(rounds.late, 0);
 }
+
+#[test]
+fn no_cut_comes_before_what_rounds_with_no_finished_round_wrote() {
+    let shards = Shards::new("steps-after-open-rounds", 2);
+    let mut rounds = shards.rounds(2);
+    let mut out = Out::default();
+    // Round 1: ring 0 holds records its writer has not written (its look
+    // is not covered), and ring 1 a record read late, at 600 ms.
+    let a = shards.append(0, &storm(MS, 10_000, 16_000, 1));
+    let behind = 16_000 * 48;
+    shards.append(1, &shard_bytes(&[600 * MS], 2));
+    round(&mut rounds, &shards, &[Some(a + behind), None], &mut out);
+    // Round 2: ring 0's writer caught up with round 1's look (161 to
+    // 320 ms), which is covered now: a large round, but no cut may come
+    // before 600 ms, or the FINISHED_ROUND that ends it would let round
+    // 3's records (330 ms on, published after round 1's look) follow it.
+    let b = shards.append(0, &storm(161 * MS, 10_000, 16_000, 1));
+    round(&mut rounds, &shards, &[Some(b + 48), None], &mut out);
+    shards.append(0, &storm(330 * MS, 10_000, 16_000, 1));
+    round(&mut rounds, &shards, &[None, None], &mut out);
+    assert_eq!(out.records().len(), 48_001);
+    assert_eq!(perfs_out_of_order(&out.went), 0);
+    assert_eq!(rounds.late, 0);
+}
