@@ -62,6 +62,20 @@ fn a_binary_samples_fell_in_is_cached_and_resolves_after_it_is_gone() {
         .find_map(|l| l.strip_suffix(path).map(str::trim))
         .unwrap_or_else(|| panic!("no build id of {path} in:\n{list}"))
         .to_string();
+    // The header lists exactly the binaries perf finds samples in when it
+    // walks the file itself (`-H`): the live merge hops over samples as
+    // it writes them and finds their binaries in its output behind it.
+    let hit = perf_in(&home, &["buildid-list", "-H"], &scratch.output());
+    let sorted = |list: &str| {
+        let mut lines: Vec<String> = list.lines().map(str::to_string).collect();
+        lines.sort();
+        lines
+    };
+    assert_eq!(
+        sorted(&list),
+        sorted(&hit),
+        "the header against perf's walk"
+    );
     let cached = cache
         .join(path.trim_start_matches('/'))
         .join(&id)

@@ -32,6 +32,11 @@ impl Layouts {
         self.by_id.get(&id).copied()
     }
 
+    /// Whether any id's samples are off-CPU waits.
+    pub fn has_off_cpu(&self) -> bool {
+        !self.off_cpu.is_empty()
+    }
+
     /// Whether id `id`'s samples are off-CPU waits.
     pub fn is_off_cpu(&self, id: u64) -> bool {
         self.off_cpu.contains(&id)

@@ -259,6 +259,9 @@ pub struct RecordWriter<'a, S> {
     pub hits: SliceHits,
     /// How many went out.
     pub records: u64,
+    /// Whether they are watched for the binaries they hit as they go, not
+    /// from the output after the fact ([`unwatched`](Self::unwatched)).
+    watch: bool,
 }
 
 impl<'a, S: RecordSink> RecordWriter<'a, S> {
@@ -269,7 +272,16 @@ impl<'a, S: RecordSink> RecordWriter<'a, S> {
             fields: FieldReader::new(layouts),
             hits: SliceHits::default(),
             records: 0,
+            watch: true,
         }
+    }
+
+    /// Records not watched for the binaries they hit: the output is
+    /// walked for those after the fact (`walk_output`), as perf record
+    /// marks them at its end.
+    pub fn unwatched(mut self) -> Self {
+        self.watch = false;
+        self
     }
 
     /// One record read from a shard (validated when the shard was opened).
@@ -288,8 +300,21 @@ impl<'a, S: RecordSink> RecordWriter<'a, S> {
     fn observe(&mut self, record: &[u8]) -> Going {
         let header = RecordHeader::parse(record).expect("validated");
         let going = self.going(header, record);
+        if let Going::Dropped = going {
+            return going;
+        }
+        if self.watch {
+            self.watch(header, record, &going);
+        }
+        self.records += 1;
+        going
+    }
+
+    /// Watches `record`, going out as `going` says, for the binaries it
+    /// hits.
+    fn watch(&mut self, header: RecordHeader, record: &[u8], going: &Going) {
         let fields = &mut self.fields;
-        match &going {
+        match going {
             Going::AsIs => self
                 .hits
                 .observe(header, record, || fields.sample_pid_ip(record)),
@@ -301,10 +326,8 @@ impl<'a, S: RecordSink> RecordWriter<'a, S> {
                 self.hits
                     .observe(header, changed, || layout.sample_pid_ip(changed))
             }
-            Going::Dropped => return going,
+            Going::Dropped => {}
         }
-        self.records += 1;
-        going
     }
 
     /// How `record` goes out: without the padding the kernel left after
@@ -354,6 +377,11 @@ impl<S: RecordSink> crate::live::RoundSink for RecordWriter<'_, S> {
     /// The runs go out as the pieces of one write, not one per record.
     fn put_runs(&mut self, runs: &[&[u8]]) -> io::Result<()> {
         self.out.records(runs)
+    }
+
+    fn hopped(&mut self, samples: u64) {
+        debug_assert!(!self.watch, "samples hopped over go unwatched");
+        self.records += samples;
     }
 
     fn put_changed(&mut self, changed: &[u8]) -> io::Result<()> {

@@ -196,9 +196,9 @@ pub fn write_head<S: RecordSink>(
 
 /// The records an interrupted merge wrote, as they are; the kernel's are
 /// watched for the binaries they hit, as every other record merged.
-pub(crate) fn write_resumed<'a, S: RecordSink>(
-    prefix: &'a [u8],
-    out: &mut RecordWriter<'a, S>,
+pub(crate) fn write_resumed<S: RecordSink>(
+    prefix: &[u8],
+    out: &mut RecordWriter<'_, S>,
 ) -> io::Result<()> {
     let mut rest = prefix;
     while let Some(header) = RecordHeader::parse(rest) {

@@ -30,6 +30,12 @@ impl ShardBytes {
             .custom_flags(libc::O_NONBLOCK)
             .open(path)
             .map_err(Error::io(path))?;
+        ShardBytes::map(&file, path)
+    }
+
+    /// Maps `file`, opened at `path`, read-only; anything but a regular
+    /// file is refused.
+    pub fn map(file: &File, path: &Path) -> Result<ShardBytes, Error> {
         let metadata = file.metadata().map_err(Error::io(path))?;
         if !metadata.is_file() {
             let why = std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file");
@@ -49,7 +55,7 @@ impl ShardBytes {
         // SIGBUS and end the merge: nothing can guard against that short of
         // copying every shard, and the merge writes NAME.tmp and renames it
         // only when done, so the shards and any earlier output survive.
-        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(Error::io(path))?;
+        let map = unsafe { memmap2::Mmap::map(file) }.map_err(Error::io(path))?;
         Ok(ShardBytes { map: Some(map) })
     }
 
@@ -388,6 +394,24 @@ impl ShardSummary {
         }
         self.add(type_, bytes, time);
         Ok(time)
+    }
+
+    /// `samples` samples passed over by their headers alone (a live
+    /// merge's hop over a run of them), the first of time `first` and the
+    /// last of time `last`, ending at `end`: counted, their span timed, no
+    /// index (an unindexed summary's), and lateness seen only where the
+    /// run's first sample is earlier than what came before it.
+    pub fn add_hopped(&mut self, samples: u64, (first, last): (u64, u64), end: usize) {
+        debug_assert!(self.unindexed, "a hop leaves no index");
+        self.valid_len = end;
+        self.by_type.add(RecordType::SAMPLE, samples);
+        self.first_sample = min_nonzero(self.first_sample, first);
+        self.last_sample = self.last_sample.max(last);
+        if first < self.last_time {
+            self.lateness = self.lateness.max(self.last_time - first);
+        }
+        self.first_time = min_nonzero(self.first_time, first);
+        self.last_time = self.last_time.max(last);
     }
 
     fn add(&mut self, type_: RecordType, record: &[u8], time: u64) {

@@ -10,7 +10,7 @@ use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use shardrec_format::header::{RecordHeader, HEADER_SIZE};
+use shardrec_format::header::{RecordHeader, RecordType, HEADER_SIZE};
 use shardrec_format::layouts::FieldReader;
 use shardrec_shard::merged_prefix::Resume;
 use shardrec_shard::scan::{Damage, GrowingBytes, ShardSummary};
@@ -35,6 +35,9 @@ pub struct Follower {
     /// has not written ([`Follower::take_copy`]), from this shard offset,
     /// until the round that took them has written them out.
     copy: (u64, Range<usize>),
+    /// Whether runs of samples are hopped over by their headers
+    /// ([`hopping`](Self::hopping)).
+    hop: bool,
 }
 
 impl Follower {
@@ -73,6 +76,7 @@ impl Follower {
             more: false,
             resume: Resume::default(),
             copy: (0, 0..0),
+            hop: false,
         }
     }
 
@@ -80,6 +84,18 @@ impl Follower {
     /// nothing reads it once the shard is freed.
     pub fn unindexed(mut self) -> Follower {
         self.summary.unindexed = true;
+        self
+    }
+
+    /// Passes over runs of samples by their headers alone, as perf record
+    /// passes over everything it copies: counted, the first and last
+    /// timed, each run handed on whole ([`Take::samples`]). The records
+    /// that describe state, and losses, are still walked one by one. Only
+    /// for an unindexed shard, whose records need no time each, and a
+    /// merge that watches the binaries samples hit after the fact, from
+    /// its output.
+    pub fn hopping(mut self) -> Follower {
+        self.hop = self.summary.unindexed;
         self
     }
 
@@ -145,7 +161,7 @@ impl Follower {
         most: usize,
         last: bool,
         fields: &mut FieldReader,
-        take: &mut impl FnMut(u64, u64, &[u8]),
+        take: &mut impl Take,
     ) -> io::Result<u64> {
         self.more = false;
         // Nothing written past what was taken (a quiet CPU's shard): no
@@ -173,7 +189,7 @@ impl Follower {
         let window = bytes.up_to(self.pos, self.pos + want as u64)?;
         let want = window.len();
         let shard = (&mut self.summary, &self.resume);
-        let (at, damage) = walk_records(shard, window, start, fields, take);
+        let (at, damage) = walk_records(shard, (window, start), fields, (take, self.hop));
         match damage {
             Some(Walked::NotAHeader) => self.damage(at, end, "not a record header"),
             Some(Walked::Damage(found)) => {
@@ -211,7 +227,7 @@ impl Follower {
         &mut self,
         (copies, copy): (&[u8], Range<usize>),
         fields: &mut FieldReader,
-        take: &mut impl FnMut(u64, u64, &[u8]),
+        take: &mut impl Take,
     ) -> u64 {
         if self.bytes.is_none() || self.summary.damage.is_some() {
             self.copy = (self.pos, 0..0);
@@ -219,7 +235,8 @@ impl Follower {
         }
         let start = self.pos;
         let shard = (&mut self.summary, &self.resume);
-        let (at, _) = walk_records(shard, &copies[copy.clone()], start as usize, fields, take);
+        let window = (&copies[copy.clone()], start as usize);
+        let (at, _) = walk_records(shard, window, fields, (take, self.hop));
         self.copy = (start, copy.start..copy.start + at);
         self.pos += at as u64;
         at as u64
@@ -309,33 +326,127 @@ enum Walked {
     Damage(Damage),
 }
 
+/// What a follower hands the records it takes to.
+pub trait Take {
+    /// A record walked: its shard offset, its time (0: none) and bytes.
+    fn record(&mut self, offset: u64, time: u64, bytes: &[u8]);
+    /// Samples hopped over by their headers ([`Follower::hopping`]): their
+    /// bytes, one after the other from shard offset `offset`.
+    fn samples(&mut self, offset: u64, hopped: Hopped, bytes: &[u8]);
+}
+
+/// A run of samples hopped over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Hopped {
+    /// How many.
+    pub samples: u64,
+    /// The last one's time.
+    pub last: u64,
+}
+
+/// The run of samples a walk is hopping over: where in its window it
+/// starts, its last sample, its end.
+struct Hop {
+    from: usize,
+    last: usize,
+    end: usize,
+    samples: u64,
+}
+
 /// Walks the whole records of `window` (the shard's bytes from offset
 /// `start`) into `summary`, handing `take` each one `resume` does not say
-/// is merged: the bytes walked, and why the walk stopped short of a cut
-/// record, if it did.
+/// is merged, or, `hop`ping, each run of samples past what `resume`
+/// passes over ([`Follower::hopping`]): the bytes walked, and why the
+/// walk stopped short of a cut record, if it did.
 fn walk_records(
     (summary, resume): (&mut ShardSummary, &Resume),
-    window: &[u8],
-    start: usize,
+    (window, start): (&[u8], usize),
     fields: &mut FieldReader,
-    take: &mut impl FnMut(u64, u64, &[u8]),
+    (take, hop): (&mut impl Take, bool),
 ) -> (usize, Option<Walked>) {
     let mut at = 0;
-    while let Some(header) = RecordHeader::parse(&window[at..]) {
-        let size = usize::from(header.size);
-        if size < HEADER_SIZE || size % 8 != 0 {
-            return (at, Some(Walked::NotAHeader));
-        }
-        let Some(record) = window.get(at..at + size) else {
-            break;
-        };
+    let mut run: Option<Hop> = None;
+    loop {
+        let next = whole_record(&window[at..]);
         let offset = start + at;
+        if let Ok(Some((header, record))) = next {
+            if hop && header.type_ == RecordType::SAMPLE && offset >= resume.taken {
+                let hop = run.get_or_insert(Hop {
+                    from: at,
+                    last: at,
+                    end: at,
+                    samples: 0,
+                });
+                (hop.last, hop.samples) = (at, hop.samples + 1);
+                at += record.len();
+                hop.end = at;
+                continue;
+            }
+        }
+        if let Some(hop) = run.take() {
+            let shard = (&mut *summary, resume);
+            if let Some(damage) = hand_hopped(shard, (window, start), &hop, fields, take) {
+                return damage;
+            }
+        }
+        let (header, record) = match next {
+            Ok(Some(next)) => next,
+            Ok(None) => return (at, None),
+            Err(stopped) => return (at, Some(stopped)),
+        };
         match summary.walk(fields, offset, (header.type_, record), resume) {
             Ok(time) if resume.merged(offset, time) => {}
-            Ok(time) => take(offset as u64, time, record),
+            Ok(time) => take.record(offset as u64, time, record),
             Err(found) => return (at, Some(Walked::Damage(found))),
         }
-        at += size;
+        at += record.len();
     }
-    (at, None)
+}
+
+/// The whole record `bytes` start with, and its header: `None` if it is
+/// cut short (or there is none), an error if its header is no record's.
+fn whole_record(bytes: &[u8]) -> Result<Option<(RecordHeader, &[u8])>, Walked> {
+    let Some(header) = RecordHeader::parse(bytes) else {
+        return Ok(None);
+    };
+    let size = usize::from(header.size);
+    if size < HEADER_SIZE || size % 8 != 0 {
+        return Err(Walked::NotAHeader);
+    }
+    Ok(bytes.get(..size).map(|record| (header, record)))
+}
+
+/// Hands `take` the samples `hop` passed over in `window`, timed by its
+/// first and last, into `summary`. If either is of no event of the
+/// recording, the run is walked record by record instead, to find the
+/// damage: then the bytes walked up to it and the damage.
+fn hand_hopped(
+    (summary, resume): (&mut ShardSummary, &Resume),
+    (window, start): (&[u8], usize),
+    hop: &Hop,
+    fields: &mut FieldReader,
+    take: &mut impl Take,
+) -> Option<(usize, Option<Walked>)> {
+    let time = |fields: &mut FieldReader, at: usize| {
+        let (_, sample) = whole_record(&window[at..]).ok().flatten()?;
+        fields.time(sample, RecordType::SAMPLE)
+    };
+    let first = time(fields, hop.from);
+    let last = time(fields, hop.last);
+    let Some(times) = first.zip(last) else {
+        let run = (&window[hop.from..hop.end], start + hop.from);
+        let (walked, damage) = walk_records((summary, resume), run, fields, (take, false));
+        return damage.map(|damage| (hop.from + walked, Some(damage)));
+    };
+    summary.add_hopped(hop.samples, times, start + hop.end);
+    let hopped = Hopped {
+        samples: hop.samples,
+        last: times.1,
+    };
+    take.samples(
+        (start + hop.from) as u64,
+        hopped,
+        &window[hop.from..hop.end],
+    );
+    None
 }

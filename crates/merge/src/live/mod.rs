@@ -13,6 +13,7 @@
 
 mod follow;
 mod freeing;
+mod hits_walk;
 mod rounds;
 mod sink;
 
@@ -35,6 +36,7 @@ use crate::shard_set::ShardPaths;
 use crate::{MergeError, MergeOptions, MergeReport};
 use follow::Follower;
 use freeing::{Checkpoint, Freeing};
+use hits_walk::HitsWalk;
 pub use rounds::{records_of, round_aim, Lag, Round, RoundSink, Rounds};
 pub use sink::LiveOutput;
 use sink::Sink;
@@ -54,6 +56,9 @@ pub struct LiveMerge<'a> {
     head_records: u64,
     /// Going on from an earlier merger's checkpoint: what it wrote.
     resumed: Option<Resumed<'a>>,
+    /// Where the CPUs' samples are hopped over ([`hops`]), the walk of
+    /// the output behind it for the binaries they hit (none with `-B`).
+    hits_walk: Option<HitsWalk<'a>>,
     started: Instant,
 }
 
@@ -79,6 +84,7 @@ impl<'a> LiveMerge<'a> {
         };
         let shards = ShardPaths::followed(&recording, meta);
         let paths = shards.recorded();
+        let hop = hops(&output, layouts, options);
         let mut resumed = None;
         let (mut sink, freeing) = match output {
             LiveOutput::File(path) => {
@@ -108,10 +114,17 @@ impl<'a> LiveMerge<'a> {
             layouts,
         );
         records.hits = head_hits;
+        let mut hits_walk = None;
+        if hop {
+            records = records.unwatched();
+            if options.build_ids != crate::BuildIds::None {
+                hits_walk = Some(HitsWalk::new(layouts).map_err(fail)?);
+            }
+        }
         let (prefix, tally) = resumed
             .map(|(prefix, (_, _, tally))| (prefix, tally))
             .unzip();
-        let (cpus, read_to_end) = followers(&shards, prefix.as_ref(), !options.consume);
+        let (cpus, read_to_end) = followers(&shards, prefix.as_ref(), (!options.consume, hop));
         let rounds = Rounds::new(cpus, read_to_end);
         Ok(LiveMerge {
             recording,
@@ -131,6 +144,7 @@ impl<'a> LiveMerge<'a> {
                 first_sample: p.first_sample,
                 tally,
             }),
+            hits_walk,
             started: Instant::now(),
         })
     }
@@ -157,6 +171,7 @@ impl<'a> LiveMerge<'a> {
         if round.written == 0 {
             return Ok(round);
         }
+        self.walk_for_hits(false)?;
         if let Sink::Pipe(stream) = self.records.out.sink_mut() {
             // The reader follows the recording: each round reaches it now.
             stream.flush()?;
@@ -259,6 +274,10 @@ impl<'a> LiveMerge<'a> {
         {
             self.free_behind().map_err(fail)?;
         }
+        self.walk_for_hits(true).map_err(fail)?;
+        if let Some(walk) = self.hits_walk.take() {
+            self.records.hits = walk.hits();
+        }
         let shards: Vec<ScannedShard> = std::mem::take(&mut self.rounds.followers)
             .into_iter()
             .map(|f| ScannedShard {
@@ -335,6 +354,45 @@ impl<'a> LiveMerge<'a> {
         report.lag = Some(self.rounds.lag);
         Ok((report, shards.into_iter().map(|s| s.summary).collect()))
     }
+}
+
+impl LiveMerge<'_> {
+    /// Where samples are hopped over, walks the output for the binaries
+    /// they hit: to its end at the stop (`whole`), and while recording
+    /// only once it is further ahead than the stop may walk
+    /// ([`hits_walk`]).
+    fn walk_for_hits(&mut self, whole: bool) -> io::Result<()> {
+        let Some(walk) = self.hits_walk.as_mut() else {
+            return Ok(());
+        };
+        let Sink::File { writer, file, .. } = self.records.out.sink_mut() else {
+            return Err(io::Error::other("only a file's records are hopped over"));
+        };
+        let records = self.head_records + self.records.records;
+        if !whole && !walk.behind(records, writer.data_size()) {
+            return Ok(());
+        }
+        writer.flush()?;
+        walk.walk(hits_walk::Data {
+            file,
+            path: &self.output,
+            offset: writer.data_offset(),
+            size: writer.data_size(),
+        })
+    }
+}
+
+/// Whether the CPUs' shards' samples are hopped over by their headers
+/// ([`Follower::hopping`]), which leaves the build-id watch to a walk of
+/// the output at the end: into a file (a stream's reader has the records
+/// already), uncompressed, with no off-CPU waits to turn into perf's
+/// samples, and the shards freed behind the output (nothing reads their
+/// time index).
+fn hops(output: &LiveOutput, layouts: &Layouts, options: &MergeOptions) -> bool {
+    matches!(output, LiveOutput::File(_))
+        && options.consume
+        && options.compression_level.is_none()
+        && !layouts.has_off_cpu()
 }
 
 /// Whether a live merge of `recording` into `target` frees the shards
@@ -424,7 +482,7 @@ fn open_stream(
 fn followers(
     shards: &ShardPaths,
     prefix: Option<&MergedPrefix>,
-    kept: bool,
+    (kept, hop): (bool, bool),
 ) -> (Vec<Follower>, Vec<Follower>) {
     let follow = |follower: Follower| {
         let resume = match prefix {
@@ -438,6 +496,10 @@ fn followers(
         }
     };
     let cpus = shards.cpus().map(|path| follow(Follower::open(path)));
+    let cpus = cpus.map(|follower| match hop {
+        true => follower.hopping(),
+        false => follower,
+    });
     let vip = shards.vip().into_iter();
     let vip = vip.map(|path| follow(Follower::open_copied(path)));
     (cpus.collect(), vip.collect())

@@ -5,8 +5,10 @@
 //! perf's readers need (tools/perf/util/ordered-events.c): every record
 //! after FINISHED_ROUND k is no earlier than the latest record before
 //! FINISHED_ROUND k-1. The records go out as runs, a shard's bytes as
-//! they lie in its mapping, not one by one; each record is still walked
-//! once, by its header, for the shard's summary and the build ids.
+//! they lie in its mapping, not one by one; each record is walked once,
+//! by its header, for the shard's summary and the build ids, but for the
+//! runs of samples a follower hops over ([`Follower::hopping`]), taken as
+//! one piece each.
 
 mod looks;
 mod steps;
@@ -14,7 +16,7 @@ mod steps;
 use std::io;
 
 use shardrec_control::fault::Site;
-use shardrec_format::header::RecordHeader;
+use shardrec_format::header::{RecordHeader, RecordType};
 use shardrec_format::layouts::{FieldReader, Layouts};
 use shardrec_shard::merged_prefix::Resume;
 
@@ -55,7 +57,8 @@ const CUT_MARGIN: u64 = 1_000_000;
 const LOOK_MARGIN: u64 = 10_000_000;
 
 /// Where a round's records go. Each record is walked once, as it is
-/// read: the sink takes it then (counts it, watches it for build ids) and
+/// read (but for samples hopped over, which it only counts): the sink
+/// takes it then (counts it, watches it for build ids) and
 /// says how it goes out; when the round writes it out, it goes in a run
 /// of records that go as they lie, or alone, as the sink changed it,
 /// through [`put_changed`](Self::put_changed). (A round cut in steps
@@ -70,6 +73,9 @@ pub trait RoundSink {
     /// or in a copy of its ring), so a sink can write a run from where it
     /// is.
     fn put_runs(&mut self, runs: &[&[u8]]) -> io::Result<()>;
+    /// `samples` samples were hopped over ([`Follower::hopping`]): taken
+    /// unseen, to go out as they lie.
+    fn hopped(&mut self, samples: u64);
     /// A record as [`take`](Self::take) changed it, at its turn.
     fn put_changed(&mut self, changed: &[u8]) -> io::Result<()>;
     /// A FINISHED_ROUND.
@@ -216,6 +222,9 @@ impl Rounds {
         // than this round's: records published since may still be
         // unread, and earlier than this round's latest).
         let large = covered.is_some() && self.records.large();
+        if large {
+            self.time_hopped(layouts);
+        }
         let bound = large.then(|| {
             let latest = self.published_before(self.looks.covered_heads());
             latest.saturating_sub(LOOK_MARGIN)
@@ -282,6 +291,9 @@ impl Rounds {
         // what it held last, but for its lateness.
         let behind = self.followers.iter().filter(|f| f.more_written());
         let bound = behind.map(Follower::time_bound).min().unwrap_or(u64::MAX);
+        if self.records.large() {
+            self.time_hopped(layouts);
+        }
         let records = self.write_out(Some(bound), sink)?;
         // Looks taken while recording that the output has not covered yet
         // end rounds as it does (the side band, its VIP done and its shard
@@ -448,7 +460,18 @@ impl Rounds {
         self.followers.iter_mut().for_each(Follower::forget_copy);
         self.copies.clear();
         self.release_behind(self.records.bytes);
-        Ok(self.records.took.len() as u64)
+        Ok(self.records.records)
+    }
+
+    /// A round that goes out in steps needs each record's time: its runs
+    /// of samples hopped over are taken apart and timed.
+    fn time_hopped(&mut self, layouts: &Layouts) {
+        let mut fields = FieldReader::new(layouts);
+        let (followers, copies) = (&self.followers, &self.copies[..]);
+        self.records.time_hopped(
+            |took| followers[took.follower as usize].record(took.offset, took.len as usize, copies),
+            |sample| fields.time(sample, RecordType::SAMPLE).unwrap_or(0),
+        );
     }
 
     /// Hands `runs` to `sink` from where the followers hold them: those

@@ -18,6 +18,7 @@
 use std::ops::Range;
 
 use super::{Going, RoundSink};
+use crate::live::follow::{Hopped, Take};
 
 /// Record bytes a round, or a step of one, aims at with one or two
 /// shards holding records. A reader holds about two rounds in its
@@ -55,6 +56,9 @@ pub struct Took {
     pub copied: bool,
     /// How it goes out ([`super::RoundSink::take`]).
     pub out: Out,
+    /// Whether it is a run of samples hopped over by their headers, not
+    /// one record: its time is the last one's.
+    pub hopped: bool,
 }
 
 /// How a record a round took goes out.
@@ -90,6 +94,9 @@ impl Took {
 #[derive(Default)]
 pub struct RoundRecords {
     pub took: Vec<Took>,
+    /// Records taken: those in [`took`](Self::took), each run of samples
+    /// hopped over counted by its samples.
+    pub records: u64,
     pub bytes: u64,
     /// The followers the round took records from.
     pub busy: usize,
@@ -115,34 +122,56 @@ impl RoundRecords {
 
     /// What takes follower `follower`'s records (`copied`: from a copy of
     /// its ring) as they are read, handing each to `sink` as well.
-    pub fn taker<'s>(
+    pub fn taker<'s, S: RoundSink>(
         &'s mut self,
         follower: usize,
         copied: bool,
-        sink: &'s mut impl RoundSink,
-    ) -> impl FnMut(u64, u64, &[u8]) + 's {
-        move |offset, time, bytes| {
-            self.bytes += bytes.len() as u64;
-            self.took.push(Took {
-                offset,
-                time,
-                follower: follower as u32,
-                len: bytes.len() as u32,
-                copied,
-                out: match sink.take(bytes) {
-                    Going::AsIs => Out::AsIs,
-                    Going::Changed(record) => {
-                        self.changed.push(record);
-                        Out::Changed(self.changed.len() as u32 - 1)
-                    }
-                    Going::Dropped => Out::Dropped,
-                },
-            });
+        sink: &'s mut S,
+    ) -> Taker<'s, S> {
+        Taker {
+            records: self,
+            follower: follower as u32,
+            copied,
+            sink,
         }
+    }
+
+    /// Each run of samples hopped over ([`Took::hopped`]) taken apart
+    /// into its samples, each timed by `time`, where `bytes` finds a
+    /// run: a round cut in steps needs every record's time.
+    pub fn time_hopped<'b>(
+        &mut self,
+        bytes: impl Fn(&Took) -> &'b [u8],
+        mut time: impl FnMut(&[u8]) -> u64,
+    ) {
+        if !self.took.iter().any(|t| t.hopped) {
+            return;
+        }
+        let mut timed = Vec::with_capacity(self.took.len());
+        for took in &self.took {
+            if !took.hopped {
+                timed.push(*took);
+                continue;
+            }
+            let mut offset = took.offset;
+            for record in super::records_of(bytes(took)) {
+                let len = record.len() as u32;
+                timed.push(Took {
+                    offset,
+                    time: time(record),
+                    len,
+                    hopped: false,
+                    ..*took
+                });
+                offset += u64::from(len);
+            }
+        }
+        self.took = timed;
     }
 
     pub fn clear(&mut self) {
         self.took.clear();
+        self.records = 0;
         self.changed.clear();
         self.bytes = 0;
         self.busy = 0;
@@ -229,6 +258,50 @@ impl RoundRecords {
             }
             range.start += within;
         }
+    }
+}
+
+/// Takes one follower's records into a round's ([`RoundRecords::taker`]).
+pub struct Taker<'s, S> {
+    records: &'s mut RoundRecords,
+    follower: u32,
+    copied: bool,
+    sink: &'s mut S,
+}
+
+impl<S: RoundSink> Take for Taker<'_, S> {
+    fn record(&mut self, offset: u64, time: u64, bytes: &[u8]) {
+        let out = match self.sink.take(bytes) {
+            Going::AsIs => Out::AsIs,
+            Going::Changed(record) => {
+                self.records.changed.push(record);
+                Out::Changed(self.records.changed.len() as u32 - 1)
+            }
+            Going::Dropped => Out::Dropped,
+        };
+        self.push(offset, time, bytes, out, 1);
+    }
+
+    fn samples(&mut self, offset: u64, hopped: Hopped, bytes: &[u8]) {
+        self.sink.hopped(hopped.samples);
+        self.push(offset, hopped.last, bytes, Out::AsIs, hopped.samples);
+    }
+}
+
+impl<S> Taker<'_, S> {
+    fn push(&mut self, offset: u64, time: u64, bytes: &[u8], out: Out, records: u64) {
+        self.records.bytes += bytes.len() as u64;
+        self.records.records += records;
+        self.records.took.push(Took {
+            offset,
+            time,
+            follower: self.follower,
+            len: bytes.len() as u32,
+            copied: self.copied,
+            out,
+            // A run of one sample is timed by it.
+            hopped: records > 1,
+        });
     }
 }
 

@@ -6,10 +6,11 @@
 use std::io::{self, Write};
 use std::path::PathBuf;
 
+use shardrec_format::header::RecordHeader;
 use shardrec_format::header::RecordType;
 use shardrec_format::layouts::Layouts;
 use shardrec_format::records::comm;
-use shardrec_format::sample_id::{IDENTIFIER, TID, TIME};
+use shardrec_format::sample_id::{ADDR, IDENTIFIER, PERIOD, TID, TIME};
 use shardrec_format::views::Comm;
 use shardrec_format::{SampleId, SampleIdLayout};
 
@@ -19,13 +20,17 @@ use crate::live::follow::Follower;
 const ID: u64 = 7;
 const MS: u64 = 1_000_000;
 
+/// The event's `sample_type`: its samples are 48 bytes long, as its
+/// COMM records are.
+const SAMPLE_TYPE: u64 = IDENTIFIER | TID | TIME | ADDR | PERIOD;
+
 fn layouts() -> Layouts {
-    Layouts::from([(ID, SampleIdLayout::new(IDENTIFIER | TID | TIME))])
+    Layouts::from([(ID, SampleIdLayout::new(SAMPLE_TYPE))])
 }
 
 /// A COMM record of task `tid` at `time`.
 fn record(time: u64, tid: u32) -> Vec<u8> {
-    let layout = SampleIdLayout::new(IDENTIFIER | TID | TIME);
+    let layout = SampleIdLayout::new(SAMPLE_TYPE);
     let sample_id = SampleId {
         pid: 1,
         tid,
@@ -36,6 +41,26 @@ fn record(time: u64, tid: u32) -> Vec<u8> {
     comm(1, tid, b"task", 0)
         .finish(&layout, &sample_id)
         .unwrap()
+}
+
+/// A sample of task `tid` at `time`, of event `id`.
+fn sample_of(id: u64, time: u64, tid: u32) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    RecordHeader {
+        type_: RecordType::SAMPLE,
+        misc: 0,
+        size: 48,
+    }
+    .write_to(&mut bytes);
+    for field in [id, u64::from(tid) << 32 | 1, time, 0xdead_0000, 1] {
+        bytes.extend_from_slice(&field.to_ne_bytes());
+    }
+    bytes
+}
+
+/// A sample of task `tid` at `time`.
+fn sample(time: u64, tid: u32) -> Vec<u8> {
+    sample_of(ID, time, tid)
 }
 
 /// Shard files in a directory of the test's own, removed on drop.
@@ -75,6 +100,12 @@ impl Shards {
         let followers = (0..count).map(|i| Follower::open(&self.path(i))).collect();
         Rounds::new(followers, Vec::new())
     }
+
+    /// [`rounds`](Self::rounds) hopping over runs of samples.
+    fn hopping(&self, count: usize) -> Rounds {
+        let follow = |i| Follower::open(&self.path(i)).unindexed().hopping();
+        Rounds::new((0..count).map(follow).collect(), Vec::new())
+    }
 }
 
 impl Drop for Shards {
@@ -89,6 +120,8 @@ struct Out {
     went: Vec<Option<(u64, u32)>>,
     /// The runs handed over.
     runs: usize,
+    /// The samples hopped over.
+    hopped: u64,
 }
 
 impl RoundSink for Out {
@@ -99,12 +132,19 @@ impl RoundSink for Out {
     fn put_runs(&mut self, runs: &[&[u8]]) -> io::Result<()> {
         self.runs += runs.len();
         for record in runs.iter().flat_map(|run| records_of(run)) {
-            let tid = Comm::parse(record).unwrap().tid;
-            let layout = SampleIdLayout::new(IDENTIFIER | TID | TIME);
-            let time = layout.parse(record, RecordType::COMM).unwrap().time;
-            self.went.push(Some((time, tid)));
+            let type_ = RecordHeader::parse(record).unwrap().type_;
+            let layout = SampleIdLayout::new(SAMPLE_TYPE);
+            let id = layout.parse(record, type_).unwrap();
+            if type_ == RecordType::COMM {
+                assert_eq!(Comm::parse(record).unwrap().tid, id.tid);
+            }
+            self.went.push(Some((id.time, id.tid)));
         }
         Ok(())
+    }
+
+    fn hopped(&mut self, samples: u64) {
+        self.hopped += samples;
     }
 
     fn put_changed(&mut self, _: &[u8]) -> io::Result<()> {
@@ -163,6 +203,10 @@ fn round_copying(
 
 fn shard_bytes(times: &[u64], tid: u32) -> Vec<u8> {
     times.iter().flat_map(|&t| record(t, tid)).collect()
+}
+
+fn samples(times: &[u64], tid: u32) -> Vec<u8> {
+    times.iter().flat_map(|&t| sample(t, tid)).collect()
 }
 
 #[test]
@@ -344,10 +388,19 @@ fn assert_rounds_small(went: &[Option<(u64, u32)>]) {
 /// `count` records of task `tid`, `apart` ns apart from `from`, every
 /// seventh a little late (as an interrupt's sample written first).
 fn storm(from: u64, apart: u64, count: u64, tid: u32) -> Vec<u8> {
-    let times: Vec<u64> = (0..count)
+    shard_bytes(&storm_times(from, apart, count), tid)
+}
+
+/// [`storm`]'s times.
+fn storm_times(from: u64, apart: u64, count: u64) -> Vec<u64> {
+    (0..count)
         .map(|i| from + i * apart - if i % 7 == 3 { apart / 2 } else { 0 })
-        .collect();
-    shard_bytes(&times, tid)
+        .collect()
+}
+
+/// [`storm`] of samples.
+fn sample_storm(from: u64, apart: u64, count: u64, tid: u32) -> Vec<u8> {
+    samples(&storm_times(from, apart, count), tid)
 }
 
 #[test]
@@ -441,6 +494,91 @@ fn steps_keep_before_the_look_that_was_covered_not_the_latest_one() {
     assert_eq!(out.records().len(), 32_003);
     assert_eq!(perfs_out_of_order(&out.went), 0);
     assert_eq!(rounds.late, 0);
+}
+
+#[test]
+fn samples_are_hopped_over_counted_timed_and_go_out_as_they_lie() {
+    let shards = Shards::new("hop", 2);
+    let mut rounds = shards.hopping(2);
+    let mut out = Out::default();
+    let shard = [
+        samples(&[100 * MS, 200 * MS], 1),
+        shard_bytes(&[250 * MS], 1),
+        samples(&[300 * MS, 90 * MS, 310 * MS], 1),
+    ];
+    shards.append(0, &shard.concat());
+    shards.append(1, &samples(&[150 * MS], 2));
+    round(&mut rounds, &shards, &[None, None], &mut out);
+    assert_eq!(
+        out.records(),
+        [
+            (100 * MS, 1),
+            (200 * MS, 1),
+            (250 * MS, 1),
+            (300 * MS, 1),
+            (90 * MS, 1),
+            (310 * MS, 1),
+            (150 * MS, 2)
+        ]
+    );
+    assert_eq!(out.hopped, 6, "every sample hopped over, the COMM walked");
+    assert_eq!(out.runs, 2, "one run per shard");
+    let summary = &rounds.followers[0].summary;
+    assert_eq!((summary.samples(), summary.records()), (5, 6));
+    assert_eq!(
+        (summary.first_sample, summary.last_sample),
+        (100 * MS, 310 * MS)
+    );
+    assert_eq!(
+        (summary.first_time, summary.last_time),
+        (100 * MS, 310 * MS)
+    );
+    assert_eq!(rounds.latest(), 310 * MS);
+    assert_eq!((rounds.rounds, rounds.late), (1, 0));
+}
+
+#[test]
+fn a_large_round_of_samples_hopped_over_is_timed_and_goes_out_in_steps() {
+    let shards = Shards::new("hop-steps", 3);
+    let mut rounds = shards.hopping(3);
+    let mut out = Out::default();
+    shards.append(0, &sample_storm(MS, 30_000, 16_000, 1));
+    shards.append(1, &sample_storm(MS + 7_000, 50_000, 16_000, 2));
+    shards.append(2, &sample_storm(300 * MS, 100 * MS, 5, 3));
+    round(&mut rounds, &shards, &[None, None, None], &mut out);
+    assert_eq!(out.records().len(), 32_005);
+    assert_eq!(out.hopped, 32_005);
+    assert_eq!(perfs_out_of_order(&out.went), 0);
+    assert_eq!(rounds.late, 0);
+    assert!(rounds.rounds >= 8, "{} rounds", rounds.rounds);
+    assert_rounds_small(&out.went);
+    assert!(rounds.at_round_end());
+}
+
+#[test]
+fn the_end_of_samples_hopped_over_goes_out_in_steps() {
+    let shards = Shards::new("hop-end", 2);
+    let mut rounds = shards.hopping(2);
+    let mut out = Out::default();
+    shards.append(0, &sample_storm(MS, 20_000, 40_000, 1));
+    shards.append(1, &sample_storm(MS, 90_000, 9_000, 2));
+    rounds.drain(&layouts(), &mut out).unwrap();
+    assert_eq!(out.records().len(), 49_000);
+    assert_eq!(perfs_out_of_order(&out.went), 0);
+    assert_rounds_small(&out.went);
+}
+
+#[test]
+fn a_run_of_samples_that_ends_in_one_of_no_event_is_walked_to_its_damage() {
+    let shards = Shards::new("hop-damage", 1);
+    let mut rounds = shards.hopping(1);
+    let mut out = Out::default();
+    let bytes = [samples(&[MS, 2 * MS], 1), sample_of(99, 3 * MS, 1)].concat();
+    shards.append(0, &bytes);
+    rounds.drain(&layouts(), &mut out).unwrap();
+    assert_eq!(out.records(), [(MS, 1), (2 * MS, 1)]);
+    let damage = rounds.followers[0].summary.damage.clone().expect("damage");
+    assert_eq!((damage.offset, damage.dropped), (96, 48));
 }
 
 #[test]
