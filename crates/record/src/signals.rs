@@ -57,12 +57,12 @@ impl Signals {
         Ok(Signals { fd })
     }
 
-    /// Waits up to `timeout_ms` for a signal, for `control` to be
-    /// readable, or for one of the `--switch-output-event` events in
-    /// `switch_events` to report.
+    /// Waits up to `timeout_ms` (`None`: for as long as it takes) for a
+    /// signal, for `control` to be readable, or for one of the
+    /// `--switch-output-event` events in `switch_events` to report.
     pub fn wait(
         &mut self,
-        timeout_ms: u16,
+        timeout_ms: Option<u16>,
         control: Option<BorrowedFd<'_>>,
         switch_events: &[BorrowedFd<'_>],
     ) -> Result<Wake, RecordError> {
@@ -89,7 +89,8 @@ impl Signals {
                     .map(|&fd| PollFd::new(fd, PollFlags::POLLIN)),
             );
             let ready = |fd: &PollFd| fd.revents().is_some_and(|r| !r.is_empty());
-            match poll(&mut fds, PollTimeout::from(timeout_ms)) {
+            let timeout = timeout_ms.map_or(PollTimeout::NONE, PollTimeout::from);
+            match poll(&mut fds, timeout) {
                 Ok(0) => return Ok(Wake::Timeout),
                 Ok(_) if control.is_some() && ready(&fds[1]) => return Ok(Wake::Control),
                 Ok(_) if fds[first_event..].iter().any(ready) => return Ok(Wake::SwitchEvent),

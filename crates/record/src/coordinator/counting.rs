@@ -73,6 +73,11 @@ impl Counting {
         }
     }
 
+    /// Whether a `-D MSECS` delay is still to pass.
+    pub(super) fn delayed(&self) -> bool {
+        self.enable_at.is_some()
+    }
+
     /// Enables the events once a `-D MSECS` delay has passed.
     pub(super) fn count_when_due(&mut self, plan: &Plan, pool: &WriterPool) {
         if self.enable_at.is_some_and(|at| Instant::now() >= at) {

@@ -258,6 +258,12 @@ impl RecordingOutput {
         windows.or(self.live.as_ref().map(|l| l.pid))
     }
 
+    /// Whether the output needs the coordinator to look at it now and
+    /// then: for `--max-size`, and for `--switch-output`'s windows.
+    pub(super) fn needs_ticks(&self) -> bool {
+        self.max_size.is_some() || self.windows.is_some()
+    }
+
     /// The longest the coordinator may sleep for the output's sake, if
     /// shorter than `tick`.
     pub(super) fn tick_ms(&self, tick: u16) -> u16 {

@@ -32,7 +32,7 @@ impl Recording<'_> {
                 vip_told = true;
                 continue;
             }
-            match signals.wait(1000, None, &[])? {
+            match signals.wait(Some(1000), None, &[])? {
                 Wake::Stop(_) => self.send_all(Command::Quit),
                 Wake::Child => {
                     self.reap_children();

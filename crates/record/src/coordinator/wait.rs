@@ -20,7 +20,7 @@ impl Recording<'_> {
         signals: &mut Signals,
     ) -> Result<(StopReason, Option<RecordError>), RecordError> {
         loop {
-            let tick = self.counting.tick_ms(self.output.tick_ms(TICK_MS));
+            let tick = self.tick_ms();
             let switch_events = self
                 .switch_trigger
                 .as_mut()
@@ -67,6 +67,23 @@ impl Recording<'_> {
                 }
             }
         }
+    }
+
+    /// How long the wait may sleep before it looks again: for as long as
+    /// it takes (`None`) when only a signal, a `--control` command or a
+    /// helper's end can move the recording on, as perf record's poll
+    /// waits; else up to a tick, or less where a `-D` delay, `--max-size`
+    /// or a window's end comes sooner. A tick every 250 ms was a fifth of
+    /// the coordinator's samples in a 16-vCPU guest.
+    fn tick_ms(&self) -> Option<u16> {
+        let tick = self.counting.tick_ms(self.output.tick_ms(TICK_MS));
+        // Quiet rings are flushed where the merger does not read them
+        // first; `-p`'s targets are looked for.
+        let ticks = self.counting.delayed()
+            || self.output.needs_ticks()
+            || !self.output.merger_reading_first()
+            || matches!(self.plan.scope, Scope::Threads(_));
+        ticks.then_some(tick)
     }
 
     /// Carries out the commands on `--control`; true when one is `stop`.
