@@ -485,6 +485,22 @@ fn every_bpf_program_of_the_workload_is_seen() {
     );
     assert_eq!(bpf.missed, 0, "programs missed");
     assert!(bpf.captured_in_kernel >= guest.progs, "{bpf:?}");
+    // Every program captured has its info in the header: those the
+    // capture program read are put together by the merge from the records
+    // the VIP wrote as they came.
+    let merged = guest.text("merge.stderr");
+    let in_header = merged
+        .lines()
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix("BPF programs with info in the header: ")
+        })
+        .and_then(|n| n.trim().parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("no count of BPF programs in the header in {merged}"));
+    assert!(
+        in_header >= bpf.captured,
+        "{in_header} in the header: {bpf:?}"
+    );
     eprintln!(
         "BPF capture in the guest: {} of {} programs loaded while recording, as they loaded",
         bpf.captured_in_kernel, bpf.loaded

@@ -59,6 +59,12 @@ fn print_damage(report: &MergeReport) {
             report.bpf_torn_bytes
         );
     }
+    if report.bpf_broken > 0 {
+        eprintln!(
+            "shardrec: warning: the bpf file holds {} programs whose capture does not add up: their info is not in perf.data",
+            report.bpf_broken
+        );
+    }
     for (name, damage) in &report.damage {
         let what = if damage.offset == 0 {
             "error"

@@ -16,16 +16,12 @@ use std::time::Duration;
 use shardrec_bpf::capture::{Capture, Hook};
 use shardrec_bpf::off_cpu::{OffCpu, Settings};
 use shardrec_perfdata::bpf_info::bpil;
+use shardrec_sys::bpf::captured::RecordedProgram;
 use shardrec_sys::bpf::{self, test_programs, BpilArray, ProgInfo};
 
 /// What perf.data keeps of a program: its `perf_bpil` block and its BTF.
 fn as_perf_keeps(info: &ProgInfo) -> (Vec<u8>, Option<Vec<u8>>) {
-    let arrays: Vec<(u32, &[u8])> = info
-        .arrays
-        .iter()
-        .map(|(array, bytes)| (array.bit(), &bytes[..]))
-        .collect();
-    (bpil(&info.info, &arrays), info.btf.clone())
+    (bpil(&info.info, &info.arrays_by_bit()), info.btf.clone())
 }
 
 #[test]
@@ -109,10 +105,11 @@ fn check(capture: &mut Capture<'_>) {
     capture.drain(Duration::from_millis(100)).unwrap();
     let captured = capture.captured();
     for (id, name, functions) in &ids {
-        let program = captured
+        let recorded = captured
             .programs
             .get(id)
             .unwrap_or_else(|| panic!("program {id} ({name}) was not captured"));
+        let program = &recorded.program;
         assert_eq!(program.loaded.name, *name);
         assert_eq!(program.loaded.functions.len(), *functions, "{program:?}");
         assert!(program.is_whole(), "{program:?}");
@@ -122,15 +119,20 @@ fn check(capture: &mut Capture<'_>) {
     let switch = captured
         .programs
         .values()
-        .find(|p| p.loaded.name == "off_cpu_switch")
+        .find(|p| p.program.loaded.name == "off_cpu_switch")
         .expect("the off-CPU program captured");
-    for id in [kept_id, switch.loaded.id] {
-        let program = &captured.programs[&id];
+    let switch_id = switch.program.loaded.id;
+    for id in [kept_id, switch_id] {
+        // Put together from the records as they came, as the merge does.
+        let records = &captured.programs[&id].records;
+        let program = RecordedProgram::assemble(records).expect("whole records");
         let syscall = bpf::capture_prog(id).unwrap().expect("a kept program");
+        let name = program.loaded.name.clone();
+        let image = program.image();
         let loaded = (program.clone().into_loaded()).unwrap_or_else(|| panic!("{program:?}"));
         let mut in_kernel = ProgInfo::from_loaded(loaded).unwrap();
-        assert_eq!(program.image(), syscall.array(BpilArray::JitedInsns));
-        if id == switch.loaded.id {
+        assert_eq!(image, syscall.array(BpilArray::JitedInsns));
+        if id == switch_id {
             assert!(!syscall.array(BpilArray::LineInfo).is_empty(), "line info");
         }
         // A BTF object comes once, with the first program that has it.
@@ -140,8 +142,7 @@ fn check(capture: &mut Capture<'_>) {
         assert_eq!(
             as_perf_keeps(&in_kernel),
             as_perf_keeps(&syscall),
-            "program {id} ({}): in the kernel {in_kernel:?}, by bpf(2) {syscall:?}",
-            program.loaded.name
+            "program {id} ({name}): in the kernel {in_kernel:?}, by bpf(2) {syscall:?}"
         );
     }
     drop(off_cpu);

@@ -4,10 +4,12 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use shardrec_perfdata::bpf_info::{
-    bpf_btf_feature, bpf_btf_pieces, bpf_prog_info_feature, bpf_prog_info_pieces,
+    bpf_btf_feature, bpf_btf_pieces, bpf_prog_info_feature, bpf_prog_info_pieces, bpil,
 };
 use shardrec_perfdata::feature::Feature;
 use shardrec_shard::bpf_file::{self, BpfEntry};
+use shardrec_sys::bpf::captured::RecordedProgram;
+use shardrec_sys::bpf::ProgInfo;
 
 use crate::MergeError;
 
@@ -20,6 +22,8 @@ pub struct Captured {
     pub btfs: BTreeMap<u32, Vec<u8>>,
     /// Bytes after the last whole entry (a recording cut short).
     pub torn_bytes: usize,
+    /// Programs whose records, as the VIP wrote them, made no program.
+    pub broken: usize,
 }
 
 /// Reads the `bpf` file; a recording without one captured nothing.
@@ -48,9 +52,27 @@ pub fn read(path: &Path) -> Result<Captured, MergeError> {
             BpfEntry::Btf { id, data } => {
                 captured.btfs.insert(id, data);
             }
+            BpfEntry::Recorded { id, records } => match put_together(&records) {
+                Some(info) => {
+                    let bpil = bpil(&info.info, &info.arrays_by_bit());
+                    captured.programs.insert(id, bpil);
+                    if let Some(btf) = info.btf.filter(|_| info.btf_id != 0) {
+                        captured.btfs.entry(info.btf_id).or_insert(btf);
+                    }
+                }
+                None => captured.broken += 1,
+            },
         }
     }
     Ok(captured)
+}
+
+/// A program's info put together from the capture program's records of
+/// it, as the VIP wrote them when it loaded; `None` if they do not add
+/// up to one (the VIP writes only whole programs).
+fn put_together(records: &[u8]) -> Option<ProgInfo> {
+    let loaded = RecordedProgram::assemble(records)?.into_loaded()?;
+    ProgInfo::from_loaded(loaded).ok()
 }
 
 /// BTF objects by id.

@@ -372,6 +372,7 @@ impl Ending<'_> {
         report.meta_damage = self.meta_damage;
         report.bpf_programs = self.bpf.programs.len();
         report.bpf_torn_bytes = self.bpf.torn_bytes;
+        report.bpf_broken = self.bpf.broken;
         report
     }
 }

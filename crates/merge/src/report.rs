@@ -51,6 +51,8 @@ pub struct MergeReport {
     pub bpf_programs: usize,
     /// Bytes after the last whole entry of the `bpf` file.
     pub bpf_torn_bytes: usize,
+    /// Programs of the `bpf` file whose capture records made no program.
+    pub bpf_broken: usize,
     /// Time taken.
     pub elapsed: Duration,
     /// Threads that merged.

@@ -34,6 +34,17 @@ pub enum BpfEntry {
         #[serde(with = "bytes")]
         data: Vec<u8>,
     },
+    /// A program as the in-kernel capture wrote it when it loaded: its
+    /// ring records, each framed by its length, which the merge puts
+    /// together (`shardrec_sys::bpf::captured`), its BTF among them if it
+    /// came with it.
+    Recorded {
+        /// Program id.
+        id: u32,
+        /// The records.
+        #[serde(with = "bytes")]
+        records: Vec<u8>,
+    },
 }
 
 /// A `Vec<u8>` as one MessagePack `bin`, read back from a `bin` or from

@@ -23,6 +23,7 @@
 //! ```
 
 mod btf;
+pub mod captured;
 mod hash_map;
 mod info;
 pub mod insn;
@@ -97,6 +98,15 @@ impl ProgInfo {
             .iter()
             .find(|(array, _)| *array == which)
             .map_or(&[], |(_, bytes)| bytes)
+    }
+
+    /// Every captured array with its bit in `perf_bpil`'s `arrays` mask,
+    /// as perf.data's HEADER_BPF_PROG_INFO takes them.
+    pub fn arrays_by_bit(&self) -> Vec<(u32, &[u8])> {
+        let arrays = self.arrays.iter();
+        arrays
+            .map(|(array, bytes)| (array.bit(), &bytes[..]))
+            .collect()
     }
 }
 

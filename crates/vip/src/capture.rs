@@ -5,7 +5,8 @@ use std::io::{self, Write};
 
 use shardrec_perfdata::bpf_info::bpil;
 use shardrec_shard::bpf_file::{self, BpfEntry};
-use shardrec_sys::bpf::{self, CaptureScratch, HeldProg, LoadedProg, ProgInfo};
+use shardrec_sys::bpf::captured::RecordedProgram;
+use shardrec_sys::bpf::{self, CaptureScratch, HeldProg, ProgInfo};
 
 /// Captures programs into a `bpf` file.
 pub struct Capturer<W: Write> {
@@ -78,33 +79,37 @@ impl<W: Write> Capturer<W> {
         Ok(info)
     }
 
-    /// Captures program `prog`, which the kernel capture read as it
-    /// loaded (once: a program seen before is skipped). Its BTF, when it
-    /// did not come with it (another program brought it first), is read
-    /// through bpf(2) if not captured yet.
-    pub fn capture_loaded(&mut self, prog: LoadedProg) -> io::Result<()> {
-        if !self.programs.insert(prog.id) {
+    /// Writes program `recorded`, which the kernel capture read whole as
+    /// it loaded (once: a program seen before is skipped), as its records
+    /// came: the merge puts them together. Its BTF, when it did not come
+    /// with it (another program brought it first), is read through bpf(2)
+    /// if not captured yet.
+    pub fn capture_recorded(&mut self, recorded: RecordedProgram) -> io::Result<()> {
+        let (id, btf_id) = (recorded.program.loaded.id, recorded.program.loaded.btf_id);
+        if !self.programs.insert(id) {
             return Ok(());
         }
-        let mut info = ProgInfo::from_loaded(prog)?;
-        if info.btf.is_none() && info.btf_id != 0 && !self.btfs.contains(&info.btf_id) {
-            info.btf = bpf::btf_data(info.btf_id)?;
+        let entry = BpfEntry::Recorded {
+            id,
+            records: recorded.records,
+        };
+        bpf_file::append(&mut self.out, &entry)?;
+        let new_btf = btf_id != 0 && self.btfs.insert(btf_id);
+        if new_btf && !recorded.program.has_btf() {
+            if let Some(data) = bpf::btf_data(btf_id)? {
+                bpf_file::append(&mut self.out, &BpfEntry::Btf { id: btf_id, data })?;
+            }
         }
-        self.write(&info)?;
+        self.captured += 1;
         self.captured_in_kernel += 1;
         Ok(())
     }
 
     /// Writes a captured program's entry, and its BTF's if new.
     fn write(&mut self, info: &ProgInfo) -> io::Result<()> {
-        let arrays: Vec<(u32, &[u8])> = info
-            .arrays
-            .iter()
-            .map(|(kind, data)| (kind.bit(), &data[..]))
-            .collect();
         let entry = BpfEntry::Program {
             id: info.id,
-            bpil: bpil(&info.info, &arrays),
+            bpil: bpil(&info.info, &info.arrays_by_bit()),
             btf_id: info.btf_id,
         };
         bpf_file::append(&mut self.out, &entry)?;

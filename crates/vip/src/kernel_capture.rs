@@ -13,7 +13,7 @@ use std::time::Duration;
 use shardrec_bpf::capture::{Capture, Hook, NotAttached};
 use shardrec_bpf::OpenObject;
 use shardrec_control::CaptureHook;
-use shardrec_sys::bpf::LoadedProg;
+use shardrec_sys::bpf::captured::RecordedProgram;
 
 /// Programs kept whose PROG_LOAD has not been read: beyond this, the
 /// oldest go (their loads were before the side band's, or lost).
@@ -77,9 +77,9 @@ impl<'obj> KernelCapture<'obj> {
         Ok(())
     }
 
-    /// Program `id` as it loaded, if [`KernelCapture::collect`] found it
-    /// whole.
-    pub fn take(&mut self, id: u32) -> Option<LoadedProg> {
-        self.capture.take(id)?.into_loaded()
+    /// Program `id`'s records as it loaded, if [`KernelCapture::collect`]
+    /// found it whole.
+    pub fn take(&mut self, id: u32) -> Option<RecordedProgram> {
+        self.capture.take(id).filter(|r| r.program.is_whole())
     }
 }
