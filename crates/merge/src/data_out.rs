@@ -277,7 +277,7 @@ impl<'a, S: RecordSink> RecordWriter<'a, S> {
     }
 
     /// Records not watched for the binaries they hit: the output is
-    /// walked for those after the fact (`walk_output`), as perf record
+    /// walked for those behind it (`live::hits_walk`), as perf record
     /// marks them at its end.
     pub fn unwatched(mut self) -> Self {
         self.watch = false;

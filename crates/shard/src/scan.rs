@@ -405,31 +405,35 @@ impl ShardSummary {
         debug_assert!(self.unindexed, "a hop leaves no index");
         self.valid_len = end;
         self.by_type.add(RecordType::SAMPLE, samples);
-        self.first_sample = min_nonzero(self.first_sample, first);
-        self.last_sample = self.last_sample.max(last);
-        if first < self.last_time {
-            self.lateness = self.lateness.max(self.last_time - first);
-        }
-        self.first_time = min_nonzero(self.first_time, first);
-        self.last_time = self.last_time.max(last);
+        self.samples_span(first, last);
+        self.span(first, last);
     }
 
     fn add(&mut self, type_: RecordType, record: &[u8], time: u64) {
         self.by_type.add(type_, 1);
         match type_ {
-            RecordType::SAMPLE => {
-                self.first_sample = min_nonzero(self.first_sample, time);
-                self.last_sample = self.last_sample.max(time);
-            }
+            RecordType::SAMPLE => self.samples_span(time, time),
             RecordType::LOST => self.lost += lost_count(type_, record).unwrap_or(0),
             RecordType::LOST_SAMPLES => self.lost_samples += lost_count(type_, record).unwrap_or(0),
             _ => {}
         }
-        if time < self.last_time {
-            self.lateness = self.lateness.max(self.last_time - time);
+        self.span(time, time);
+    }
+
+    /// Samples from time `first` to `last` were read.
+    fn samples_span(&mut self, first: u64, last: u64) {
+        self.first_sample = min_nonzero(self.first_sample, first);
+        self.last_sample = self.last_sample.max(last);
+    }
+
+    /// Records from time `first` to `last` were read next: lateness is
+    /// what `first` is earlier than what came before.
+    fn span(&mut self, first: u64, last: u64) {
+        if first < self.last_time {
+            self.lateness = self.lateness.max(self.last_time - first);
         }
-        self.first_time = min_nonzero(self.first_time, time);
-        self.last_time = self.last_time.max(time);
+        self.first_time = min_nonzero(self.first_time, first);
+        self.last_time = self.last_time.max(last);
     }
 }
 
