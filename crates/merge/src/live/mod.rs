@@ -358,8 +358,8 @@ impl<'a> LiveMerge<'a> {
 
 impl LiveMerge<'_> {
     /// Where samples are hopped over, walks the output for the binaries
-    /// they hit: to its end at the stop (`whole`), and while recording
-    /// only once it is further ahead than the stop may walk
+    /// they hit: to its end at the stop (`whole`), and while recording a
+    /// step of it, only while it is further ahead than the stop may walk
     /// ([`hits_walk`]).
     fn walk_for_hits(&mut self, whole: bool) -> io::Result<()> {
         let Some(walk) = self.hits_walk.as_mut() else {
@@ -373,12 +373,13 @@ impl LiveMerge<'_> {
             return Ok(());
         }
         writer.flush()?;
-        walk.walk(hits_walk::Data {
+        let data = hits_walk::Data {
             file,
             path: &self.output,
             offset: writer.data_offset(),
             size: writer.data_size(),
-        })
+        };
+        walk.walk(data, whole)
     }
 }
 
