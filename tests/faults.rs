@@ -577,10 +577,14 @@ fn a_live_merger_killed_while_recording_is_restarted_and_nothing_is_lost_or_repe
     // in the rings (their tails not moved), which the new one takes again.
     // The 40th round with records comes after a checkpoint: a round aims
     // at 128 KiB, and one comes once a ring holds 2 MiB taken.
-    let scenarios: [(&str, &[&str], &str); 3] = [
+    // With -z, the new merger starts a compressed frame of its own at the
+    // checkpoint, where the dead one's frame ended.
+    let scenarios: [(&str, &[&str], &str); 5] = [
         ("merge.checkpoint=crash@2", &[], "resumed: the first"),
         ("merge.round=crash@40", &[], "resumed: the first"),
         ("merge.round=crash@3", &["--keep-shards"], ""),
+        ("merge.checkpoint=crash@2", &["-z"], "resumed: the first"),
+        ("merge.round=crash@40", &["-z"], "resumed: the first"),
     ];
     for (fault, args, resumed) in scenarios {
         let Some((_serial, scratch)) = recording_test("faults-live-merger") else {
@@ -713,8 +717,18 @@ fn writers_killed_while_they_spill_past_a_stalled_merger_lose_and_repeat_nothing
 /// once the workload is done and the rings are read: `shardrec merge`
 /// completes the merger's output from its last checkpoint with what the
 /// shards hold past it, and perf.data holds every `getppid` once.
+///
+/// With `-z`, the merger's output holds COMPRESSED records up to its
+/// checkpoint, where a frame ends: `shardrec merge` writes the records
+/// they carry.
 #[test]
 fn a_recording_killed_whole_with_sigkill_merges_every_call_once() {
+    for options in [&[][..], &["-z"]] {
+        recording_killed_whole(options);
+    }
+}
+
+fn recording_killed_whole(options: &[&str]) {
     const CALLS: usize = 3000;
     let Some((_serial, scratch)) = recording_test("faults-kill-tree") else {
         return;
@@ -722,6 +736,7 @@ fn a_recording_killed_whole_with_sigkill_merges_every_call_once() {
     let mut record = shardrec();
     record
         .args(["record", "-q", "-a", "-e", "syscalls:sys_enter_getppid"])
+        .args(options)
         .args(["--call-graph", "dwarf,32768", "-o"])
         .arg(scratch.output())
         .process_group(0);
@@ -746,7 +761,7 @@ fn a_recording_killed_whole_with_sigkill_merges_every_call_once() {
         "a recording killed has no perf.data yet"
     );
     let calls = calls_once_merged(&scratch);
-    assert_eq!(calls, CALLS, "the workload's getppid samples");
+    assert_eq!(calls, CALLS, "the workload's getppid samples {options:?}");
     assert_eq!(processes_naming(&scratch.0), 0, "a process still runs");
 }
 

@@ -187,34 +187,72 @@ impl<S: RecordSink> DataOut<S> {
 
     /// One whole record.
     pub fn record(&mut self, bytes: &[u8]) -> io::Result<()> {
-        if self.compressor.is_none() {
-            return self.sink.put(bytes);
+        match self.compressor {
+            None => self.sink.put(bytes),
+            Some(_) => self.compress_run(bytes),
         }
-        if self.pending.len() + bytes.len() > compressed::MAX_INPUT {
-            self.compress_pending(false)?;
-        }
-        self.pending.extend_from_slice(bytes);
-        Ok(())
     }
 
-    /// Whole records, in order.
+    /// Whole records, in order: each a run of whole records, of any
+    /// length (a ring's bytes as they lie).
     pub fn records(&mut self, records: &[&[u8]]) -> io::Result<()> {
         match self.compressor {
             None => self.sink.put_all(records),
-            Some(_) => records.iter().try_for_each(|record| self.record(record)),
+            Some(_) => records.iter().try_for_each(|run| self.compress_run(run)),
         }
     }
 
-    /// A `PERF_RECORD_FINISHED_ROUND`; `last` when no record follows in
-    /// this sink, which ends the compressed frame.
-    pub fn end_round(&mut self, last: bool) -> io::Result<()> {
-        self.compress_pending(last)?;
+    /// `run` (whole records) into the compressor: small runs gathered, a
+    /// large one compressed where it lies, up to [`compressed::MAX_INPUT`]
+    /// at a time.
+    fn compress_run(&mut self, mut run: &[u8]) -> io::Result<()> {
+        if run.is_empty() {
+            return Ok(());
+        }
+        if self.pending.len() + run.len() > compressed::MAX_INPUT {
+            self.compress_pending(false)?;
+        }
+        while run.len() > compressed::MAX_INPUT {
+            // Validated records are whole; bytes that are not go in
+            // pieces all the same rather than nowhere.
+            let whole = match whole_records_within(run, compressed::MAX_INPUT) {
+                0 => compressed::MAX_INPUT,
+                whole => whole,
+            };
+            self.compress(&run[..whole], false)?;
+            run = &run[whole..];
+        }
+        self.pending.extend_from_slice(run);
+        Ok(())
+    }
+
+    /// Ends the compressed frame, if one is open, with what is gathered:
+    /// the output then reads whole up to here, without what follows (a
+    /// checkpoint's). A frame open holds records gathered and not yet
+    /// compressed: every round ends its frame, and what goes in between
+    /// leaves its last records gathered (perf takes a COMPRESSED record
+    /// that decodes to nothing, a frame's end alone, as broken).
+    pub fn end_frame(&mut self) -> io::Result<()> {
+        self.compress_pending(true)?;
+        match self.compressor.as_ref().is_some_and(|c| c.frame_open()) {
+            true => Err(io::Error::other(
+                "a compressed frame is open with nothing gathered to end it",
+            )),
+            false => Ok(()),
+        }
+    }
+
+    /// A `PERF_RECORD_FINISHED_ROUND`, which ends the compressed frame:
+    /// a live merger is taken up from a checkpoint with a frame of its
+    /// own.
+    pub fn end_round(&mut self) -> io::Result<()> {
+        self.compress_pending(true)?;
         self.sink.put(&marker(RecordType::FINISHED_ROUND))
     }
 
     /// Ends the compressed frame; the sink and what was compressed.
     pub fn finish(mut self) -> io::Result<(S, Totals)> {
-        self.compress_pending(true)?;
+        self.end_frame()?;
         let totals = self
             .compressor
             .as_ref()
@@ -224,17 +262,39 @@ impl<S: RecordSink> DataOut<S> {
     }
 
     fn compress_pending(&mut self, end_frame: bool) -> io::Result<()> {
-        let Some(compressor) = self.compressor.as_mut() else {
-            return Ok(());
-        };
         if self.pending.is_empty() {
             return Ok(());
         }
-        self.scratch.clear();
-        compressor.compress(&self.pending, &mut self.scratch, end_frame)?;
+        let pending = std::mem::take(&mut self.pending);
+        let compressed = self.compress(&pending, end_frame);
+        self.pending = pending;
         self.pending.clear();
+        compressed
+    }
+
+    /// `records` compressed into the sink.
+    fn compress(&mut self, records: &[u8], end_frame: bool) -> io::Result<()> {
+        let Some(compressor) = self.compressor.as_mut() else {
+            return Ok(());
+        };
+        self.scratch.clear();
+        compressor.compress(records, &mut self.scratch, end_frame)?;
         self.sink.put(&self.scratch)
     }
+}
+
+/// The length of the whole records at the start of `run` that fit in
+/// `room` bytes (a record is at most 64 KiB, so most of it).
+fn whole_records_within(run: &[u8], room: usize) -> usize {
+    let mut at = 0;
+    while let Some(header) = RecordHeader::parse(&run[at..]) {
+        let next = at + usize::from(header.size).max(8);
+        if next > room || next > run.len() {
+            break;
+        }
+        at = next;
+    }
+    at
 }
 
 /// A header-only record.
@@ -389,7 +449,7 @@ impl<S: RecordSink> crate::live::RoundSink for RecordWriter<'_, S> {
     }
 
     fn end_round(&mut self) -> io::Result<()> {
-        self.out.end_round(false)
+        self.out.end_round()
     }
 }
 

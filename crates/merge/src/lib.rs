@@ -440,7 +440,9 @@ impl ResumedData {
     ) -> report::ResumedTally<'a> {
         let mut tally = report::ResumedTally::new(layouts);
         // Counting only: it cannot fail.
-        let _ = data_out::RecordSink::put(&mut tally, self.data());
+        let _ = shardrec_perfdata::compressed::each_record(self.data(), |record| {
+            data_out::RecordSink::put(&mut tally, record)
+        });
         tally
     }
 }

@@ -166,7 +166,7 @@ pub fn write_tail<S: RecordSink>(
 ) -> io::Result<(S, u64, Option<FeatureEntry>)> {
     let last_time = shards.iter().map(|s| s.summary.last_time).max();
     let lost_samples = write_lost_samples(meta, last_time.unwrap_or(0), &mut tail)?;
-    tail.end_round(true)?;
+    tail.end_round()?;
     let (sink, tail_totals) = tail.finish()?;
     totals += tail_totals;
     let compressed = level.map(|level| {
@@ -194,25 +194,21 @@ pub fn write_head<S: RecordSink>(
     head.out.record(&marker(RecordType::FINISHED_INIT))
 }
 
-/// The records an interrupted merge wrote, as they are; the kernel's are
-/// watched for the binaries they hit, as every other record merged.
+/// The records an interrupted merge wrote, as they are (those it
+/// compressed, as they were before); the kernel's are watched for the
+/// binaries they hit, as every other record merged.
 pub(crate) fn write_resumed<S: RecordSink>(
     prefix: &[u8],
     out: &mut RecordWriter<'_, S>,
 ) -> io::Result<()> {
-    let mut rest = prefix;
-    while let Some(header) = RecordHeader::parse(rest) {
-        let len = usize::from(header.size);
-        if len < 8 || len > rest.len() {
-            break;
+    // A `-z` merger's COMPRESSED records go out as the records they
+    // carry: counted, watched, and compressed again if this output is.
+    let rest = shardrec_perfdata::compressed::each_record(prefix, |record| {
+        match RecordHeader::parse(record).is_some_and(|h| h.type_.is_kernels()) {
+            true => out.put(record),
+            false => out.out.record(record),
         }
-        let (record, after) = rest.split_at(len);
-        match header.type_.is_kernels() {
-            true => out.put(record)?,
-            false => out.out.record(record)?,
-        }
-        rest = after;
-    }
+    })?;
     match rest.is_empty() {
         true => Ok(()),
         false => Err(io::Error::new(

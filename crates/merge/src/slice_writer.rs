@@ -190,7 +190,7 @@ fn merge_slice<'a, S: RecordSink>(
         let last = records.peek().is_none();
         if owed > 0 && (time >= context.rounds_from || last) {
             for _ in 0..owed {
-                out.out.end_round(last)?;
+                out.out.end_round()?;
             }
             owed = 0;
             context.progress.advance(read - shown);

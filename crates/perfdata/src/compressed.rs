@@ -14,6 +14,7 @@
 
 use std::io;
 
+use shardrec_format::header::{RecordHeader, RecordType};
 use zstd::stream::raw::{InBuffer, Operation, OutBuffer};
 
 use crate::feature::{Feature, FeatureBuf};
@@ -38,6 +39,8 @@ pub struct RecordCompressor {
     bytes_in: u64,
     bytes_out: u64,
     out: Vec<u8>,
+    /// Whether the frame holds records and has not ended.
+    frame_open: bool,
 }
 
 impl RecordCompressor {
@@ -48,13 +51,20 @@ impl RecordCompressor {
             level,
             bytes_in: 0,
             bytes_out: 0,
-            out: vec![0; zstd::zstd_safe::CCtx::out_size()],
+            out: vec![0; MAX_PAYLOAD],
+            frame_open: false,
         })
     }
 
     /// `records` (whole records, at most [`MAX_INPUT`] bytes) as
-    /// COMPRESSED records, appended to `into`.
-    /// With `end_frame`, the frame ends after them.
+    /// COMPRESSED records, appended to `into`; with `end_frame`, the
+    /// frame ends with them.
+    ///
+    /// Each COMPRESSED record holds what the stream gives, flushed, for
+    /// as much input as is sure to fit ([`feed`]): perf
+    /// decodes each record on its own call and takes one that decodes to
+    /// nothing as broken ("Couldn't decompress data"), as a record cut
+    /// inside a block of the stream would.
     pub fn compress(
         &mut self,
         records: &[u8],
@@ -65,37 +75,40 @@ impl RecordCompressor {
             records.len() <= MAX_INPUT,
             "a call compresses at most MAX_INPUT"
         );
-        let mut payload = Vec::new();
-        let mut input = InBuffer::around(records);
-        while input.pos() < records.len() {
-            let mut output = OutBuffer::around(&mut self.out[..]);
-            self.encoder.run(&mut input, &mut output)?;
-            payload.extend_from_slice(output.as_slice());
-        }
+        let mut at = 0;
         loop {
-            let mut output = OutBuffer::around(&mut self.out[..]);
-            let left = match end_frame {
+            let mut output = OutBuffer::around(&mut self.out[..MAX_PAYLOAD]);
+            at += feed(&mut self.encoder, &records[at..], &mut output)?;
+            let all_in = at == records.len();
+            let left = match all_in && end_frame {
                 true => self.encoder.finish(&mut output, true)?,
                 false => self.encoder.flush(&mut output)?,
             };
-            payload.extend_from_slice(output.as_slice());
-            if left == 0 {
+            let payload = output.as_slice();
+            if !payload.is_empty() {
+                let size = (payload.len() + 8) as u16;
+                into.extend_from_slice(&RECORD_COMPRESSED.to_ne_bytes());
+                into.extend_from_slice(&0u16.to_ne_bytes());
+                into.extend_from_slice(&size.to_ne_bytes());
+                into.extend_from_slice(payload);
+                self.bytes_out += u64::from(size);
+            }
+            if all_in && left == 0 {
                 break;
             }
         }
         if end_frame {
             self.encoder.reinit()?;
         }
-        for chunk in payload.chunks(MAX_PAYLOAD) {
-            let size = (chunk.len() + 8) as u16;
-            into.extend_from_slice(&RECORD_COMPRESSED.to_ne_bytes());
-            into.extend_from_slice(&0u16.to_ne_bytes());
-            into.extend_from_slice(&size.to_ne_bytes());
-            into.extend_from_slice(chunk);
-            self.bytes_out += u64::from(size);
-        }
+        self.frame_open = !end_frame && (self.frame_open || !records.is_empty());
         self.bytes_in += records.len() as u64;
         Ok(())
+    }
+
+    /// Whether records went into the frame since it began and it has not
+    /// ended: a reader must then have read it from its start.
+    pub fn frame_open(&self) -> bool {
+        self.frame_open
     }
 
     /// What went in and came out so far.
@@ -105,6 +118,133 @@ impl RecordCompressor {
             bytes_in: self.bytes_in,
             bytes_out: self.bytes_out,
         }
+    }
+}
+
+/// Gives `encoder` as much of `records` as one record's payload is
+/// sure to hold once flushed, whatever the bytes: a piece at a time,
+/// while what it took since the last flush, compressed as badly as
+/// zstd can, still fits in what `output` has left. Returns the bytes
+/// it took.
+fn feed(
+    encoder: &mut zstd::stream::raw::Encoder<'static>,
+    records: &[u8],
+    output: &mut OutBuffer<'_, [u8]>,
+) -> io::Result<usize> {
+    const PIECE: usize = 16 << 10;
+    // zstd's bound (`ZSTD_compressBound`) with room to spare for the
+    // frame's header and end.
+    let worst = |bytes: usize| bytes + (bytes >> 7) + 1024;
+    let mut fed = 0;
+    while fed < records.len() {
+        let piece = (records.len() - fed).min(PIECE);
+        if output.pos() + worst(fed + piece) > MAX_PAYLOAD {
+            break;
+        }
+        let mut input = InBuffer::around(&records[fed..fed + piece]);
+        encoder.run(&mut input, output)?;
+        fed += input.pos();
+        if input.pos() < piece {
+            break;
+        }
+    }
+    Ok(fed)
+}
+
+/// The records in `data` (whole records, as a data section holds them),
+/// each handed to `each`, those COMPRESSED records carry in their place:
+/// their payloads are one zstd stream, frame after frame, and a
+/// record's payload need not end at the end of a record it carries.
+/// Returns the bytes at the end that are no whole record (none, if
+/// `data` is whole).
+pub fn each_record(
+    data: &[u8],
+    mut each: impl FnMut(&[u8]) -> io::Result<()>,
+) -> io::Result<&[u8]> {
+    let mut expander: Option<Expander> = None;
+    let mut rest = data;
+    while let Some(header) = RecordHeader::parse(rest) {
+        let len = usize::from(header.size);
+        if len < 8 || len > rest.len() {
+            break;
+        }
+        let (record, after) = rest.split_at(len);
+        match header.type_ {
+            RecordType::COMPRESSED => {
+                let expander = match expander.as_mut() {
+                    Some(expander) => expander,
+                    None => expander.insert(Expander::new()?),
+                };
+                expander.expand(&record[8..], &mut each)?;
+            }
+            _ => each(record)?,
+        }
+        rest = after;
+    }
+    match expander.is_none_or(|e| e.decoded.is_empty()) {
+        true => Ok(rest),
+        false => Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "COMPRESSED records end inside a record they carry",
+        )),
+    }
+}
+
+/// A zstd stream of COMPRESSED records' payloads, read back.
+struct Expander {
+    decoder: zstd::stream::raw::Decoder<'static>,
+    /// Decoded bytes not yet a whole record.
+    decoded: Vec<u8>,
+    chunk: Vec<u8>,
+}
+
+impl Expander {
+    fn new() -> io::Result<Expander> {
+        Ok(Expander {
+            decoder: zstd::stream::raw::Decoder::new()?,
+            decoded: Vec::new(),
+            chunk: vec![0; zstd::zstd_safe::DCtx::out_size()],
+        })
+    }
+
+    /// Decodes one record's `payload`, handing `each` every record it
+    /// completes.
+    fn expand(
+        &mut self,
+        payload: &[u8],
+        each: &mut impl FnMut(&[u8]) -> io::Result<()>,
+    ) -> io::Result<()> {
+        let mut input = InBuffer::around(payload);
+        loop {
+            let mut output = OutBuffer::around(&mut self.chunk[..]);
+            let left = self.decoder.run(&mut input, &mut output)?;
+            let produced = output.pos();
+            self.decoded.extend_from_slice(&self.chunk[..produced]);
+            if left == 0 {
+                // A frame ended; another may follow.
+                self.decoder.reinit()?;
+            }
+            if input.pos() == payload.len() && produced < self.chunk.len() {
+                break;
+            }
+        }
+        let mut at = 0;
+        while let Some(header) = RecordHeader::parse(&self.decoded[at..]) {
+            let len = usize::from(header.size);
+            if len < 8 {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "a COMPRESSED record carries a record shorter than its header",
+                ));
+            }
+            if at + len > self.decoded.len() {
+                break;
+            }
+            each(&self.decoded[at..at + len])?;
+            at += len;
+        }
+        self.decoded.drain(..at);
+        Ok(())
     }
 }
 
@@ -146,7 +286,6 @@ impl Totals {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use shardrec_format::header::{RecordHeader, RecordType};
 
     #[test]
     fn records_come_back_whole_from_one_stream() {
@@ -182,5 +321,85 @@ mod tests {
         let (feature, bytes) = compressor.totals().feature();
         assert_eq!(feature, Feature::Compressed);
         assert_eq!(bytes.len(), 20);
+    }
+
+    /// Records of 8 to 4,000 bytes, each its length over and over.
+    fn records(count: usize) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        for i in 0..count {
+            let size = 8 + (i * 37 % 500) * 8;
+            let header = RecordHeader {
+                type_: RecordType::SAMPLE,
+                misc: 0,
+                size: size as u16,
+            };
+            header.write_to(&mut bytes);
+            bytes.resize(bytes.len() + size - 8, (i % 251) as u8);
+        }
+        bytes
+    }
+
+    #[test]
+    fn each_compressed_record_decodes_to_records_on_its_own() {
+        // Bytes that compress about twofold: 256 KiB would not fit one
+        // record's payload.
+        let mut state = 12345u32;
+        let mut records = Vec::new();
+        while records.len() + 4096 <= MAX_INPUT {
+            let header = RecordHeader {
+                type_: RecordType::SAMPLE,
+                misc: 0,
+                size: 4096,
+            };
+            header.write_to(&mut records);
+            for _ in 0..4088 {
+                state = state.wrapping_mul(1_103_515_245).wrapping_add(12345);
+                records.push((state >> 28) as u8);
+            }
+        }
+        let mut compressor = RecordCompressor::new(1).unwrap();
+        let mut data = Vec::new();
+        compressor.compress(&records, &mut data, false).unwrap();
+        let mut decoder = zstd::stream::raw::Decoder::new().unwrap();
+        let (mut at, mut count, mut back) = (0, 0, Vec::new());
+        let mut chunk = vec![0u8; 1 << 20];
+        while at < data.len() {
+            let header = RecordHeader::parse(&data[at..]).unwrap();
+            let record = &data[at + 8..at + usize::from(header.size)];
+            let mut input = InBuffer::around(record);
+            let mut output = OutBuffer::around(&mut chunk[..]);
+            decoder.run(&mut input, &mut output).unwrap();
+            assert!(output.pos() > 0, "record {count} decodes to nothing alone");
+            back.extend_from_slice(output.as_slice());
+            at += usize::from(header.size);
+            count += 1;
+        }
+        assert!(count > 1, "the payload takes several records");
+        assert!(back == records);
+    }
+
+    #[test]
+    fn every_record_comes_back_across_frames_and_uncompressed_records() {
+        let mut compressor = RecordCompressor::new(1).unwrap();
+        let (first, second) = (records(30), records(100));
+        assert!(second.len() <= MAX_INPUT);
+        let round = [3u8, 0, 0, 0, 0, 0, 8, 0];
+        let mut data = Vec::new();
+        compressor.compress(&first, &mut data, false).unwrap();
+        data.extend_from_slice(&round);
+        assert!(compressor.frame_open());
+        compressor.compress(&first[..8], &mut data, true).unwrap();
+        assert!(!compressor.frame_open());
+        compressor.compress(&second, &mut data, true).unwrap();
+        let mut back = Vec::new();
+        let rest = each_record(&data, |record| {
+            back.extend_from_slice(record);
+            Ok(())
+        })
+        .unwrap();
+        assert!(rest.is_empty());
+        let expected = [&first[..], &round[..], &first[..8], &second[..]].concat();
+        assert_eq!(back.len(), expected.len());
+        assert!(back == expected, "the records, in order, whole");
     }
 }

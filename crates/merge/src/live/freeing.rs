@@ -131,7 +131,7 @@ impl Freeing {
         flush: impl FnOnce() -> io::Result<()>,
         when: Checkpoint,
     ) -> io::Result<()> {
-        if when == Checkpoint::Periodic && data_len < self.checkpointed + CHECKPOINT {
+        if !self.due(when, data_len) {
             return Ok(());
         }
         self.checkpoint(recording, rounds, (data_offset, data_len), flush)?;
@@ -139,6 +139,12 @@ impl Freeing {
             true => self.puncher.punch_to(self.points(rounds)),
             false => Ok(()),
         }
+    }
+
+    /// Whether [`after_round`](Self::after_round) writes a checkpoint
+    /// `when` says, with `data_len` bytes of data written.
+    pub fn due(&self, when: Checkpoint, data_len: u64) -> bool {
+        when == Checkpoint::Now || data_len >= self.checkpointed + CHECKPOINT
     }
 
     /// Each shard's first record not yet written, in the merge's order.

@@ -218,6 +218,11 @@ impl<'a> LiveMerge<'a> {
         let Some(freeing) = self.freeing.as_mut() else {
             return Ok(());
         };
+        if freeing.due(when, self.records.out.sink_mut().data_len()) {
+            // A merger taken up from here starts a compressed frame of
+            // its own (`-z`).
+            self.records.out.end_frame()?;
+        }
         let (recording, rounds) = (&self.recording, &self.rounds);
         match self.records.out.sink_mut() {
             Sink::File { writer, .. } => {
@@ -399,10 +404,10 @@ fn hops(output: &LiveOutput, layouts: &Layouts, options: &MergeOptions) -> bool 
 /// Whether a live merge of `recording` into `target` frees the shards
 /// behind its output: it then writes down how far its output holds the
 /// recording ([`MergedPrefix`]), which a merger that reads the rings
-/// first needs before it gives their bytes back to the kernel.
+/// first needs before it gives their bytes back to the kernel. Compressed
+/// (`-z`) or not: a checkpoint comes where a zstd frame ends.
 pub fn frees_shards(recording: &RecordingDir, target: &Output, options: &MergeOptions) -> bool {
     options.consume
-        && options.compression_level.is_none()
         && matches!(target, Output::File { .. })
         && crate::same_file_system(recording.path(), target.path())
 }

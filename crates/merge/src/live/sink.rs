@@ -85,6 +85,14 @@ impl Sink {
         Ok(Sink::Pipe(pipe::open(stream, meta, features)?))
     }
 
+    /// Bytes of data written so far (buffered or not).
+    pub fn data_len(&self) -> u64 {
+        match self {
+            Sink::File { writer, .. } => writer.data_size(),
+            Sink::Pipe(stream) => stream.bytes_written(),
+        }
+    }
+
     /// Removes the file of a merge given up on (a stream keeps what it
     /// was sent).
     pub fn discard(&self) {

@@ -127,8 +127,9 @@ impl RecordingOutput {
     /// it holds the recording each round it read a ring (a merger that
     /// dies is then taken up from there, and what it read past that is
     /// still in the rings). A stream's merger would hold the rings while
-    /// its reader is late; windows, compressed output and kept shards
-    /// keep every byte in the shards.
+    /// its reader is late; windows and kept shards keep every byte in the
+    /// shards. A compressed output (`-z`) is read first too: its
+    /// checkpoints end a zstd frame, where a new merger starts its own.
     pub(super) fn merger_reads_first(&self) -> bool {
         self.reads_first
     }
