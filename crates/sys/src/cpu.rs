@@ -39,6 +39,11 @@ pub fn possible() -> io::Result<Vec<u32>> {
     parse_list(&text).map_err(io::Error::other)
 }
 
+/// The CPU the caller runs on now (it may move right after).
+pub fn current() -> Option<u32> {
+    nix::sched::sched_getcpu().ok().map(|cpu| cpu as u32)
+}
+
 /// Pins the calling process to `cpu`.
 pub fn pin_to(cpu: u32) -> io::Result<()> {
     let mut set = nix::sched::CpuSet::new();

@@ -15,13 +15,13 @@ use crate::summary::RecordReport;
 use crate::RecordError;
 
 impl Recording<'_> {
-    /// Stops the writers, then the VIP, and waits for them. Each writer
-    /// disables its CPU's events (the side-band one too) from its own CPU
-    /// and drains its ring; for a writer already gone the coordinator
-    /// disables them. The VIP drains once no side-band record can come. A
-    /// second stop signal makes everyone quit at once.
+    /// Disables every event, then stops the writers, then the VIP, and
+    /// waits for them. Each writer drains its ring. The VIP drains once no
+    /// side-band record can come. A second stop signal makes everyone quit
+    /// at once.
     pub(super) fn stop(&mut self, signals: &mut Signals) -> Result<(), RecordError> {
         self.stopping = true;
+        self.pool.disable_events(&self.side_band);
         self.pool.drain(&self.side_band);
         self.side_band
             .disable_unrecorded(|cpu| self.pool.records(cpu));

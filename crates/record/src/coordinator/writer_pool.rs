@@ -133,9 +133,27 @@ impl WriterPool {
         self.writers.iter().map(|w| w.events.ring.produced()).sum()
     }
 
-    /// Tells each writer to disable its CPU's events (the side-band one
-    /// too) from its own CPU and drain its ring; for a writer already
-    /// gone, disables them here.
+    /// Disables every CPU's events (the side-band ones too) from here,
+    /// this CPU's first, before any writer wakes for the stop, as perf
+    /// record disables its events before its last pass: what the writers
+    /// then do is not sampled. Woken first and left to disable their own
+    /// CPU's events, they were sampled on their way out of the wait (in a
+    /// 16-vCPU guest, a tenth of shardrec's own samples came after the
+    /// workload ended). Each disable costs an IPI to an idle CPU, as
+    /// perf's own do.
+    pub(super) fn disable_events(&self, side_band: &SideBand) {
+        let here = shardrec_sys::cpu::current();
+        let (first, rest): (Vec<_>, Vec<_>) = self.cpus().partition(|cpu| Some(cpu.cpu) == here);
+        for cpu in first.into_iter().chain(rest) {
+            let own = cpu.events.iter().map(|e| &e.event);
+            own.chain(side_band.on_cpu(cpu.cpu))
+                .for_each(|e| drop(e.disable()));
+        }
+    }
+
+    /// Tells each writer to drain its ring (disabling its CPU's events
+    /// from its own CPU, where they are still enabled); for a writer
+    /// already gone, disables them here.
     pub(super) fn drain(&mut self, side_band: &SideBand) {
         for writer in self.writers.iter_mut() {
             writer.drain(side_band.on_cpu(writer.cpu()));
