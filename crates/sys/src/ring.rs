@@ -16,7 +16,7 @@
 
 use std::io;
 use std::mem::offset_of;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use std::os::fd::{AsFd, AsRawFd};
 
@@ -38,66 +38,73 @@ pub struct RingBuffer {
     /// records and keeps no tail.
     overwrite: bool,
     /// Which of the data area's chunks this mapping has faulted in.
-    mapped: MappedChunks,
+    mapped: MappedPages,
 }
 
-/// The data area in at most 64 chunks, each faulted in whole the first
-/// time a read reaches it (`MADV_POPULATE_READ`). Linux before 6.14 maps
-/// a ring's pages one fault at a time as they are first read; mapping
-/// them all at `mmap` made a 64-vCPU start 8 s slower (4 MiB rings,
-/// mapped by the writer and the merger), though a ring that receives
-/// little is never read whole. A chunk at a time costs one call per
-/// 16 pages of a 4 MiB ring, ahead of the reads that follow.
-struct MappedChunks {
-    chunk: usize,
-    all: u64,
-    done: AtomicU64,
+/// The data area's pages, each faulted in the first time a read reaches
+/// it (`MADV_POPULATE_READ`, one call for the pages a read finds new).
+/// Linux before 6.14 maps a ring's pages one fault at a time as they are
+/// first read; mapping them all at `mmap` made a 64-vCPU start 8 s slower
+/// (4 MiB rings, mapped by the writer and the merger), though a ring that
+/// receives little is never read whole. Faulting in a sixty-fourth of the
+/// ring ahead of the reads (16 pages of a 4 MiB ring) cost a 16-vCPU
+/// guest's merger 256 faults in its first round, where the rings held a
+/// page each: a fault there costs about 0.1 ms.
+struct MappedPages {
+    page: usize,
+    /// One bit a page, set once it is faulted in.
+    done: Vec<AtomicU64>,
+    /// Pages not faulted in yet: none left, a read asks nothing.
+    left: AtomicUsize,
 }
 
-impl MappedChunks {
-    fn new(data_size: usize) -> MappedChunks {
-        let chunk = (data_size / 64).max(page_size());
-        let count = data_size.div_ceil(chunk);
-        let all = match count {
-            64.. => u64::MAX,
-            n => (1u64 << n) - 1,
-        };
-        MappedChunks {
-            chunk,
-            all,
-            done: AtomicU64::new(0),
+impl MappedPages {
+    fn new(data_size: usize) -> MappedPages {
+        let page = page_size();
+        let pages = data_size.div_ceil(page);
+        MappedPages {
+            page,
+            done: (0..pages.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
+            left: AtomicUsize::new(pages),
         }
     }
 
-    /// The bits of the chunks `[offset, offset + len)` (not empty) lies on.
-    fn span(&self, offset: usize, len: usize) -> u64 {
-        let (first, last) = (offset / self.chunk, (offset + len - 1) / self.chunk);
-        (u64::MAX >> (63 - (last - first))) << first
+    fn is_done(&self, page: usize) -> bool {
+        self.done[page / 64].load(Ordering::Relaxed) & (1 << (page % 64)) != 0
     }
 
-    /// The byte range of the chunks `[offset, offset + len)` touches that
-    /// are not faulted in yet, from the first such chunk to the last.
+    /// The byte range of the pages `[offset, offset + len)` touches that
+    /// are not faulted in yet, from the first such page to the last.
     fn missing(&self, offset: usize, len: usize) -> Option<(usize, usize)> {
-        if len == 0 {
+        if len == 0 || self.left.load(Ordering::Relaxed) == 0 {
             return None;
         }
-        let missing = self.span(offset, len) & !self.done.load(Ordering::Relaxed);
-        if missing == 0 {
-            return None;
-        }
-        let (from, to) = (missing.trailing_zeros(), 63 - missing.leading_zeros());
-        Some((
-            from as usize * self.chunk,
-            (to as usize + 1) * self.chunk - from as usize * self.chunk,
-        ))
+        let mut pages = offset / self.page..(offset + len - 1) / self.page + 1;
+        let first = pages.find(|&p| !self.is_done(p))?;
+        let last = (first..(offset + len - 1) / self.page + 1)
+            .rev()
+            .find(|&p| !self.is_done(p))
+            .unwrap_or(first);
+        Some((first * self.page, (last + 1 - first) * self.page))
     }
 
-    /// Marks the chunks of `[offset, offset + len)` faulted in; all of
+    /// Marks the pages of `[offset, offset + len)` faulted in; all of
     /// them where the kernel cannot populate (before 5.14) or need not
     /// (since 6.14 a ring is mapped whole at `mmap`, as a PFN map).
     fn mark(&self, range: Option<(usize, usize)>) {
-        let bits = range.map_or(self.all, |(offset, len)| self.span(offset, len));
-        self.done.fetch_or(bits & self.all, Ordering::Relaxed);
+        let Some((offset, len)) = range else {
+            self.left.store(0, Ordering::Relaxed);
+            return;
+        };
+        let pages = offset / self.page..(offset + len).div_ceil(self.page);
+        for page in pages.filter(|&p| p / 64 < self.done.len()) {
+            let bit = 1 << (page % 64);
+            if self.done[page / 64].fetch_or(bit, Ordering::Relaxed) & bit == 0 {
+                let _ = self
+                    .left
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+            }
+        }
     }
 }
 
@@ -248,14 +255,14 @@ impl RingBuffer {
             data_offset: page,
             data_size: data_pages * page,
             overwrite,
-            mapped: MappedChunks::new(data_pages * page),
+            mapped: MappedPages::new(data_pages * page),
         };
         // Kernels since 4.1 publish where the data area is; older ones leave 0.
         let (offset, size) = (ring.meta_u64(DATA_OFFSET), ring.meta_u64(DATA_SIZE));
         if offset != 0 && size != 0 {
             ring.data_offset = offset as usize;
             ring.data_size = size as usize;
-            ring.mapped = MappedChunks::new(ring.data_size);
+            ring.mapped = MappedPages::new(ring.data_size);
         }
         if populate {
             ring.mapped.mark(None);
@@ -439,9 +446,9 @@ impl RingBuffer {
         }
     }
 
-    /// Faults in, a chunk at a time, the data pages `[offset, offset +
+    /// Faults in the data pages `[offset, offset +
     /// len)` lies on that this mapping has not read yet (see
-    /// [`MappedChunks`]).
+    /// [`MappedPages`]).
     fn fault_in(&self, offset: usize, len: usize) {
         let Some((from, len)) = self.mapped.missing(offset, len) else {
             return;
@@ -491,35 +498,40 @@ pub fn page_size() -> usize {
 
 #[cfg(test)]
 mod tests {
-    use super::MappedChunks;
+    use super::MappedPages;
 
     #[test]
-    fn a_read_faults_in_only_the_chunks_it_reaches_once() {
+    fn a_read_faults_in_only_the_pages_it_reaches_once() {
         let page = super::page_size();
-        let chunks = MappedChunks::new(1024 * page);
-        let chunk = 16 * page;
-        assert_eq!(chunks.missing(0, 8), Some((0, chunk)));
-        chunks.mark(chunks.missing(0, 8));
-        assert_eq!(chunks.missing(100, chunk - 100), None);
-        // A read over a done chunk into two new ones takes both at once.
-        assert_eq!(chunks.missing(100, 2 * chunk), Some((chunk, 2 * chunk)));
-        chunks.mark(Some((chunk, 2 * chunk)));
-        // The last chunk of 64, then a kernel that cannot populate.
+        let pages = MappedPages::new(1024 * page);
+        assert_eq!(pages.missing(0, 8), Some((0, page)));
+        pages.mark(pages.missing(0, 8));
+        assert_eq!(pages.missing(100, page - 100), None);
+        // A read over a done page into two new ones takes both at once.
+        assert_eq!(pages.missing(100, 2 * page), Some((page, 2 * page)));
+        pages.mark(Some((page, 2 * page)));
+        // New pages on both sides of done ones: one call from the first
+        // to the last.
+        pages.mark(Some((5 * page, page)));
         assert_eq!(
-            chunks.missing(1024 * page - 8, 8),
-            Some((63 * chunk, chunk))
+            pages.missing(4 * page, 3 * page),
+            Some((4 * page, 3 * page))
         );
-        chunks.mark(None);
-        assert_eq!(chunks.missing(5 * chunk, 40 * chunk), None);
+        assert_eq!(pages.missing(5 * page + 8, 8), None);
+        // The last page, then a kernel that cannot populate.
+        assert_eq!(pages.missing(1024 * page - 8, 8), Some((1023 * page, page)));
+        pages.mark(None);
+        assert_eq!(pages.missing(7 * page, 40 * page), None);
     }
 
     #[test]
-    fn a_ring_of_fewer_pages_than_chunks_goes_a_page_at_a_time() {
+    fn a_ring_read_whole_asks_no_more() {
         let page = super::page_size();
-        let chunks = MappedChunks::new(8 * page);
-        assert_eq!(chunks.all, 0xff);
-        assert_eq!(chunks.missing(7 * page + 8, 8), Some((7 * page, page)));
-        chunks.mark(None);
-        assert_eq!(chunks.done.load(std::sync::atomic::Ordering::Relaxed), 0xff);
+        let pages = MappedPages::new(8 * page);
+        pages.mark(Some((0, 6 * page)));
+        assert_eq!(pages.missing(0, 8 * page), Some((6 * page, 2 * page)));
+        pages.mark(pages.missing(0, 8 * page));
+        assert_eq!(pages.left.load(std::sync::atomic::Ordering::Relaxed), 0);
+        assert_eq!(pages.missing(3 * page, 4 * page), None);
     }
 }
