@@ -37,7 +37,7 @@ use crate::{MergeError, MergeOptions, MergeReport};
 use follow::Follower;
 use freeing::{Checkpoint, Freeing};
 use hits_walk::HitsWalk;
-pub use rounds::{records_of, round_aim, Lag, Round, RoundSink, Rounds};
+pub use rounds::{records_of, round_aim, Lag, Round, RoundSink, Rounds, ROUND_COPY_BUDGET};
 pub use sink::LiveOutput;
 use sink::Sink;
 

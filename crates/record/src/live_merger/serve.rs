@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 use shardrec_control::fault::Site;
-use shardrec_merge::live::{round_aim, LiveMerge, LiveOutput};
+use shardrec_merge::live::{round_aim, LiveMerge, LiveOutput, ROUND_COPY_BUDGET};
 use shardrec_merge::{MergeOptions, MergeReport};
 use shardrec_shard::{CpuStats, RecordingDir};
 use shardrec_sys::ring::Copied;
@@ -85,10 +85,6 @@ struct MergerRing {
     /// once its output holds it and says so.
     reads_first: bool,
 }
-
-/// Bytes a round copies from the rings it reads first, at most: the rest
-/// waits for the next round or is spilled by the writers.
-const ROUND_COPY_BUDGET: u64 = 64 << 20;
 
 /// What the merger took from the rings it reads first goes back to the
 /// kernel after a checkpoint, which comes once a ring holds this share of
