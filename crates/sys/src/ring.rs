@@ -37,7 +37,7 @@ pub struct RingBuffer {
     /// Mapped read-only: the kernel writes backward over the oldest
     /// records and keeps no tail.
     overwrite: bool,
-    /// Which of the data area's chunks this mapping has faulted in.
+    /// Which of the data area's pages this mapping has faulted in.
     mapped: MappedPages,
 }
 
@@ -79,12 +79,9 @@ impl MappedPages {
         if len == 0 || self.left.load(Ordering::Relaxed) == 0 {
             return None;
         }
-        let mut pages = offset / self.page..(offset + len - 1) / self.page + 1;
-        let first = pages.find(|&p| !self.is_done(p))?;
-        let last = (first..(offset + len - 1) / self.page + 1)
-            .rev()
-            .find(|&p| !self.is_done(p))
-            .unwrap_or(first);
+        let end = (offset + len - 1) / self.page + 1;
+        let first = (offset / self.page..end).find(|&p| !self.is_done(p))?;
+        let last = (first..end).rev().find(|&p| !self.is_done(p))?;
         Some((first * self.page, (last + 1 - first) * self.page))
     }
 
@@ -99,10 +96,9 @@ impl MappedPages {
         let pages = offset / self.page..(offset + len).div_ceil(self.page);
         for page in pages.filter(|&p| p / 64 < self.done.len()) {
             let bit = 1 << (page % 64);
+            // Only the caller that sets a page's bit counts it.
             if self.done[page / 64].fetch_or(bit, Ordering::Relaxed) & bit == 0 {
-                let _ = self
-                    .left
-                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+                self.left.fetch_sub(1, Ordering::Relaxed);
             }
         }
     }
@@ -446,9 +442,8 @@ impl RingBuffer {
         }
     }
 
-    /// Faults in the data pages `[offset, offset +
-    /// len)` lies on that this mapping has not read yet (see
-    /// [`MappedPages`]).
+    /// Faults in the data pages `[offset, offset + len)` lies on that this
+    /// mapping has not read yet (see [`MappedPages`]).
     fn fault_in(&self, offset: usize, len: usize) {
         let Some((from, len)) = self.mapped.missing(offset, len) else {
             return;

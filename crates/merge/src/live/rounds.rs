@@ -49,7 +49,8 @@ const COPIES_PREPARED: usize = 2 << 20;
 /// or is spilled by the writers.
 pub const ROUND_COPY_BUDGET: u64 = 64 << 20;
 
-/// The copies' buffer is reserved this large from the start, its pages
+/// The copies' buffer is reserved this large (the budget and one
+/// default 4 MiB ring's copy past it) from the start, its pages
 /// taken only as deep as a round's copies reach: grown by doubling (2,
 /// 4, ... 64 MiB, each copied into the next), the fresh pages of a
 /// 64-vCPU guest's merger were 9% of shardrec's own samples.

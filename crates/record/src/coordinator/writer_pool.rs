@@ -143,8 +143,9 @@ impl WriterPool {
     /// perf's own do.
     pub(super) fn disable_events(&self, side_band: &SideBand) {
         let here = shardrec_sys::cpu::current();
-        let (first, rest): (Vec<_>, Vec<_>) = self.cpus().partition(|cpu| Some(cpu.cpu) == here);
-        for cpu in first.into_iter().chain(rest) {
+        let mut cpus: Vec<_> = self.cpus().collect();
+        cpus.sort_by_key(|cpu| Some(cpu.cpu) != here);
+        for cpu in cpus {
             let own = cpu.events.iter().map(|e| &e.event);
             own.chain(side_band.on_cpu(cpu.cpu))
                 .for_each(|e| drop(e.disable()));
