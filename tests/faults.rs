@@ -771,12 +771,13 @@ fn a_live_merger_killed_between_switch_output_windows_is_restarted_and_each_call
     const CALLS: usize = 6000;
     // Killed as the second window closes, before its output is written:
     // the new merger writes it, then follows the window being recorded.
-    // Killed inside a window (a round comes every 128 KiB of this storm):
+    // Killed inside a window (a file's round comes as a ring fills a
+    // quarter: of 16 KiB rings, tens of times a second in this storm):
     // the new merger goes on with it (from its start, as the shards are
     // kept).
     let scenarios: [(&str, &[&str]); 2] = [
         ("merge.window=crash@2", &[]),
-        ("merge.round=crash@3", &["--keep-shards"]),
+        ("merge.round=crash@3", &["--keep-shards", "-m", "4"]),
     ];
     for (fault, args) in scenarios {
         let Some((_serial, scratch)) = recording_test("faults-live-windows") else {

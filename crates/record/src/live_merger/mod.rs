@@ -35,6 +35,7 @@
 //! another pipe: a [`Message::WindowDone`] for each window finished,
 //! [`Message::Closing`], and the merge's [`Outcome`] for `f`.
 
+mod pace;
 mod serve;
 
 use std::fs::File;

@@ -9,31 +9,15 @@ use std::time::{Duration, Instant};
 
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 use shardrec_control::fault::Site;
-use shardrec_merge::live::{round_aim, LiveMerge, LiveOutput, ROUND_COPY_BUDGET};
+use shardrec_merge::live::{LiveMerge, LiveOutput, ROUND_COPY_BUDGET};
 use shardrec_merge::{MergeOptions, MergeReport};
 use shardrec_shard::{CpuStats, RecordingDir};
 use shardrec_sys::ring::Copied;
 use shardrec_sys::RingBuffer;
 
+use super::pace::Pace;
 use super::{Destination, Message, Switch, WatchedRing, WindowDone, WindowsOutput};
 use crate::say;
-
-/// How often a round is written into a stream while data flows (its
-/// reader waits for each); a file's rounds come as its rings fill, at
-/// least once a [`QUIET_ROUND`], the rate a quiet recording is looked at
-/// too. What a round leaves behind is what the stop still has to merge:
-/// in alternating runs on a 2-vCPU VM, 50 ms rounds against 100 ms took
-/// the syscall storm's last round from 0.07 s to 0.03-0.04 s and the
-/// DWARF storm's from 0.13-0.16 s to 0.06-0.09 s, for the same CPU.
-const ROUND: Duration = Duration::from_millis(50);
-const QUIET_ROUND: Duration = Duration::from_millis(1000);
-
-const SHORTEST_ROUND: Duration = Duration::from_millis(2);
-
-/// A round comes before any ring, at the rate it grew, holds this share
-/// of itself past the last round: well short of half, where its writer
-/// spills what the merger did not take.
-const RING_FILL_SHARE: u64 = 4;
 
 /// Why the merger stopped early.
 pub(super) enum Stopped {
@@ -321,86 +305,37 @@ fn follow(
     commands: &mut File,
     stream: Option<BorrowedFd>,
 ) -> Result<Event, Stopped> {
-    let sizes = rings.rings.iter().map(|r| r.ring.data_size() as u64);
-    let mut pace = Pace::new(
-        sizes.collect(),
-        if stream.is_some() { ROUND } else { QUIET_ROUND },
-    );
+    // A file's rounds come as the rings the merger drains fill: the CPUs'
+    // (the VIP drains the side band's).
+    let paced = |r: &&MergerRing| stream.is_some() || r.base.is_some();
+    let sizes = rings
+        .rings
+        .iter()
+        .filter(paced)
+        .map(|r| r.ring.data_size() as u64);
+    let mut pace = Pace::new(sizes.collect(), stream.is_some());
     loop {
-        let wait = pace.next(rings.rings.iter().map(|r| r.ring.head()).collect());
+        let look = pace.look(
+            rings
+                .rings
+                .iter()
+                .filter(paced)
+                .map(|r| r.ring.head())
+                .collect(),
+        );
+        match look.round {
+            true => drop(rings.round(merge)?),
+            false => rings.give_back_when_due(merge)?,
+        }
+        let wait = rings
+            .checkpoint_in()
+            .map_or(look.wait, |c| c.min(look.wait));
         match next_event(commands, stream, Some(wait))? {
             Event::Timeout => {}
             Event::ReaderLeft => return Err(Stopped::ReaderLeft),
             command => return Ok(command),
         }
-        if let Err(error) = rings.round(merge) {
-            return Err(error.into());
-        }
     }
-}
-
-/// When rounds come. While the kernel writes, the next round comes once
-/// the rings have about a round's aim more ([`round_aim`]: more with
-/// more busy rings; a fixed 128 KiB made rounds of a 16-vCPU guest come
-/// every 50 ms, each with work for every ring), or once one of them may
-/// hold [`RING_FILL_SHARE`] of itself, at the rate they grew since the
-/// last look. Rings gone quiet are looked at less and less often: a pause
-/// in the workload (an exec between two parts of it) ends soon after it
-/// did, where a fixed second held a stream's reader a second behind.
-struct Pace {
-    /// Each ring's data bytes.
-    sizes: Vec<u64>,
-    /// The longest wait while data flows.
-    longest: Duration,
-    /// The rings' heads at the last look, and when that was.
-    heads: Vec<u64>,
-    looked: Instant,
-    wait: Duration,
-}
-
-impl Pace {
-    /// Rounds for rings of `sizes` bytes, waiting up to `longest` while
-    /// data flows.
-    fn new(sizes: Vec<u64>, longest: Duration) -> Pace {
-        Pace {
-            sizes,
-            longest,
-            heads: Vec::new(),
-            looked: Instant::now(),
-            wait: SHORTEST_ROUND,
-        }
-    }
-
-    /// How long to wait for the next round, the rings' heads now being
-    /// `heads`.
-    fn next(&mut self, heads: Vec<u64>) -> Duration {
-        let grown: Vec<u64> = heads.iter().zip(&self.heads).map(|(n, h)| n - h).collect();
-        self.wait = match (self.heads.is_empty(), grown.iter().sum::<u64>()) {
-            (true, _) => SHORTEST_ROUND,
-            (false, 0) => (self.wait * 2).min(QUIET_ROUND),
-            (false, _) => next_round(&grown, &self.sizes, self.looked.elapsed(), self.longest),
-        };
-        (self.heads, self.looked) = (heads, Instant::now());
-        self.wait
-    }
-}
-
-/// How long to wait for the next round, the rings (of `sizes` bytes)
-/// having grown by `grown` bytes each in `took`: so long that a round
-/// reads about its aim and no ring fills past [`RING_FILL_SHARE`], from
-/// [`SHORTEST_ROUND`] to `longest`.
-fn next_round(grown: &[u64], sizes: &[u64], took: Duration, longest: Duration) -> Duration {
-    let aim = round_aim(grown.iter().filter(|&&g| g > 0).count());
-    let total: u64 = grown.iter().sum();
-    let for_aim = took.mul_f64(aim as f64 / total.max(1) as f64);
-    let for_fill = grown
-        .iter()
-        .zip(sizes)
-        .filter(|(g, _)| **g > 0)
-        .map(|(g, size)| took.mul_f64((size / RING_FILL_SHARE) as f64 / *g as f64));
-    for_fill
-        .fold(for_aim, Duration::min)
-        .clamp(SHORTEST_ROUND, longest)
 }
 
 /// The end of the output in `dir` (`meta` final): the rest of every
@@ -487,6 +422,13 @@ impl Rings {
         }
         self.give_back_when_due(merge)?;
         Ok(round)
+    }
+
+    /// How long until what the merger took and holds is due a
+    /// checkpoint, if it holds any: a file's rounds may be far apart.
+    fn checkpoint_in(&self) -> Option<Duration> {
+        let holds = self.unreleased.iter().any(Option::is_some);
+        holds.then(|| CHECKPOINT_EVERY.saturating_sub(self.checkpointed.elapsed()))
     }
 
     /// Gives the rings back what the merger took from them, once the
@@ -615,50 +557,4 @@ fn read_switch(commands: &mut File) -> std::io::Result<Switch> {
     let mut payload = vec![0; u32::from_le_bytes(len) as usize];
     commands.read_exact(&mut payload)?;
     rmp_serde::from_slice(&payload).map_err(std::io::Error::other)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const RING: u64 = 512 << 10;
-    const SECOND: Duration = Duration::from_secs(1);
-
-    #[test]
-    fn two_busy_rings_make_rounds_of_the_aim() {
-        // 1 MiB a second in two rings: 128 KiB in 125 ms, capped.
-        let grown = [512 << 10, 512 << 10, 0];
-        let sizes = [RING; 3];
-        assert_eq!(next_round(&grown, &sizes, SECOND, QUIET_ROUND), SECOND / 8);
-        assert_eq!(next_round(&grown, &sizes, SECOND, ROUND), ROUND);
-    }
-
-    #[test]
-    fn more_busy_rings_make_larger_rounds() {
-        // Sixteen rings, 64 KiB a second each: 128 KiB + 14 × 64 KiB of
-        // 1 MiB a second (a fixed 128 KiB would wait 125 ms), with no
-        // limit in the way.
-        let grown = [64 << 10; 16];
-        let sizes = [RING; 16];
-        let wait = next_round(&grown, &sizes, SECOND, 10 * SECOND);
-        assert_eq!(wait, SECOND);
-    }
-
-    #[test]
-    fn no_ring_fills_past_its_share() {
-        // A 256 KiB ring fills a quarter of itself in 100 ms, where the
-        // aim would wait 200 ms.
-        let grown = [640 << 10, 0];
-        let sizes = [256 << 10, RING];
-        let wait = next_round(&grown, &sizes, SECOND, QUIET_ROUND);
-        assert_eq!(wait, Duration::from_millis(100));
-    }
-
-    #[test]
-    fn quiet_rings_are_looked_at_less_and_less_often() {
-        let mut pace = Pace::new(vec![RING], QUIET_ROUND);
-        assert_eq!(pace.next(vec![0]), SHORTEST_ROUND);
-        assert_eq!(pace.next(vec![0]), SHORTEST_ROUND * 2);
-        assert_eq!(pace.next(vec![0]), SHORTEST_ROUND * 4);
-    }
 }

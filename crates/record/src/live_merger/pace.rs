@@ -1,0 +1,280 @@
+//! When the live merger writes a round.
+//!
+//! A stream's reader waits for each round, so a stream's rounds come as
+//! data flows. A file is read by no one until the recording stops, so its
+//! rounds come as perf record's passes do: when a ring needs draining.
+//! perf reads its rings at their watermark (half of each), and writes
+//! nothing while a 3 s workload at 1,000 samples a second runs on 16 CPUs;
+//! the merger wrote a round a second there, and those rounds were most of
+//! shardrec's cost above perf's (bench/README.md, the tenth step).
+
+use std::time::{Duration, Instant};
+
+use shardrec_merge::live::round_aim;
+
+/// How often a stream's round is written while data flows.
+/// What a round leaves behind is what the stop still has to merge:
+/// in alternating runs on a 2-vCPU VM, 50 ms rounds against 100 ms took
+/// the syscall storm's last round from 0.07 s to 0.03-0.04 s and the
+/// DWARF storm's from 0.13-0.16 s to 0.06-0.09 s, for the same CPU.
+const STREAM_ROUND: Duration = Duration::from_millis(50);
+
+/// The longest wait between two looks at the rings' heads (a look reads
+/// their control pages, nothing more).
+const LONGEST_LOOK: Duration = Duration::from_millis(1000);
+
+const SHORTEST_WAIT: Duration = Duration::from_millis(2);
+
+/// A ring that has not grown for this long is quiet: not one a look soon
+/// after another (a checkpoint's) sees still, nor a CPU the host took
+/// away for a while (a 16-vCPU guest on 2 CPUs).
+const QUIET_AFTER: Duration = Duration::from_millis(500);
+
+/// A file's round comes once a ring holds this share of itself past the
+/// last round: well short of half, where its writer spills what the
+/// merger did not take (perf reads at half, and loses what comes past the
+/// whole). A stream's round comes before any ring holds it.
+const RING_FILL_SHARE: u64 = 4;
+
+/// What to do at a look at the rings.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct Look {
+    /// Whether to write a round now.
+    pub(super) round: bool,
+    /// How long to wait for the next look.
+    pub(super) wait: Duration,
+}
+
+/// When rounds come, from the rings' heads at each look.
+///
+/// - A file's: once a ring holds [`RING_FILL_SHARE`] of itself past the
+///   last round, or once one went quiet holding something: a recording
+///   killed whole loses at most what its rings held (perf's file holds
+///   nothing readable then), and a workload's last records are in the
+///   output a look after it ended.
+/// - A stream's: after every wait, which lasts until the rings have about
+///   a round's aim more ([`round_aim`]: more with more busy rings), or one
+///   of them may hold [`RING_FILL_SHARE`] of itself, at the rate they grew
+///   since the last look, and at most [`STREAM_ROUND`].
+///
+/// Rings gone quiet are looked at less and less often: a pause in the
+/// workload (an exec between two parts of it) ends soon after it did.
+pub(super) struct Pace {
+    /// Each ring's data bytes.
+    sizes: Vec<u64>,
+    stream: bool,
+    /// The rings' heads at the last look, and when that was.
+    heads: Vec<u64>,
+    looked: Instant,
+    wait: Duration,
+    /// The rings' heads at the last round.
+    rounded: Vec<u64>,
+    /// When each ring last grew.
+    grew: Vec<Instant>,
+}
+
+impl Pace {
+    /// Rounds for rings of `sizes` bytes, into a stream or a file.
+    pub(super) fn new(sizes: Vec<u64>, stream: bool) -> Pace {
+        Pace {
+            sizes,
+            stream,
+            heads: Vec::new(),
+            looked: Instant::now(),
+            wait: SHORTEST_WAIT,
+            rounded: Vec::new(),
+            grew: Vec::new(),
+        }
+    }
+
+    /// What to do, the rings' heads now being `heads`.
+    pub(super) fn look(&mut self, heads: Vec<u64>) -> Look {
+        let took = self.looked.elapsed();
+        let first = self.heads.is_empty();
+        let now = Instant::now();
+        if first {
+            self.rounded = heads.clone();
+            self.grew = vec![now; heads.len()];
+        }
+        let grown = differences(&heads, &self.heads);
+        for (grew, _) in self.grew.iter_mut().zip(&grown).filter(|(_, g)| **g > 0) {
+            *grew = now;
+        }
+        let quiet = !first && grown.iter().all(|&g| g == 0);
+        let pending = self.pending(&heads);
+        self.wait = match (first, quiet) {
+            (true, _) => SHORTEST_WAIT,
+            (false, true) => (self.wait * 2).min(LONGEST_LOOK),
+            (false, false) if self.stream => next_round(&grown, &self.sizes, took),
+            (false, false) => until_filled(&grown, &pending, &self.sizes, took),
+        };
+        let round = match self.stream {
+            true => !first,
+            false => {
+                let mut rings = pending.iter().zip(&self.sizes).zip(&self.grew);
+                !first
+                    && rings.any(|((p, size), grew)| {
+                        let filled = *p >= size / RING_FILL_SHARE;
+                        filled || (*p > 0 && now - *grew >= QUIET_AFTER)
+                    })
+            }
+        };
+        if round {
+            self.rounded = heads.clone();
+        }
+        (self.heads, self.looked) = (heads, now);
+        Look {
+            round,
+            wait: self.wait,
+        }
+    }
+
+    /// What each ring holds past the last round.
+    fn pending(&self, heads: &[u64]) -> Vec<u64> {
+        differences(heads, &self.rounded)
+    }
+}
+
+/// `now - before`, ring by ring; all of `now` where there is no before.
+fn differences(now: &[u64], before: &[u64]) -> Vec<u64> {
+    let before = before.iter().copied().chain(std::iter::repeat(0));
+    now.iter().zip(before).map(|(n, b)| n - b).collect()
+}
+
+/// How long until the first ring, growing by `grown` in `took`, holds
+/// [`RING_FILL_SHARE`] of itself past the last round, having `pending`
+/// now: from [`SHORTEST_WAIT`] to [`LONGEST_LOOK`].
+fn until_filled(grown: &[u64], pending: &[u64], sizes: &[u64], took: Duration) -> Duration {
+    let rings = grown.iter().zip(pending).zip(sizes);
+    rings
+        .filter(|((g, _), _)| **g > 0)
+        .map(|((g, p), size)| {
+            let left = (size / RING_FILL_SHARE).saturating_sub(*p);
+            took.mul_f64(left as f64 / *g as f64)
+        })
+        .fold(LONGEST_LOOK, Duration::min)
+        .max(SHORTEST_WAIT)
+}
+
+/// How long a stream waits for its next round, the rings (of `sizes`
+/// bytes) having grown by `grown` bytes each in `took`: so long that a
+/// round reads about its aim and no ring fills past [`RING_FILL_SHARE`],
+/// from [`SHORTEST_WAIT`] to [`STREAM_ROUND`].
+fn next_round(grown: &[u64], sizes: &[u64], took: Duration) -> Duration {
+    let aim = round_aim(grown.iter().filter(|&&g| g > 0).count());
+    let total: u64 = grown.iter().sum();
+    let for_aim = took.mul_f64(aim as f64 / total.max(1) as f64);
+    let for_fill = grown
+        .iter()
+        .zip(sizes)
+        .filter(|(g, _)| **g > 0)
+        .map(|(g, size)| took.mul_f64((size / RING_FILL_SHARE) as f64 / *g as f64));
+    for_fill
+        .fold(for_aim, Duration::min)
+        .clamp(SHORTEST_WAIT, STREAM_ROUND)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const RING: u64 = 512 << 10;
+    const SECOND: Duration = Duration::from_secs(1);
+
+    #[test]
+    fn a_stream_waits_for_its_aim_up_to_its_round() {
+        // 1 MiB in 100 ms in two rings: 128 KiB in 12.5 ms; 1 MiB a
+        // second: 125 ms, capped.
+        let grown = [512 << 10, 512 << 10, 0];
+        let wait = next_round(&grown, &[RING; 3], SECOND / 10);
+        assert_eq!(wait, Duration::from_micros(12500));
+        assert_eq!(next_round(&grown, &[RING; 3], SECOND), STREAM_ROUND);
+    }
+
+    #[test]
+    fn no_stream_ring_fills_past_its_share() {
+        // A 256 KiB ring fills a quarter of itself in 10 ms at 6.4 MB/s,
+        // where the aim would wait 20 ms.
+        let grown = [64 << 10, 0];
+        let wait = next_round(&grown, &[256 << 10, RING], SECOND / 100);
+        assert_eq!(wait, Duration::from_millis(10));
+    }
+
+    #[test]
+    fn a_file_waits_until_its_first_ring_holds_its_share() {
+        // 32 KiB a second: 128 KiB, a quarter, in 4 s, 3 s with 32 KiB
+        // past the last round; a look a second at least.
+        let wait = until_filled(&[32 << 10], &[32 << 10], &[RING], SECOND);
+        assert_eq!(wait, LONGEST_LOOK);
+        let wait = until_filled(
+            &[32 << 10, 64 << 10],
+            &[96 << 10, 0],
+            &[RING; 2],
+            SECOND / 4,
+        );
+        assert_eq!(wait, SECOND / 4);
+    }
+
+    #[test]
+    fn a_file_is_written_only_when_a_ring_holds_its_share() {
+        let mut pace = Pace::new(vec![RING; 2], false);
+        let look = pace.look(vec![0, 0]);
+        assert_eq!(
+            look,
+            Look {
+                round: false,
+                wait: SHORTEST_WAIT
+            }
+        );
+        assert!(!pace.look(vec![100 << 10, 4096]).round);
+        assert!(pace.look(vec![128 << 10, 8192]).round);
+        assert!(!pace.look(vec![130 << 10, 8192]).round);
+        assert!(pace.look(vec![130 << 10, (128 << 10) + 8192]).round);
+    }
+
+    /// `pace`, as if its rings last grew longer ago than [`QUIET_AFTER`].
+    fn a_while_later(pace: &mut Pace) {
+        for grew in &mut pace.grew {
+            *grew -= QUIET_AFTER;
+        }
+    }
+
+    #[test]
+    fn a_file_is_written_once_its_rings_go_quiet_holding_something() {
+        let mut pace = Pace::new(vec![RING], false);
+        assert!(!pace.look(vec![4096]).round);
+        assert!(!pace.look(vec![8192]).round);
+        assert!(!pace.look(vec![8192]).round, "not quiet long enough");
+        a_while_later(&mut pace);
+        assert!(pace.look(vec![8192]).round);
+        a_while_later(&mut pace);
+        assert!(!pace.look(vec![8192]).round);
+    }
+
+    #[test]
+    fn a_file_is_written_once_one_ring_goes_quiet_while_another_grows() {
+        let mut pace = Pace::new(vec![RING; 2], false);
+        assert!(!pace.look(vec![0, 0]).round);
+        assert!(!pace.look(vec![4096, 4096]).round);
+        a_while_later(&mut pace);
+        assert!(pace.look(vec![4096, 8192]).round);
+        a_while_later(&mut pace);
+        assert!(!pace.look(vec![4096, 12288]).round);
+    }
+
+    #[test]
+    fn a_stream_is_written_after_every_wait_but_the_first() {
+        let mut pace = Pace::new(vec![RING], true);
+        assert!(!pace.look(vec![0]).round);
+        assert!(pace.look(vec![4096]).round);
+        assert!(pace.look(vec![4096]).round);
+    }
+
+    #[test]
+    fn quiet_rings_are_looked_at_less_and_less_often() {
+        let mut pace = Pace::new(vec![RING], false);
+        assert_eq!(pace.look(vec![0]).wait, SHORTEST_WAIT);
+        assert_eq!(pace.look(vec![0]).wait, SHORTEST_WAIT * 2);
+        assert_eq!(pace.look(vec![0]).wait, SHORTEST_WAIT * 4);
+    }
+}
