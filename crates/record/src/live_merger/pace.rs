@@ -1,8 +1,9 @@
 //! When the live merger writes a round.
 //!
 //! A stream's reader waits for each round, so a stream's rounds come as
-//! data flows. A file is read by no one until the recording stops, so its
-//! rounds come as perf record's passes do: when a ring needs draining.
+//! data flows. A file is read by no one until the recording stops, so
+//! unless a storm fills the rings, its rounds come as perf record's passes
+//! do: when a ring needs draining.
 //! perf reads its rings at their watermark (half of each), and writes
 //! nothing while a 3 s workload at 1,000 samples a second runs on 16 CPUs;
 //! the merger wrote a round a second there, and those rounds were most of
@@ -25,10 +26,13 @@ const LONGEST_LOOK: Duration = Duration::from_millis(1000);
 
 const SHORTEST_WAIT: Duration = Duration::from_millis(2);
 
-/// A ring that has not grown for this long is quiet: not one a look soon
-/// after another (a checkpoint's) sees still, nor a CPU the host took
-/// away for a while (a 16-vCPU guest on 2 CPUs).
+/// Rings that have not grown for this long are quiet: not ones a look
+/// soon after another (a checkpoint's) sees still.
 const QUIET_AFTER: Duration = Duration::from_millis(500);
+
+/// Rings that reach a round's aim within this long of the last round
+/// are written at the aim, into a file too.
+const FAST: Duration = Duration::from_secs(1);
 
 /// A file's round comes once a ring holds this share of itself past the
 /// last round: well short of half, where its writer spills what the
@@ -47,15 +51,16 @@ pub(super) struct Look {
 
 /// When rounds come, from the rings' heads at each look.
 ///
-/// - A file's: once a ring holds [`RING_FILL_SHARE`] of itself past the
-///   last round, or once one went quiet holding something: a recording
-///   killed whole loses at most what its rings held (perf's file holds
-///   nothing readable then), and a workload's last records are in the
-///   output a look after it ended.
 /// - A stream's: after every wait, which lasts until the rings have about
 ///   a round's aim more ([`round_aim`]: more with more busy rings), or one
 ///   of them may hold [`RING_FILL_SHARE`] of itself, at the rate they grew
 ///   since the last look, and at most [`STREAM_ROUND`].
+/// - A file's: once the rings hold the aim, if they reached it within
+///   [`FAST`] of the last round (a storm); slower, once a ring holds [`RING_FILL_SHARE`] of itself past
+///   the last round, or once they all went quiet holding something. A
+///   recording killed whole loses at most what its rings held (perf's
+///   file holds nothing readable then), and a workload's last records are
+///   in the output a look after it ended.
 ///
 /// Rings gone quiet are looked at less and less often: a pause in the
 /// workload (an exec between two parts of it) ends soon after it did.
@@ -67,8 +72,9 @@ pub(super) struct Pace {
     heads: Vec<u64>,
     looked: Instant,
     wait: Duration,
-    /// The rings' heads at the last round.
+    /// The rings' heads at the last round, and when that was.
     rounded: Vec<u64>,
+    rounded_at: Instant,
     /// When each ring last grew.
     grew: Vec<Instant>,
 }
@@ -83,6 +89,7 @@ impl Pace {
             looked: Instant::now(),
             wait: SHORTEST_WAIT,
             rounded: Vec::new(),
+            rounded_at: Instant::now(),
             grew: Vec::new(),
         }
     }
@@ -90,43 +97,62 @@ impl Pace {
     /// What to do, the rings' heads now being `heads`.
     pub(super) fn look(&mut self, heads: Vec<u64>) -> Look {
         let took = self.looked.elapsed();
-        let first = self.heads.is_empty();
         let now = Instant::now();
-        if first {
-            self.rounded = heads.clone();
-            self.grew = vec![now; heads.len()];
+        if self.heads.is_empty() {
+            (self.rounded, self.heads, self.looked) = (heads.clone(), heads, now);
+            self.rounded_at = now;
+            self.grew = vec![now; self.rounded.len()];
+            self.wait = SHORTEST_WAIT;
+            return Look {
+                round: false,
+                wait: self.wait,
+            };
         }
         let grown = differences(&heads, &self.heads);
         for (grew, _) in self.grew.iter_mut().zip(&grown).filter(|(_, g)| **g > 0) {
             *grew = now;
         }
-        let quiet = !first && grown.iter().all(|&g| g == 0);
         let pending = self.pending(&heads);
-        self.wait = match (first, quiet) {
-            (true, _) => SHORTEST_WAIT,
-            (false, true) => (self.wait * 2).min(LONGEST_LOOK),
-            (false, false) if self.stream => next_round(&grown, &self.sizes, took),
-            (false, false) => until_filled(&grown, &pending, &self.sizes, took),
+        let quiet = grown.iter().all(|&g| g == 0);
+        self.wait = match (quiet, self.stream) {
+            (true, _) => (self.wait * 2).min(LONGEST_LOOK),
+            (false, true) => next_round(&grown, &self.sizes, took, STREAM_ROUND),
+            (false, false) => next_round(&grown, &self.sizes, took, LONGEST_LOOK)
+                .min(until_filled(&grown, &pending, &self.sizes, took)),
         };
-        let round = match self.stream {
-            true => !first,
-            false => {
-                let mut rings = pending.iter().zip(&self.sizes).zip(&self.grew);
-                !first
-                    && rings.any(|((p, size), grew)| {
-                        let filled = *p >= size / RING_FILL_SHARE;
-                        filled || (*p > 0 && now - *grew >= QUIET_AFTER)
-                    })
-            }
-        };
+        let fast = self.reached_aim_fast(&pending, now);
+        let round = self.stream || fast || self.needs_draining(&pending, now);
         if round {
-            self.rounded = heads.clone();
+            (self.rounded, self.rounded_at) = (heads.clone(), now);
         }
         (self.heads, self.looked) = (heads, now);
         Look {
             round,
             wait: self.wait,
         }
+    }
+
+    /// Whether the rings, holding `pending` past the last round, reached a
+    /// round's aim within [`FAST`] of it. A file's rounds then come at the
+    /// aim, as a stream's do: in a DWARF storm, rounds at a quarter of
+    /// 4 MiB rings (2 MiB, where the aim is 192 KiB) tripled the merger's
+    /// CPU and lost 8k samples a run, the round's bytes no longer in the
+    /// CPU's cache when they went out.
+    fn reached_aim_fast(&self, pending: &[u64], now: Instant) -> bool {
+        let aim = round_aim(pending.iter().filter(|&&p| p > 0).count());
+        now - self.rounded_at <= FAST && pending.iter().sum::<u64>() >= aim
+    }
+
+    /// Whether a ring holding `pending` past the last round holds
+    /// [`RING_FILL_SHARE`] of itself, or the rings went quiet holding
+    /// something. Quiet is all of them: in a 64-vCPU guest on 2 CPUs a
+    /// vCPU is often still for half a second, as an idle CPU sampling
+    /// cycles is, and a round for each took as much as perf's thread.
+    fn needs_draining(&self, pending: &[u64], now: Instant) -> bool {
+        let mut rings = pending.iter().zip(&self.sizes);
+        let filled = rings.any(|(p, size)| *p >= size / RING_FILL_SHARE);
+        let quiet = self.grew.iter().all(|grew| now - *grew >= QUIET_AFTER);
+        filled || (quiet && pending.iter().any(|&p| p > 0))
     }
 
     /// What each ring holds past the last round.
@@ -156,11 +182,11 @@ fn until_filled(grown: &[u64], pending: &[u64], sizes: &[u64], took: Duration) -
         .max(SHORTEST_WAIT)
 }
 
-/// How long a stream waits for its next round, the rings (of `sizes`
+/// How long to wait for the next round at the aim, the rings (of `sizes`
 /// bytes) having grown by `grown` bytes each in `took`: so long that a
 /// round reads about its aim and no ring fills past [`RING_FILL_SHARE`],
-/// from [`SHORTEST_WAIT`] to [`STREAM_ROUND`].
-fn next_round(grown: &[u64], sizes: &[u64], took: Duration) -> Duration {
+/// from [`SHORTEST_WAIT`] to `longest`.
+fn next_round(grown: &[u64], sizes: &[u64], took: Duration, longest: Duration) -> Duration {
     let aim = round_aim(grown.iter().filter(|&&g| g > 0).count());
     let total: u64 = grown.iter().sum();
     let for_aim = took.mul_f64(aim as f64 / total.max(1) as f64);
@@ -171,7 +197,7 @@ fn next_round(grown: &[u64], sizes: &[u64], took: Duration) -> Duration {
         .map(|(g, size)| took.mul_f64((size / RING_FILL_SHARE) as f64 / *g as f64));
     for_fill
         .fold(for_aim, Duration::min)
-        .clamp(SHORTEST_WAIT, STREAM_ROUND)
+        .clamp(SHORTEST_WAIT, longest)
 }
 
 #[cfg(test)]
@@ -186,9 +212,10 @@ mod tests {
         // 1 MiB in 100 ms in two rings: 128 KiB in 12.5 ms; 1 MiB a
         // second: 125 ms, capped.
         let grown = [512 << 10, 512 << 10, 0];
-        let wait = next_round(&grown, &[RING; 3], SECOND / 10);
+        let wait = next_round(&grown, &[RING; 3], SECOND / 10, STREAM_ROUND);
         assert_eq!(wait, Duration::from_micros(12500));
-        assert_eq!(next_round(&grown, &[RING; 3], SECOND), STREAM_ROUND);
+        let wait = next_round(&grown, &[RING; 3], SECOND, STREAM_ROUND);
+        assert_eq!(wait, STREAM_ROUND);
     }
 
     #[test]
@@ -196,7 +223,7 @@ mod tests {
         // A 256 KiB ring fills a quarter of itself in 10 ms at 6.4 MB/s,
         // where the aim would wait 20 ms.
         let grown = [64 << 10, 0];
-        let wait = next_round(&grown, &[256 << 10, RING], SECOND / 100);
+        let wait = next_round(&grown, &[256 << 10, RING], SECOND / 100, STREAM_ROUND);
         assert_eq!(wait, Duration::from_millis(10));
     }
 
@@ -215,8 +242,28 @@ mod tests {
         assert_eq!(wait, SECOND / 4);
     }
 
+    /// `pace`, as if its last look and its rings' last growth were `ago`
+    /// earlier.
+    fn earlier(pace: &mut Pace, ago: Duration) {
+        pace.looked -= ago;
+        pace.rounded_at -= ago;
+        for grew in &mut pace.grew {
+            *grew -= ago;
+        }
+    }
+
+    /// Looks a second apart at `heads`, each list one look: whether each
+    /// wrote a round.
+    fn rounds_a_second_apart(pace: &mut Pace, heads: &[&[u64]]) -> Vec<bool> {
+        let looks = heads.iter().map(|heads| {
+            earlier(pace, SECOND);
+            pace.look(heads.to_vec()).round
+        });
+        looks.collect()
+    }
+
     #[test]
-    fn a_file_is_written_only_when_a_ring_holds_its_share() {
+    fn a_slow_file_is_written_only_when_a_ring_holds_its_share() {
         let mut pace = Pace::new(vec![RING; 2], false);
         let look = pace.look(vec![0, 0]);
         assert_eq!(
@@ -226,40 +273,39 @@ mod tests {
                 wait: SHORTEST_WAIT
             }
         );
-        assert!(!pace.look(vec![100 << 10, 4096]).round);
-        assert!(pace.look(vec![128 << 10, 8192]).round);
-        assert!(!pace.look(vec![130 << 10, 8192]).round);
-        assert!(pace.look(vec![130 << 10, (128 << 10) + 8192]).round);
-    }
-
-    /// `pace`, as if its rings last grew longer ago than [`QUIET_AFTER`].
-    fn a_while_later(pace: &mut Pace) {
-        for grew in &mut pace.grew {
-            *grew -= QUIET_AFTER;
-        }
+        let heads: [&[u64]; 4] = [
+            &[100 << 10, 4096],
+            &[128 << 10, 8192],
+            &[130 << 10, 12288],
+            &[130 << 10, (128 << 10) + 12288],
+        ];
+        let rounds = rounds_a_second_apart(&mut pace, &heads);
+        assert_eq!(rounds, [false, true, false, true]);
     }
 
     #[test]
     fn a_file_is_written_once_its_rings_go_quiet_holding_something() {
+        let mut pace = Pace::new(vec![RING; 2], false);
+        pace.look(vec![0, 0]);
+        let heads: [&[u64]; 4] = [&[4096, 4096], &[4096, 8192], &[4096, 8192], &[4096, 8192]];
+        let rounds = rounds_a_second_apart(&mut pace, &heads);
+        assert_eq!(rounds, [false, false, true, false]);
+        // Still, but not for long enough.
         let mut pace = Pace::new(vec![RING], false);
+        pace.look(vec![0]);
+        rounds_a_second_apart(&mut pace, &[&[4096]]);
         assert!(!pace.look(vec![4096]).round);
-        assert!(!pace.look(vec![8192]).round);
-        assert!(!pace.look(vec![8192]).round, "not quiet long enough");
-        a_while_later(&mut pace);
-        assert!(pace.look(vec![8192]).round);
-        a_while_later(&mut pace);
-        assert!(!pace.look(vec![8192]).round);
     }
 
     #[test]
-    fn a_file_is_written_once_one_ring_goes_quiet_while_another_grows() {
+    fn a_file_filled_fast_is_written_at_its_aim() {
         let mut pace = Pace::new(vec![RING; 2], false);
-        assert!(!pace.look(vec![0, 0]).round);
-        assert!(!pace.look(vec![4096, 4096]).round);
-        a_while_later(&mut pace);
-        assert!(pace.look(vec![4096, 8192]).round);
-        a_while_later(&mut pace);
-        assert!(!pace.look(vec![4096, 12288]).round);
+        pace.look(vec![0, 0]);
+        earlier(&mut pace, SECOND / 100);
+        // 128 KiB in 10 ms: the aim in a hundredth of a second.
+        let look = pace.look(vec![64 << 10, 64 << 10]);
+        assert!(look.round);
+        assert!(look.wait <= SECOND / 50, "{look:?}");
     }
 
     #[test]
