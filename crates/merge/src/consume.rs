@@ -76,20 +76,23 @@ impl<'a> Consumer<'a> {
     }
 
     /// Slice `index` is in the output: frees what the slices written in
-    /// order so far hold, unless it is the last (the shards go whole).
+    /// order so far hold, but the last one (the shards go whole after it).
+    /// A slice written late frees those written before it past it too:
+    /// on a busy host one thread's slice came last, and the shards kept
+    /// a third of their bytes to the end.
     pub fn written(&self, index: usize) -> io::Result<()> {
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
         state.written[index] = true;
-        let before = state.next;
+        let last = self.slices.len().saturating_sub(1);
+        let before = state.next.min(last);
         while state.written.get(state.next) == Some(&true) {
             state.next += 1;
         }
-        let Some(next) = self.slices.get(state.next) else {
-            return Ok(());
-        };
-        if state.next == before {
+        let upto = state.next.min(last);
+        if upto == before {
             return Ok(());
         }
+        let next = &self.slices[upto];
         let resume: Vec<u64> = self
             .shards
             .iter()
