@@ -206,6 +206,16 @@ impl<'a> TextPoke<'a> {
 pub struct AttrBytes<'a>(pub &'a [u8]);
 
 impl AttrBytes<'_> {
+    /// The event's `type` (`PERF_TYPE_*`), if the bytes hold it.
+    pub fn type_(&self) -> Option<u32> {
+        u32_at(self.0, 0)
+    }
+
+    /// The event's `config`, if the bytes hold it.
+    pub fn config(&self) -> Option<u64> {
+        u64_at(self.0, 8)
+    }
+
     /// Which fields each sample carries (0 for bytes too short to say).
     pub fn sample_type(&self) -> u64 {
         u64_at(self.0, 24).unwrap_or(0)

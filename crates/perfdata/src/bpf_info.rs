@@ -227,7 +227,7 @@ mod tests {
     use super::*;
 
     fn u64_at(bytes: &[u8], at: usize) -> u64 {
-        u64::from_ne_bytes(bytes[at..at + 8].try_into().unwrap())
+        shardrec_format::u64_at(bytes, at).unwrap()
     }
 
     #[test]

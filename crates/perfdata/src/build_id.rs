@@ -153,13 +153,16 @@ pub fn decode(table: &[u8]) -> Vec<BuildIdEntry> {
     let mut entries = Vec::new();
     let mut at = 0;
     while at + ENTRY_HEADER <= table.len() {
-        let u16_at = |o: usize| u16::from_ne_bytes(table[o..o + 2].try_into().expect("2 bytes"));
-        let (misc, size) = (u16_at(at + 4), u16_at(at + 6) as usize);
+        // Each entry begins with a record's header: its misc and size.
+        let Some(header) = shardrec_format::RecordHeader::parse(&table[at..]) else {
+            break;
+        };
+        let (misc, size) = (header.misc, usize::from(header.size));
         if size < ENTRY_HEADER || at + size > table.len() {
             break;
         }
         let entry = &table[at..at + size];
-        let pid = i32::from_ne_bytes(entry[8..12].try_into().expect("4 bytes"));
+        let pid = shardrec_format::u32_at(entry, 8).unwrap_or(0) as i32;
         let len = match misc & MISC_BUILD_ID_SIZE {
             0 => ID_BYTES,
             _ => (entry[12 + ID_BYTES] as usize).min(ID_BYTES),

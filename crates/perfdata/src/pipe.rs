@@ -280,13 +280,8 @@ fn event_updates(event: &PipeEvent) -> Vec<Vec<u8>> {
 /// perf's `evsel__is_clock`: the software cpu-clock or task-clock.
 fn is_clock(attr: &[u8]) -> bool {
     const SOFTWARE: u32 = 1;
-    let type_ = attr
-        .get(..4)
-        .map(|b| u32::from_ne_bytes(b.try_into().unwrap()));
-    let config = attr
-        .get(8..16)
-        .map(|b| u64::from_ne_bytes(b.try_into().unwrap()));
-    type_ == Some(SOFTWARE) && matches!(config, Some(0 | 1))
+    let attr = shardrec_format::views::AttrBytes(attr);
+    attr.type_() == Some(SOFTWARE) && matches!(attr.config(), Some(0 | 1))
 }
 
 #[cfg(test)]

@@ -45,6 +45,8 @@ pub use mapped_array::MappedArray;
 
 use info::{field, InfoBuf};
 
+use crate::bytes::{field_u32, field_u64};
+
 /// `KSYM_NAME_LEN` (Linux 6.1 and later): kernel symbol names are cut to
 /// one byte less.
 const KSYM_NAME_LEN: usize = 512;
@@ -153,7 +155,7 @@ impl HeldProg {
         let what = || format!("reading BPF program {}", self.id);
         let (info, arrays) =
             read_info(&self.fd, &mut scratch.arrays).map_err(|err| context(err, &what()))?;
-        let btf_id = u32_at(&info, field::BTF_ID);
+        let btf_id = field_u32(&info, field::BTF_ID);
         // The program holds its BTF, so while `fd` is open the BTF is there.
         let btf = match btf_id {
             0 => None,
@@ -297,18 +299,6 @@ fn context(err: io::Error, what: &str) -> io::Error {
     io::Error::new(err.kind(), format!("{what}: {err}"))
 }
 
-fn u32_at(bytes: &[u8], offset: usize) -> u32 {
-    bytes
-        .get(offset..offset + 4)
-        .map_or(0, |b| u32::from_ne_bytes(b.try_into().expect("4 bytes")))
-}
-
-fn u64_at(bytes: &[u8], offset: usize) -> u64 {
-    bytes
-        .get(offset..offset + 8)
-        .map_or(0, |b| u64::from_ne_bytes(b.try_into().expect("8 bytes")))
-}
-
 /// The fields callers want, read out of the captured bytes.
 fn decode(info: Vec<u8>, arrays: Arrays, btf: Option<Vec<u8>>) -> io::Result<ProgInfo> {
     let chunks = |which, size| {
@@ -331,15 +321,15 @@ fn decode(info: Vec<u8>, arrays: Arrays, btf: Option<Vec<u8>>) -> io::Result<Pro
         .map(|c| c.try_into().expect("8 bytes"))
         .collect();
     let prog = ProgInfo {
-        id: u32_at(&info, field::ID),
-        prog_type: u32_at(&info, field::TYPE),
-        tag: u64_at(&info, field::TAG).to_ne_bytes(),
+        id: field_u32(&info, field::ID),
+        prog_type: field_u32(&info, field::TYPE),
+        tag: field_u64(&info, field::TAG).to_ne_bytes(),
         name: info
             .get(field::NAME..field::NAME + 16)
             .map_or_else(String::new, c_string),
-        btf_id: u32_at(&info, field::BTF_ID),
-        run_time_ns: u64_at(&info, field::RUN_TIME_NS),
-        run_cnt: u64_at(&info, field::RUN_CNT),
+        btf_id: field_u32(&info, field::BTF_ID),
+        run_time_ns: field_u64(&info, field::RUN_TIME_NS),
+        run_cnt: field_u64(&info, field::RUN_CNT),
         jited_ksyms,
         jited_func_lens,
         prog_tags,
@@ -369,7 +359,7 @@ fn ksym_names(prog: &ProgInfo) -> io::Result<Vec<String>> {
         (Some(blob), false) => Some(btf::TypeNames::parse(blob)?),
         _ => None,
     };
-    let rec_size = (u32_at(&prog.info, field::FUNC_INFO_REC_SIZE) as usize).max(1);
+    let rec_size = (field_u32(&prog.info, field::FUNC_INFO_REC_SIZE) as usize).max(1);
     let mut out = Vec::with_capacity(prog.prog_tags.len());
     for (index, sub_tag) in prog.prog_tags.iter().enumerate() {
         let (tag, own_name) = match index {
@@ -381,7 +371,7 @@ fn ksym_names(prog: &ProgInfo) -> io::Result<Vec<String>> {
         let type_id = func_info
             .chunks_exact(rec_size)
             .nth(index)
-            .map(|rec| u32_at(rec, 4));
+            .map(|rec| field_u32(rec, 4));
         let suffix = match (&names, type_id) {
             (Some(names), Some(type_id)) => names.name(type_id).ok_or_else(|| {
                 io::Error::new(

@@ -35,6 +35,7 @@
 mod attr;
 pub mod bpf;
 pub mod build_id_probe;
+pub mod bytes;
 pub mod cpu;
 pub mod debuginfod;
 mod event;

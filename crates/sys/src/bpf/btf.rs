@@ -4,6 +4,8 @@
 
 use std::io;
 
+use crate::bytes::u32_at;
+
 /// `BTF_MAGIC`, in the blob's (native) byte order.
 pub(crate) const MAGIC: u16 = 0xeb9f;
 /// `struct btf_header`: magic, version, flags, hdr_len, then offsets and
@@ -84,12 +86,6 @@ pub(crate) fn for_functions(funcs: &[(u32, &str)], file: &str) -> FuncBtf {
 
 fn invalid(what: &str) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, format!("BTF: {what}"))
-}
-
-fn u32_at(bytes: &[u8], offset: usize) -> Option<u32> {
-    Some(u32::from_ne_bytes(
-        bytes.get(offset..offset + 4)?.try_into().ok()?,
-    ))
 }
 
 /// Bytes that follow a `struct btf_type` of `kind` with `vlen` members.

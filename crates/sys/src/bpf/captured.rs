@@ -15,6 +15,7 @@
 use std::collections::BTreeMap;
 
 use super::{LoadedFunction, LoadedProg};
+use crate::bytes::{u32_at, u64_at};
 
 /// Bytes in one chunk (`CHUNK` in the program).
 pub const CHUNK: usize = 4096;
@@ -266,14 +267,6 @@ impl Captured {
             self.programs.pop_first();
         }
     }
-}
-
-fn u32_at(bytes: &[u8], at: usize) -> Option<u32> {
-    shardrec_format::u32_at(bytes, at)
-}
-
-fn u64_at(bytes: &[u8], at: usize) -> Option<u64> {
-    shardrec_format::u64_at(bytes, at)
 }
 
 #[cfg(test)]

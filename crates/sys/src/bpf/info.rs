@@ -155,7 +155,7 @@ impl InfoBuf {
     }
 
     pub(crate) fn u32_at(&self, offset: usize) -> u32 {
-        u32::from_ne_bytes(self.0[offset..offset + 4].try_into().expect("4 bytes"))
+        crate::bytes::field_u32(&self.0, offset)
     }
 
     pub(crate) fn set_u32(&mut self, offset: usize, value: u32) {
