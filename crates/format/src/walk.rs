@@ -31,6 +31,43 @@ pub enum End {
     },
 }
 
+/// Why bytes do not begin with a whole record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NoRecord {
+    /// Fewer than 8 bytes: the header is cut short.
+    HeaderCut,
+    /// The header's size is no record's: below 8, or not a multiple of 8.
+    NotAHeader(&'static str),
+    /// The record runs past the end of the bytes.
+    RecordCut,
+}
+
+impl NoRecord {
+    /// What is wrong, in a few words.
+    pub fn reason(self) -> &'static str {
+        match self {
+            NoRecord::HeaderCut => "header cut short",
+            NoRecord::NotAHeader(why) => why,
+            NoRecord::RecordCut => "record runs past the end",
+        }
+    }
+}
+
+/// The whole record `bytes` begin with, and its header: the one place
+/// that decides whether a header can be a record's.
+pub fn leading_record(bytes: &[u8]) -> Result<(RecordHeader, &[u8]), NoRecord> {
+    let header = RecordHeader::parse(bytes).ok_or(NoRecord::HeaderCut)?;
+    let size = usize::from(header.size);
+    if size < HEADER_SIZE {
+        return Err(NoRecord::NotAHeader("record size below 8"));
+    }
+    if size % 8 != 0 {
+        return Err(NoRecord::NotAHeader("record size not a multiple of 8"));
+    }
+    let record = bytes.get(..size).ok_or(NoRecord::RecordCut)?;
+    Ok((header, record))
+}
+
 /// An iterator over the records of a buffer. A header with a size below 8,
 /// not a multiple of 8, or past the end stops the walk; [`end`](Self::end)
 /// then says where and why.
@@ -77,25 +114,16 @@ impl<'a> Iterator for RecordWalker<'a> {
             self.end = End::Clean;
             return None;
         }
-        let Some(header) = RecordHeader::parse(rest) else {
-            return self.stop("header cut short");
+        let (header, bytes) = match leading_record(rest) {
+            Ok(record) => record,
+            Err(no_record) => return self.stop(no_record.reason()),
         };
-        let size = header.size as usize;
-        if size < HEADER_SIZE {
-            return self.stop("record size below 8");
-        }
-        if size % 8 != 0 {
-            return self.stop("record size not a multiple of 8");
-        }
-        if size > rest.len() {
-            return self.stop("record runs past the end");
-        }
         let record = Record {
             offset: self.offset,
             header,
-            bytes: &rest[..size],
+            bytes,
         };
-        self.offset += size;
+        self.offset += bytes.len();
         Some(record)
     }
 }

@@ -163,6 +163,8 @@ pub fn each_record(
 ) -> io::Result<&[u8]> {
     let mut expander: Option<Expander> = None;
     let mut rest = data;
+    // Not `walk::leading_record`: a COMPRESSED record's size is its
+    // payload's plus 8, not padded to 8 (perf's neither).
     while let Some(header) = RecordHeader::parse(rest) {
         let len = usize::from(header.size);
         if len < 8 || len > rest.len() {

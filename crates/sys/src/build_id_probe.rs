@@ -16,7 +16,7 @@ use std::os::fd::AsRawFd;
 
 use crate::abi;
 use crate::{Attr, Flag, PerfEvent, RingBuffer, Target};
-use shardrec_format::header::{RecordHeader, RecordType};
+use shardrec_format::header::RecordType;
 
 /// What the kernel does with `attr.build_id`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -100,15 +100,7 @@ fn map_own_binary() -> io::Result<()> {
 
 /// The misc field of each MMAP2 record in `bytes`.
 fn mmap2_miscs(bytes: &[u8]) -> impl Iterator<Item = u16> + '_ {
-    let mut at = 0;
-    std::iter::from_fn(move || loop {
-        let header = RecordHeader::parse(bytes.get(at..)?)?;
-        if header.size < 8 {
-            return None;
-        }
-        at += usize::from(header.size);
-        if header.type_ == RecordType::MMAP2 {
-            return Some(header.misc);
-        }
-    })
+    let records = shardrec_format::walk::RecordWalker::new(bytes);
+    let mmap2 = records.filter(|r| r.header.type_ == RecordType::MMAP2);
+    mmap2.map(|r| r.header.misc)
 }

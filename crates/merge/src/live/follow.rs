@@ -10,8 +10,9 @@ use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use shardrec_format::header::{RecordHeader, RecordType, HEADER_SIZE};
+use shardrec_format::header::{RecordHeader, RecordType};
 use shardrec_format::layouts::FieldReader;
+use shardrec_format::walk::{self, NoRecord};
 use shardrec_shard::merged_prefix::Resume;
 use shardrec_shard::scan::{Damage, GrowingBytes, ShardSummary};
 
@@ -406,14 +407,11 @@ fn walk_records(
 /// The whole record `bytes` start with, and its header: `None` if it is
 /// cut short (or there is none), an error if its header is no record's.
 fn whole_record(bytes: &[u8]) -> Result<Option<(RecordHeader, &[u8])>, Walked> {
-    let Some(header) = RecordHeader::parse(bytes) else {
-        return Ok(None);
-    };
-    let size = usize::from(header.size);
-    if size < HEADER_SIZE || size % 8 != 0 {
-        return Err(Walked::NotAHeader);
+    match walk::leading_record(bytes) {
+        Ok(record) => Ok(Some(record)),
+        Err(NoRecord::NotAHeader(_)) => Err(Walked::NotAHeader),
+        Err(NoRecord::HeaderCut | NoRecord::RecordCut) => Ok(None),
     }
-    Ok(bytes.get(..size).map(|record| (header, record)))
 }
 
 /// Hands `take` the samples `hop` passed over in `window`, timed by its
