@@ -38,11 +38,6 @@ fn quiet_libbpf() {
     }
 }
 
-/// `N` bytes of `bytes` at `at`: a field of a record a program wrote.
-fn word<const N: usize>(bytes: &[u8], at: usize) -> Option<[u8; N]> {
-    bytes.get(at..at + N)?.try_into().ok()
-}
-
 /// libbpf's errors as I/O errors, with what was being done.
 fn context(what: &'static str) -> impl FnOnce(libbpf_rs::Error) -> std::io::Error {
     move |error| std::io::Error::other(format!("{what}: {error}"))

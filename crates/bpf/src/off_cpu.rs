@@ -8,10 +8,11 @@ use std::io;
 use std::mem::MaybeUninit;
 use std::os::fd::{AsRawFd, BorrowedFd};
 
+use crate::context;
 use crate::OpenObject;
-use crate::{context, word};
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags};
+use shardrec_sys::bytes::{u16_at, u32_at, u64_at};
 
 use crate::skel::off_cpu::{OffCpuSkel, OffCpuSkelBuilder};
 
@@ -155,10 +156,7 @@ impl<'obj> OffCpu<'obj> {
                 .lookup_percpu(&which.to_ne_bytes(), MapFlags::ANY)
                 .map_err(context("reading the off-CPU counts"))?
                 .unwrap_or_default();
-            Ok(per_cpu
-                .iter()
-                .filter_map(|value| Some(u64::from_ne_bytes(value.get(..8)?.try_into().ok()?)))
-                .sum())
+            Ok(per_cpu.iter().filter_map(|value| u64_at(value, 0)).sum())
         };
         Ok(Counts {
             written: sum(0)?,
@@ -178,11 +176,8 @@ impl<'obj> OffCpu<'obj> {
                 .lookup(&id.to_ne_bytes(), MapFlags::ANY)
                 .map_err(context("reading the off-CPU stacks"))?
                 .unwrap_or_default();
-            let words = (0..frames.len() / 8).map_while(|i| word::<8>(&frames, 8 * i));
-            Ok(words
-                .map(u64::from_ne_bytes)
-                .take_while(|&frame| frame != 0)
-                .collect())
+            let words = (0..frames.len() / 8).map_while(|i| u64_at(&frames, 8 * i));
+            Ok(words.take_while(|&frame| frame != 0).collect())
         };
         let mut summed = Vec::new();
         for key in maps.sums.keys() {
@@ -194,8 +189,7 @@ impl<'obj> OffCpu<'obj> {
                 continue;
             };
             // A stack the kernel did not keep (its id negative) is empty.
-            let ids =
-                [word::<4>(&key, 12), word::<4>(&key, 16)].map(|id| id.map(u32::from_ne_bytes));
+            let ids = [u32_at(&key, 12), u32_at(&key, 16)];
             for (frames, id) in [&mut sum.kernel, &mut sum.user].into_iter().zip(ids) {
                 if let Some(id) = id.filter(|&id| (id as i32) >= 0) {
                     *frames = stack(id)?;
@@ -211,12 +205,12 @@ impl<'obj> OffCpu<'obj> {
 /// still empty.
 fn sum_of(key: &[u8], total: &[u8]) -> Option<SummedWaits> {
     Some(SummedWaits {
-        pid: u32::from_ne_bytes(word(key, 0)?),
-        tid: u32::from_ne_bytes(word(key, 4)?),
-        state: u16::from_ne_bytes(word(key, 8)?),
-        kernel_skip: u16::from_ne_bytes(word(key, 10)?),
-        cgroup: u64::from_ne_bytes(word(key, 24)?),
-        total_ns: u64::from_ne_bytes(word(total, 0)?),
+        pid: u32_at(key, 0)?,
+        tid: u32_at(key, 4)?,
+        state: u16_at(key, 8)?,
+        kernel_skip: u16_at(key, 10)?,
+        cgroup: u64_at(key, 24)?,
+        total_ns: u64_at(total, 0)?,
         kernel: Vec::new(),
         user: Vec::new(),
     })

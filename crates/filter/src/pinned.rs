@@ -371,10 +371,7 @@ fn term_slot(term: &Term) -> [u8; SLOT_BYTES] {
 
 /// What an entry's filter kept and dropped, from its value.
 pub fn entry_counts(value: &[u8]) -> Counts {
-    let at = |offset: i16| {
-        let offset = offset as usize;
-        u64::from_ne_bytes(value[offset..offset + 8].try_into().expect("8 bytes"))
-    };
+    let at = |offset: i16| shardrec_sys::bytes::field_u64(value, offset as usize);
     Counts {
         kept: at(KEPT),
         dropped: at(DROPPED),

@@ -82,9 +82,7 @@ pub fn read_feature(file: &std::fs::File, bit: usize) -> std::io::Result<Option<
         |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_string());
     let mut header = [0u8; HEADER_SIZE as usize];
     file.read_exact_at(&mut header, 0)?;
-    let u64_at = |bytes: &[u8], at: usize| {
-        u64::from_ne_bytes(bytes[at..at + 8].try_into().expect("8 bytes"))
-    };
+    let u64_at = |bytes: &[u8], at: usize| shardrec_format::u64_at(bytes, at).unwrap_or(0);
     if u64_at(&header, 0) != MAGIC {
         return Err(invalid("not a perf.data file of this byte order"));
     }

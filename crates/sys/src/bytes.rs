@@ -1,6 +1,12 @@
 //! Fields of kernel ABI structures read out of bytes: `bpf_prog_info`,
-//! BTF, the records shardrec's own BPF programs write. Native-endian, at
+//! BTF, the records and map entries shardrec's own BPF programs write. Native-endian, at
 //! byte offsets; perf's records have their own reader in `format`.
+
+/// The u16 at `offset`, if the bytes are there.
+pub fn u16_at(bytes: &[u8], offset: usize) -> Option<u16> {
+    let raw = bytes.get(offset..offset.checked_add(2)?)?;
+    Some(u16::from_ne_bytes(raw.try_into().ok()?))
+}
 
 /// The u32 at `offset`, if the bytes are there.
 pub fn u32_at(bytes: &[u8], offset: usize) -> Option<u32> {
