@@ -750,9 +750,11 @@ fn recording_killed_whole(options: &[&str]) {
         .status()
         .unwrap();
     assert!(workload.success());
-    // A quiet recording's rounds come every second: by two, every ring
-    // has been read.
-    std::thread::sleep(Duration::from_millis(2500));
+    // A file's round comes once its rings have been still half a second
+    // (looked at every half second while they hold something), and its
+    // checkpoint within a quarter second: by 1.25 s every ring has been
+    // read and said so; 3 s, for a loaded host.
+    std::thread::sleep(Duration::from_millis(3000));
     let group = Pid::from_raw(recorder.0.id() as i32);
     nix::sys::signal::killpg(group, Signal::SIGKILL).unwrap();
     drop(recorder);

@@ -27,7 +27,10 @@ const LONGEST_LOOK: Duration = Duration::from_millis(1000);
 const SHORTEST_WAIT: Duration = Duration::from_millis(2);
 
 /// Rings that have not grown for this long are quiet: not ones a look
-/// soon after another (a checkpoint's) sees still.
+/// soon after another (a checkpoint's) sees still. A file's rings holding
+/// something are looked at at least this often, so what a workload wrote
+/// last is in the output (and its checkpoint) within about a second of
+/// its end.
 const QUIET_AFTER: Duration = Duration::from_millis(500);
 
 /// Rings that reach a round's aim within this long of the last round
@@ -124,6 +127,13 @@ impl Pace {
         let round = self.stream || fast || self.needs_draining(&pending, now);
         if round {
             (self.rounded, self.rounded_at) = (heads.clone(), now);
+        } else if !self.stream && pending.iter().any(|&p| p > 0) {
+            // The next look comes by the time the rings may have been
+            // still long enough: a workload's last records are in the
+            // output soon after it ends.
+            let still = self.grew.iter().map(|grew| now - *grew).min();
+            let until_quiet = QUIET_AFTER.saturating_sub(still.unwrap_or_default());
+            self.wait = self.wait.min(until_quiet.max(SHORTEST_WAIT));
         }
         (self.heads, self.looked) = (heads, now);
         Look {
@@ -313,6 +323,18 @@ mod tests {
         let mut pace = Pace::new(vec![RING], true);
         assert!(!pace.look(vec![0]).round);
         assert!(pace.look(vec![4096]).round);
+        assert!(pace.look(vec![4096]).round);
+    }
+
+    #[test]
+    fn rings_holding_something_are_looked_at_once_they_may_be_quiet() {
+        let mut pace = Pace::new(vec![RING], false);
+        pace.look(vec![0]);
+        earlier(&mut pace, SECOND);
+        let look = pace.look(vec![4096]);
+        assert!(!look.round);
+        assert!(look.wait <= QUIET_AFTER, "{look:?}");
+        earlier(&mut pace, look.wait);
         assert!(pace.look(vec![4096]).round);
     }
 
