@@ -20,8 +20,28 @@ fn sample_lines(file: &Path, time: Option<&str>) -> Vec<String> {
         args.extend(["--time", time]);
     }
     let output = perf(&args, file);
-    String::from_utf8_lossy(&output.stdout)
-        .lines()
+    let text = String::from_utf8_lossy(&output.stdout);
+    // Samples of two CPUs at the same time may come in either order: the
+    // live merge writes them in perf's rounds, and perf keeps a tie in
+    // the order it read it, where the window's merge puts the first CPU
+    // first. So ties go in the order of their text, on both sides.
+    let mut samples: Vec<&str> = text
+        .split("\n\n")
+        .filter(|s| !s.trim().is_empty())
+        .collect();
+    let time = |sample: &str| -> Option<f64> {
+        let header = sample.trim_start().lines().next()?;
+        header
+            .split_whitespace()
+            .nth(1)?
+            .trim_end_matches(':')
+            .parse()
+            .ok()
+    };
+    samples.sort_by(|a, b| time(a).partial_cmp(&time(b)).unwrap().then(a.cmp(b)));
+    samples
+        .iter()
+        .flat_map(|sample| sample.lines().chain([""]))
         .map(str::to_string)
         .collect()
 }
