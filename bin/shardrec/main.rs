@@ -46,13 +46,13 @@ fn main() -> ExitCode {
             return ExitCode::from(message.exit_code() as u8);
         }
         Parsed::Refused(message) => {
-            eprintln!("shardrec: {message}");
+            messages::error(&message);
             return ExitCode::from(USAGE);
         }
     };
     // A test's fault plan with a mistake in it would test nothing.
     if let Err(why) = shardrec_control::fault::check_planned() {
-        eprintln!("shardrec: {why}");
+        messages::error(&why);
         return ExitCode::from(USAGE);
     }
     let result = match cli.action {
@@ -70,7 +70,7 @@ fn main() -> ExitCode {
             shardrec_record::die_of_sigpipe()
         }
         Err(error) => {
-            eprintln!("shardrec: {}", shardrec_shard::with_causes(&error));
+            messages::error(&shardrec_shard::with_causes(&error));
             match error {
                 Error::Record(RecordError::Usage(_) | RecordError::UnknownEvent { .. })
                 | Error::Merge(MergeError::BadTime(_)) => ExitCode::from(USAGE),
@@ -82,9 +82,7 @@ fn main() -> ExitCode {
 
 /// Records, then merges unless told not to; exits with the workload's status.
 fn record(args: RecordArgs, command_line: &[String]) -> Result<ExitCode, Error> {
-    let mut messages = Box::new(Messages {
-        quiet: args.run.quiet,
-    });
+    let mut messages = Box::new(Messages);
     if let Some(action) = args.run.setup_filter() {
         let said = shardrec_record::setup_filter(action)?;
         messages.note(&format!("shardrec: {said}"));
@@ -113,7 +111,7 @@ fn merge(args: &MergeArgs) -> Result<ExitCode, Error> {
     let output = perf_data_file(&args.output);
     if let Some(spec) = &args.time {
         let (window, report) = shardrec_merge::merge_window(&args.dir, &output, &options, spec)?;
-        let mut messages = Messages { quiet: args.quiet };
+        let mut messages = Messages;
         messages.merged(&report);
         messages.note(&window_line(&window));
         return Ok(match report.unreadable().next() {
@@ -122,7 +120,7 @@ fn merge(args: &MergeArgs) -> Result<ExitCode, Error> {
         });
     }
     let report = shardrec_merge::merge(&args.dir, &output, &options)?;
-    Messages { quiet: args.quiet }.merged(&report);
+    Messages.merged(&report);
     Ok(if report.unreadable().next().is_none() {
         ExitCode::SUCCESS
     } else {
@@ -174,13 +172,15 @@ fn archive(args: &flags::ArchiveArgs) -> Result<ExitCode, Error> {
             source,
         })?;
     for name in &archive.missing {
-        eprintln!("shardrec: warning: {name}: its build id is not in the build-id cache");
+        messages::warning(&format!(
+            "{name}: its build id is not in the build-id cache"
+        ));
     }
     let name = archive.path.display();
-    println!(
-        "Now please run:\n\n$ tar xvf {name} -C ~/.debug\n\nwherever you need to run 'perf report' on ({} build ids)."
-        , archive.included
-    );
+    messages::result(&format!(
+        "Now please run:\n\n$ tar xvf {name} -C ~/.debug\n\nwherever you need to run 'perf report' on ({} build ids).",
+        archive.included
+    ));
     Ok(ExitCode::SUCCESS)
 }
 

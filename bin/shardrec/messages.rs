@@ -3,41 +3,74 @@
 //! standard error (standard output may be the recording itself), and `-q`
 //! silences all but what went wrong.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use shardrec_merge::MergeReport;
 use shardrec_record::{RecordReport, Reporter};
 
-/// Standard error, as `-q` leaves it.
-pub struct Messages {
-    /// `-q`: only warnings and errors.
-    pub quiet: bool,
+/// `-q`: only warnings and errors. Set once the command line is read,
+/// before anything is said about it.
+static QUIET: AtomicBool = AtomicBool::new(false);
+
+/// Says only what went wrong from here on, if `quiet`.
+pub fn set_quiet(quiet: bool) {
+    QUIET.store(quiet, Ordering::Relaxed);
 }
+
+fn quiet() -> bool {
+    QUIET.load(Ordering::Relaxed)
+}
+
+/// A line about the work, unless `-q`.
+pub fn note(line: &str) {
+    if !quiet() {
+        eprintln!("{line}");
+    }
+}
+
+/// Something the user should know, even under `-q`.
+pub fn warning(message: &str) {
+    eprintln!("shardrec: warning: {message}");
+}
+
+/// What stopped a command, even under `-q`.
+pub fn error(message: &str) {
+    eprintln!("shardrec: {message}");
+}
+
+/// A command's result for the user to act on, on standard output (perf
+/// archive's advice).
+pub fn result(text: &str) {
+    println!("{text}");
+}
+
+/// Standard error, as `-q` leaves it.
+pub struct Messages;
 
 impl Reporter for Messages {
     fn recorded(&mut self, report: &RecordReport) {
-        if !self.quiet {
+        if !quiet() {
             eprint!("{report}");
         }
     }
 
     fn merged(&mut self, report: &MergeReport) {
         print_damage(report);
-        if !self.quiet {
+        if !quiet() {
             eprint!("{report}");
         }
     }
 
     fn note(&mut self, line: &str) {
-        if !self.quiet {
-            eprintln!("{line}");
-        }
+        note(line);
     }
 
     fn warning(&mut self, message: &str) {
-        eprintln!("shardrec: warning: {message}");
+        warning(message);
     }
 
     fn error(&mut self, message: &str) {
-        eprintln!("shardrec: {message}");
+        error(message);
     }
 
     fn detail(&mut self, line: &str) {

@@ -134,6 +134,14 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Parsed {
         }
         Err(e) => return Parsed::Refused(one_line(&e)),
     };
+    let quiet = matches.subcommand().is_some_and(|(_, m)| {
+        m.try_get_one::<bool>("quiet")
+            .ok()
+            .flatten()
+            .copied()
+            .unwrap_or(false)
+    });
+    crate::messages::set_quiet(quiet);
     if let Some(record) = matches.subcommand_matches("record") {
         if let Some(refused) = perf_only_options(record) {
             return Parsed::Refused(refused);
@@ -197,9 +205,10 @@ fn perf_only_options(matches: &ArgMatches) -> Option<String> {
     let given = perf_only::OPTIONS.iter().filter(|o| o.given(matches));
     for option in given {
         match option.support {
-            perf_only::Support::Moot(why) => {
-                eprintln!("shardrec: note: {} is not needed: {why}", option.spelling())
-            }
+            perf_only::Support::Moot(why) => crate::messages::note(&format!(
+                "shardrec: note: {} is not needed: {why}",
+                option.spelling()
+            )),
             perf_only::Support::Later => {
                 return Some(format!(
                     "perf record's {} is not supported by shardrec yet",

@@ -196,7 +196,7 @@ impl OutputArgs {
                 "--threads: '{text}' is neither a thread count for the merge nor one of perf's specs (cpu, core, package, numa, masks)"
             ));
         }
-        eprintln!("shardrec: note: --threads={text} is not needed: shardrec already runs one writer process per CPU, pinned to it");
+        crate::messages::note(&format!("shardrec: note: --threads={text} is not needed: shardrec already runs one writer process per CPU, pinned to it"));
         Ok(None)
     }
 }
@@ -238,7 +238,9 @@ impl OutputArgs {
             (None, true) => shardrec_record::SwitchTrigger::Signal,
             (None, false) => {
                 if max_files.is_some() {
-                    eprintln!("shardrec: warning: --switch-max-files does nothing without --switch-output");
+                    crate::messages::warning(
+                        "--switch-max-files does nothing without --switch-output",
+                    );
                 }
                 return Ok(None);
             }
