@@ -202,11 +202,7 @@ pub fn merge_scanned(
         .map(|prefix| resumed_data(&recording, prefix))
         .transpose()?;
     let bpf = bpf_features::read(&recording.bpf_path())?;
-    let input_bytes = std::iter::once(&synth)
-        .chain(&shards)
-        .map(|s| (s.summary.valid_len - s.summary.start) as u64)
-        .sum::<u64>();
-    let bar = progress::Progress::new(input_bytes, progress);
+    let bar = progress::Progress::new(input_bytes(&synth, &shards), progress);
     let target = Output::resolve(output)?;
     let consume = options.consume
         && resumed.is_none()
@@ -353,10 +349,7 @@ impl Ending<'_> {
     /// The report of a merge that wrote `written`, with `build_ids` build
     /// ids in its header.
     pub fn report(self, written: output::Written, build_ids: usize) -> MergeReport {
-        let input_bytes = std::iter::once(self.synth)
-            .chain(self.shards)
-            .map(|s| (s.summary.valid_len - s.summary.start) as u64)
-            .sum::<u64>();
+        let input_bytes = input_bytes(self.synth, self.shards);
         let threads = written.threads;
         let mut report = report(
             self.meta,
@@ -535,4 +528,11 @@ fn lost_on(meta: &shardrec_shard::Meta, cpu: u32, shard: &ScannedShard) -> u64 {
         .map(|loss| loss.lost)
         .sum();
     shardrec_shard::dropped(shard.summary.lost, counted, shard.summary.lost_samples)
+}
+
+/// The record bytes a merge of `synth` and `shards` reads.
+fn input_bytes(synth: &ScannedShard, shards: &[ScannedShard]) -> u64 {
+    let all = std::iter::once(synth).chain(shards);
+    all.map(|s| (s.summary.valid_len - s.summary.start) as u64)
+        .sum()
 }

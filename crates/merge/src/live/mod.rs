@@ -101,7 +101,10 @@ impl<'a> LiveMerge<'a> {
             None => ScannedShard::open(&recording.synth_path(), layouts),
         };
         let (head_records, head_hits) = match resumed.as_mut() {
-            Some((_, (records, hits, _))) => (*records, std::mem::take(hits)),
+            Some(earlier) => (
+                earlier.walked.records,
+                std::mem::take(&mut earlier.walked.hits),
+            ),
             None => {
                 let out = DataOut::new(&mut sink, None).map_err(fail)?;
                 let mut head = RecordWriter::new(out, layouts);
@@ -122,7 +125,7 @@ impl<'a> LiveMerge<'a> {
             }
         }
         let (prefix, tally) = resumed
-            .map(|(prefix, (_, _, tally))| (prefix, tally))
+            .map(|earlier| (earlier.prefix, earlier.walked.tally))
             .unzip();
         let (cpus, read_to_end) = followers(&shards, prefix.as_ref(), (!options.consume, hop));
         let rounds = Rounds::new(cpus, read_to_end);
@@ -413,10 +416,17 @@ pub fn frees_shards(recording: &RecordingDir, target: &Output, options: &MergeOp
 }
 
 /// Records an earlier merger wrote, the binaries they hit, their counts.
-type Walked<'a> = (u64, SliceHits, ResumedTally<'a>);
+struct Walked<'a> {
+    records: u64,
+    hits: SliceHits,
+    tally: ResumedTally<'a>,
+}
 
 /// An earlier merger's last checkpoint, and what it wrote up to there.
-type Earlier<'a> = Option<(MergedPrefix, Walked<'a>)>;
+struct Earlier<'a> {
+    prefix: MergedPrefix,
+    walked: Walked<'a>,
+}
 
 /// The perf.data file a live merge writes at `path`, with the freeing of
 /// the shards at `paths` where that applies (see
@@ -429,7 +439,7 @@ fn open_file<'a>(
     paths: &[PathBuf],
     (meta, layouts): (&Meta, &'a Layouts),
     options: &MergeOptions,
-) -> Result<(Sink, Option<Freeing>, Earlier<'a>), MergeError> {
+) -> Result<(Sink, Option<Freeing>, Option<Earlier<'a>>), MergeError> {
     let fail = |source| MergeError::Output {
         path: path.to_path_buf(),
         source,
@@ -442,7 +452,7 @@ fn open_file<'a>(
             let walked = walk_resumed(recording, &prefix, layouts)?;
             let freeing = Freeing::resume(paths, &prefix).map_err(fail)?;
             let sink = Sink::file_resumed(target, tmp, meta, prefix.data_len).map_err(fail)?;
-            Ok((sink, Some(freeing), Some((prefix, walked))))
+            Ok((sink, Some(freeing), Some(Earlier { prefix, walked })))
         }
         frees_from_start => {
             let freeing = frees_from_start
@@ -536,7 +546,12 @@ fn walk_resumed<'a>(
         let RecordWriter {
             out, hits, records, ..
         } = walker;
-        Ok((records, hits, out.finish()?.0))
+        let tally = out.finish()?.0;
+        Ok(Walked {
+            records,
+            hits,
+            tally,
+        })
     });
     walked.map_err(|source| MergeError::Output {
         path: recording.partial_output_path(),
