@@ -71,15 +71,16 @@ pub(super) struct Pace {
     /// Each ring's data bytes.
     sizes: Vec<u64>,
     stream: bool,
-    /// The rings' heads at the last look, and when that was.
-    heads: Vec<u64>,
+    /// The rings' heads at the last look (none before the first), and
+    /// when that was.
+    heads: Option<Vec<u64>>,
     looked: Instant,
     wait: Duration,
     /// The rings' heads at the last round, and when that was.
     rounded: Vec<u64>,
     rounded_at: Instant,
-    /// When each ring last grew.
-    grew: Vec<Instant>,
+    /// When a ring last grew.
+    grew: Instant,
 }
 
 impl Pace {
@@ -88,12 +89,12 @@ impl Pace {
         Pace {
             sizes,
             stream,
-            heads: Vec::new(),
+            heads: None,
             looked: Instant::now(),
             wait: SHORTEST_WAIT,
             rounded: Vec::new(),
             rounded_at: Instant::now(),
-            grew: Vec::new(),
+            grew: Instant::now(),
         }
     }
 
@@ -101,22 +102,20 @@ impl Pace {
     pub(super) fn look(&mut self, heads: Vec<u64>) -> Look {
         let took = self.looked.elapsed();
         let now = Instant::now();
-        if self.heads.is_empty() {
-            (self.rounded, self.heads, self.looked) = (heads.clone(), heads, now);
-            self.rounded_at = now;
-            self.grew = vec![now; self.rounded.len()];
-            self.wait = SHORTEST_WAIT;
+        let Some(before) = self.heads.replace(heads.clone()) else {
+            (self.rounded, self.rounded_at, self.grew) = (heads, now, now);
+            (self.looked, self.wait) = (now, SHORTEST_WAIT);
             return Look {
                 round: false,
                 wait: self.wait,
             };
-        }
-        let grown = differences(&heads, &self.heads);
-        for (grew, _) in self.grew.iter_mut().zip(&grown).filter(|(_, g)| **g > 0) {
-            *grew = now;
+        };
+        let grown = differences(&heads, &before);
+        let quiet = grown.iter().all(|&g| g == 0);
+        if !quiet {
+            self.grew = now;
         }
         let pending = self.pending(&heads);
-        let quiet = grown.iter().all(|&g| g == 0);
         self.wait = match (quiet, self.stream) {
             (true, _) => (self.wait * 2).min(LONGEST_LOOK),
             (false, true) => next_round(&grown, &self.sizes, took, STREAM_ROUND),
@@ -126,16 +125,15 @@ impl Pace {
         let fast = self.reached_aim_fast(&pending, now);
         let round = self.stream || fast || self.needs_draining(&pending, now);
         if round {
-            (self.rounded, self.rounded_at) = (heads.clone(), now);
+            (self.rounded, self.rounded_at) = (heads, now);
         } else if !self.stream && pending.iter().any(|&p| p > 0) {
             // The next look comes by the time the rings may have been
             // still long enough: a workload's last records are in the
             // output soon after it ends.
-            let still = self.grew.iter().map(|grew| now - *grew).min();
-            let until_quiet = QUIET_AFTER.saturating_sub(still.unwrap_or_default());
+            let until_quiet = QUIET_AFTER.saturating_sub(now - self.grew);
             self.wait = self.wait.min(until_quiet.max(SHORTEST_WAIT));
         }
-        (self.heads, self.looked) = (heads, now);
+        self.looked = now;
         Look {
             round,
             wait: self.wait,
@@ -161,7 +159,7 @@ impl Pace {
     fn needs_draining(&self, pending: &[u64], now: Instant) -> bool {
         let mut rings = pending.iter().zip(&self.sizes);
         let filled = rings.any(|(p, size)| *p >= size / RING_FILL_SHARE);
-        let quiet = self.grew.iter().all(|grew| now - *grew >= QUIET_AFTER);
+        let quiet = now - self.grew >= QUIET_AFTER;
         filled || (quiet && pending.iter().any(|&p| p > 0))
     }
 
@@ -171,9 +169,8 @@ impl Pace {
     }
 }
 
-/// `now - before`, ring by ring; all of `now` where there is no before.
+/// `now - before`, ring by ring.
 fn differences(now: &[u64], before: &[u64]) -> Vec<u64> {
-    let before = before.iter().copied().chain(std::iter::repeat(0));
     now.iter().zip(before).map(|(n, b)| n - b).collect()
 }
 
@@ -257,9 +254,7 @@ mod tests {
     fn earlier(pace: &mut Pace, ago: Duration) {
         pace.looked -= ago;
         pace.rounded_at -= ago;
-        for grew in &mut pace.grew {
-            *grew -= ago;
-        }
+        pace.grew -= ago;
     }
 
     /// Looks a second apart at `heads`, each list one look: whether each
