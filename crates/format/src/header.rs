@@ -175,8 +175,8 @@ impl RecordHeader {
     pub fn parse(bytes: &[u8]) -> Option<RecordHeader> {
         Some(RecordHeader {
             type_: RecordType(crate::u32_at(bytes, 0)?),
-            misc: u16::from_ne_bytes(bytes.get(4..6)?.try_into().ok()?),
-            size: u16::from_ne_bytes(bytes.get(6..8)?.try_into().ok()?),
+            misc: crate::u16_at(bytes, 4)?,
+            size: crate::u16_at(bytes, 6)?,
         })
     }
 

@@ -37,6 +37,12 @@ pub fn u64_at(bytes: &[u8], offset: usize) -> Option<u64> {
     Some(u64::from_ne_bytes(raw.try_into().ok()?))
 }
 
+/// Reads a native-endian u16 at `offset`, if the bytes are there.
+pub fn u16_at(bytes: &[u8], offset: usize) -> Option<u16> {
+    let raw = bytes.get(offset..offset.checked_add(2)?)?;
+    Some(u16::from_ne_bytes(raw.try_into().ok()?))
+}
+
 /// Reads a native-endian u32 at `offset`, if the bytes are there.
 pub fn u32_at(bytes: &[u8], offset: usize) -> Option<u32> {
     let raw = bytes.get(offset..offset.checked_add(4)?)?;

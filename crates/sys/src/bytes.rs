@@ -1,24 +1,10 @@
 //! Fields of kernel ABI structures read out of bytes: `bpf_prog_info`,
-//! BTF, the records and map entries shardrec's own BPF programs write. Native-endian, at
-//! byte offsets; perf's records have their own reader in `format`.
+//! BTF, the records and map entries shardrec's own BPF programs write.
+//! Native-endian, at byte offsets, with `format`'s readers; what this
+//! adds is the rule for a field an older kernel's structure ends before.
 
-/// The u16 at `offset`, if the bytes are there.
-pub fn u16_at(bytes: &[u8], offset: usize) -> Option<u16> {
-    let raw = bytes.get(offset..offset.checked_add(2)?)?;
-    Some(u16::from_ne_bytes(raw.try_into().ok()?))
-}
-
-/// The u32 at `offset`, if the bytes are there.
-pub fn u32_at(bytes: &[u8], offset: usize) -> Option<u32> {
-    let raw = bytes.get(offset..offset.checked_add(4)?)?;
-    Some(u32::from_ne_bytes(raw.try_into().ok()?))
-}
-
-/// The u64 at `offset`, if the bytes are there.
-pub fn u64_at(bytes: &[u8], offset: usize) -> Option<u64> {
-    let raw = bytes.get(offset..offset.checked_add(8)?)?;
-    Some(u64::from_ne_bytes(raw.try_into().ok()?))
-}
+// The same native-endian readers as perf's records are read with.
+pub use shardrec_format::{u16_at, u32_at, u64_at};
 
 /// A u32 field of a structure the kernel filled up to its own size: 0
 /// where an older kernel's structure ends before it, as the kernel
