@@ -1,9 +1,13 @@
-//! The one-byte words the coordinator sends a helper over its control pipe.
+//! What the coordinator asks of a writer or the VIP over its control pipe.
 
 use std::io::{self, Read};
 
+use serde::{Deserialize, Serialize};
+
+use crate::Framed;
+
 /// What the coordinator asks of a helper (a writer, or the VIP).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Command {
     /// Recording begins: enable this CPU's events (from this CPU, so the
     /// kernel needs no IPI), say so, and start writing.
@@ -23,40 +27,14 @@ pub enum Command {
     Switch,
 }
 
+impl Framed for Command {}
+
 impl Command {
-    /// The byte sent for this command.
-    pub fn byte(self) -> u8 {
-        match self {
-            Command::Start => b'S',
-            Command::Drain => b'D',
-            Command::Quit => b'Q',
-            Command::Flush => b'F',
-            Command::Switch => b'W',
-        }
-    }
-
-    /// The command a byte stands for. End of file (the coordinator is gone)
-    /// reads as `Drain`, so a killed coordinator still leaves whole shards.
-    pub fn from_read(read: &[u8]) -> Command {
-        match read.first() {
-            Some(b'S') => Command::Start,
-            Some(b'Q') => Command::Quit,
-            Some(b'F') => Command::Flush,
-            Some(b'W') => Command::Switch,
-            _ => Command::Drain,
-        }
-    }
-
-    /// Blocks for the next word on `control` (end of file reads as Drain).
-    pub fn read_from(control: &mut impl Read) -> io::Result<Command> {
-        let mut byte = [0u8; 1];
-        loop {
-            match control.read(&mut byte) {
-                Ok(read) => return Ok(Command::from_read(&byte[..read])),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e),
-            }
-        }
+    /// Blocks for the next command on `control`; the pipe's end (the
+    /// coordinator is gone) reads as `Drain`, so a killed coordinator
+    /// still leaves whole shards.
+    pub fn next_or_drain(control: &mut impl Read) -> io::Result<Command> {
+        Ok(Command::read_from(control)?.unwrap_or(Command::Drain))
     }
 }
 

@@ -1,15 +1,18 @@
 //! The protocol between the coordinator and its helper processes (one
 //! writer per CPU, the VIP), defined once for both ends.
 //!
-//! - [`Command`], coordinator → helper over its control pipe: one byte
-//!   each, since a writer reads them between io_uring completions and a
-//!   fixed size never needs reassembly;
-//! - [`Report`], helper → coordinator over its report pipe: a MessagePack
-//!   enum behind a length, from `Ready` to `Done` (with the helper's
-//!   [`Outcome`]) or `Failed`.
+//! - [`Command`], coordinator → writer or VIP over its control pipe;
+//! - [`Report`], writer or VIP → coordinator over its report pipe, from
+//!   `Ready` to `Done` (with the helper's [`Outcome`]) or `Failed`;
+//! - the live merger's and the `--switch-output` merger's commands and
+//!   reports, typed beside their processes (they carry the merge's types).
+//!
+//! Every one of them crosses its pipe in the one [`frame`]: a length,
+//! then MessagePack. What follows a helper's death is one table,
+//! [`restart::RESTARTS`].
 //!
 //! ```
-//! use shardrec_control::{Outcome, Report, WriterStats};
+//! use shardrec_control::{Framed, Outcome, Report, WriterStats};
 //! let mut pipe = Vec::new();
 //! Report::Started.write_to(&mut pipe)?;
 //! Report::Done(Outcome::Writer(WriterStats { bytes: 4096, ..WriterStats::default() }))
@@ -23,7 +26,10 @@
 
 mod command;
 pub mod fault;
+pub mod frame;
 mod report;
+pub mod restart;
 
 pub use command::{Command, Served};
+pub use frame::{Framed, Unframed};
 pub use report::{CaptureHook, OffCpuStats, Outcome, Report, VipStats, WriterStats};

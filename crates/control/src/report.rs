@@ -2,9 +2,9 @@
 //! writer, once its events are enabled), `Switched` at each
 //! `--switch-output`, then `Done` or `Failed`.
 
-use std::io::{self, Read, Write};
-
 use serde::{Deserialize, Serialize};
+
+use crate::Framed;
 
 /// One message from a helper.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -131,48 +131,7 @@ pub struct OffCpuStats {
     pub unsummed: u64,
 }
 
-/// A report longer than this is not one (the VIP's `Ready` carries the
-/// records of every loaded program: kilobytes each).
-const MAX_LEN: u32 = 1 << 30;
-
-impl Report {
-    /// Writes the report: its length (u32, little-endian), then its
-    /// MessagePack encoding, in one write.
-    pub fn write_to(&self, out: &mut impl Write) -> io::Result<()> {
-        // Byte vectors as MessagePack bin, not arrays of numbers.
-        let mut body = Vec::new();
-        let mut serializer = rmp_serde::Serializer::new(&mut body)
-            .with_bytes(rmp_serde::config::BytesMode::ForceIterables);
-        self.serialize(&mut serializer).map_err(io::Error::other)?;
-        let len = u32::try_from(body.len()).map_err(io::Error::other)?;
-        let mut framed = Vec::with_capacity(4 + body.len());
-        framed.extend_from_slice(&len.to_le_bytes());
-        framed.extend_from_slice(&body);
-        out.write_all(&framed)
-    }
-
-    /// Reads the next report; `None` when the helper closed its end
-    /// before starting one (it exited).
-    pub fn read_from(input: &mut impl Read) -> io::Result<Option<Report>> {
-        let mut len = [0u8; 4];
-        match input.read_exact(&mut len) {
-            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
-            other => other?,
-        }
-        let len = u32::from_le_bytes(len);
-        if len > MAX_LEN {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("a report of {len} bytes"),
-            ));
-        }
-        let mut body = vec![0; len as usize];
-        input.read_exact(&mut body)?;
-        rmp_serde::from_slice(&body)
-            .map(Some)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
-    }
-}
+impl Framed for Report {}
 
 #[cfg(test)]
 mod tests {

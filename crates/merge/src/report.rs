@@ -27,6 +27,7 @@ pub struct CpuSummary {
 #[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct MergeReport {
     /// The perf.data written.
+    #[serde(with = "shardrec_control::frame::path_bytes")]
     pub output: PathBuf,
     /// Records written, by `PERF_RECORD_*` type.
     pub by_type: BTreeMap<RecordType, u64>,

@@ -3,13 +3,13 @@
 //! pipe with [`Report`]s (`Ready`, `Started`, then `Done` or `Failed`).
 
 use std::fs::File;
-use std::io::{self, BufReader, Write};
+use std::io::{self, BufReader};
 use std::os::fd::OwnedFd;
 
 use nix::fcntl::OFlag;
 use nix::sys::resource::{getrlimit, Resource};
 use nix::unistd::Pid;
-use shardrec_control::{Command, Outcome, Report};
+use shardrec_control::{Command, Framed, Outcome, Report};
 use shardrec_sys::process;
 
 use crate::RecordError;
@@ -94,7 +94,7 @@ impl HelperProcess {
     /// Sends a command; a helper already gone is not an error.
     pub fn send(&mut self, command: Command) {
         if let Some(control) = &mut self.control {
-            let _ = control.write_all(&[command.byte()]);
+            let _ = command.write_to(control);
         }
     }
 

@@ -5,7 +5,8 @@ use std::fs::File;
 use std::io::{self, BufWriter};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 
-use shardrec_control::{Outcome, Report, Served, VipStats};
+use shardrec_control::restart::Helper;
+use shardrec_control::{Framed, Outcome, Report, Served, VipStats};
 use shardrec_filter::FilterProgram;
 use shardrec_format::SampleIdLayout;
 use shardrec_shard::{RecordingDir, WindowCursor};
@@ -36,7 +37,7 @@ pub struct VipProcess {
 }
 
 /// A VIP that dies this often is not restarted again.
-pub const MAX_RESTARTS: usize = 3;
+pub const MAX_RESTARTS: usize = shardrec_control::restart::times(Helper::Vip);
 
 /// What a VIP runs besides the side band: the `--filter` programs it
 /// loads and hands over, and `--off-cpu`'s program.

@@ -6,7 +6,8 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
-use shardrec_control::{Command, Outcome, Report, Served, WriterStats};
+use shardrec_control::restart::Helper;
+use shardrec_control::{Command, Framed, Outcome, Report, Served, WriterStats};
 use shardrec_format::header::RecordType;
 use shardrec_format::layouts::{FieldReader, Layouts};
 use shardrec_format::walk::RecordWalker;
@@ -44,7 +45,7 @@ pub struct Writer {
 }
 
 /// A writer that dies this often is not replaced again.
-pub const MAX_REPLACEMENTS: usize = 3;
+pub const MAX_REPLACEMENTS: usize = shardrec_control::restart::times(Helper::Writer);
 
 /// How every writer runs.
 #[derive(Clone, Copy, Debug)]
@@ -425,7 +426,7 @@ fn serve(
     }
     .write_to(report)?;
     // Anything but Start means the recording was abandoned before it began.
-    if Command::read_from(&mut start)? != Command::Start {
+    if Command::next_or_drain(&mut start)? != Command::Start {
         return Ok(WriterStats::default());
     }
     drop(start);

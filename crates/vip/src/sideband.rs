@@ -109,7 +109,7 @@ impl<'a> Vip<'a> {
         loop {
             let mut command = self.wait(&mut ready)?;
             if command.is_none() && self.gather(&mut ready)? {
-                command = Some(Command::read_from(&mut self.control)?);
+                command = Some(Command::next_or_drain(&mut self.control)?);
             }
             if command.is_some() || ready.is_empty() {
                 // A command, or a quiet spell: read every ring, in case a
@@ -190,7 +190,7 @@ impl<'a> Vip<'a> {
         if !control_ready {
             return Ok(None);
         }
-        Command::read_from(&mut self.control).map(Some)
+        Command::next_or_drain(&mut self.control).map(Some)
     }
 
     /// Waits [`GATHER`] after rings woke the VIP, where the kernel

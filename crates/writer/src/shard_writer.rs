@@ -1,12 +1,12 @@
 //! The writer loop: wait, write `[tail, head)` from the ring, release it.
 
 use std::fs::File;
-use std::io::{self, Read};
+use std::io;
 use std::os::fd::OwnedFd;
 
 use nix::sys::uio::pwritev;
 use shardrec_control::fault::{self, Fault, Site};
-use shardrec_control::{Command, Served, WriterStats};
+use shardrec_control::{Command, Framed, Served, WriterStats};
 use shardrec_sys::{PerfEvent, RingBuffer};
 
 use crate::course::{Asked, Course, Effect};
@@ -280,15 +280,9 @@ impl ShardWriter<'_> {
     }
 
     fn read_command(&mut self) -> io::Result<()> {
-        let mut byte = [0u8; 1];
-        let read = match self.control.read(&mut byte) {
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {
-                return self.requests.rearm_control()
-            }
-            Err(e) => return Err(e),
-        };
-        let command = Command::from_read(&byte[..read]);
+        // A command comes whole, in one write of a few bytes.
+        let read = Command::read_from(&mut self.control)?;
+        let command = read.unwrap_or(Command::Drain);
         if command == Command::Flush {
             self.stats.flushes += 1;
         }
@@ -303,8 +297,8 @@ impl ShardWriter<'_> {
         }
         // The end of the pipe (the coordinator gone) is read only once.
         match read {
-            0 => Ok(()),
-            _ => self.requests.rearm_control(),
+            None => Ok(()),
+            Some(_) => self.requests.rearm_control(),
         }
     }
 }

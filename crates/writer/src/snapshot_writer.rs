@@ -82,7 +82,7 @@ impl RingWriter for SnapshotWriter<'_> {
     /// reads as Drain).
     fn serve(&mut self) -> io::Result<Served> {
         loop {
-            match Command::read_from(&mut self.control)? {
+            match Command::next_or_drain(&mut self.control)? {
                 Command::Switch => {
                     self.snapshot()?;
                     return Ok(Served::Switch);

@@ -1,11 +1,10 @@
 //! A real event's ring streamed into a real shard, through io_uring and
 //! with `pwritev`.
 
-use std::io::Write;
 use std::os::fd::OwnedFd;
 use std::time::{Duration, Instant};
 
-use shardrec_control::Command;
+use shardrec_control::{Command, Framed};
 use shardrec_format::header::RecordType;
 use shardrec_format::views::lost_count;
 use shardrec_format::walk::{End, RecordWalker};
@@ -56,8 +55,8 @@ fn record_self(pages: usize, busy: Duration, config: WriterConfig) -> (Vec<u8>, 
         }
         std::hint::black_box(x);
         event.disable().unwrap();
-        std::fs::File::from(write_end)
-            .write_all(&[Command::Drain.byte()])
+        Command::Drain
+            .write_to(&mut std::fs::File::from(write_end))
             .unwrap();
         writer.join().unwrap()
     });

@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use shardrec_control::restart::Helper;
 use shardrec_shard::{EventLoss, Meta, RecordingDir, Stats, StopReason, WindowCursor};
 
 use crate::live_merger::{self, LiveMerger, Outcome, Switch, WatchedRing};
@@ -52,7 +53,7 @@ pub(super) struct RecordingOutput {
 
 /// How many times a live merger that dies is restarted while recording;
 /// past that, the merge at the stop completes its output.
-pub(super) const MAX_LIVE_RESTARTS: usize = 3;
+pub(super) const MAX_LIVE_RESTARTS: usize = shardrec_control::restart::times(Helper::LiveMerger);
 
 /// A helper of the output's that ended.
 pub(super) enum OutputEnded {

@@ -24,28 +24,30 @@
 //! writers switch, it stops copying from the rings until the next window
 //! begins: what a ring holds past its writer's tail may belong there.
 //!
-//! Its only commands come on a pipe: `b` once `synth.shard` and
-//! `meta.start` are whole, which it answers once its output's head is
-//! written (the coordinator enables the events only then, as perf
-//! record writes its header before enabling: the merger's start, its
-//! costliest moment, is then not taken from the workload); `c` before a window closes, which it answers
-//! once it copies no more; `s` with a [`Switch`] when the window closed;
-//! `f` once every writer and the VIP are done and `meta` is final; the
-//! pipe's end without `f` abandons the output. Its answers come on
-//! another pipe: a [`Message::WindowDone`] for each window finished,
-//! [`Message::Closing`], and the merge's [`Outcome`] for `f`.
+//! Its only commands come on a pipe, as [`Order`]s: `Begin` once
+//! `synth.shard` and `meta.start` are whole, which it answers once its
+//! output's head is written (the coordinator enables the events only
+//! then, as perf record writes its header before enabling: the merger's
+//! start, its costliest moment, is then not taken from the workload);
+//! `Close` before a window closes, which it answers once it copies no
+//! more; `Switch` when the window closed; `Conclude` once every writer and
+//! the VIP are done and `meta` is final; the pipe's end without
+//! `Conclude` abandons the output. Its answers come on another pipe, as
+//! [`Message`]s: `WindowDone` for each window finished, `Started`,
+//! `Closing`, and how it `Ended` after `Conclude`. Both go in control's
+//! one framing.
 
 mod pace;
 mod serve;
 
 use std::fs::File;
-use std::io::{Read, Write};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 use nix::unistd::Pid;
+use shardrec_control::{Framed, Unframed};
 use shardrec_merge::{MergeOptions, MergeReport};
 use shardrec_shard::{CpuStats, RecordingDir};
 use shardrec_sys::{process, PerfEvent};
@@ -99,23 +101,42 @@ pub struct WindowsOutput {
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Switch {
     /// The name the closing window's perf.data takes.
+    #[serde(with = "shardrec_control::frame::path_bytes")]
     pub output: PathBuf,
     /// The next window's shards' first bytes in their rings.
     pub bases: Vec<u64>,
 }
+
+/// What the coordinator asks of the merger.
+#[derive(Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+enum Order {
+    /// `synth.shard` and `meta.start` are whole: write the output's head.
+    Begin,
+    /// A `--switch-output` window is about to close: copy nothing more
+    /// from the rings.
+    Close,
+    /// The window closed.
+    Switch(Switch),
+    /// Every shard is whole and `meta` final: finish the output.
+    Conclude,
+}
+
+impl Framed for Order {}
 
 /// What the merger says, in order: each window it finished (and that it
 /// stopped copying, when asked), then how it ended.
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
 enum Message {
     WindowDone(WindowDone),
-    /// The answer to `b`: the output's head is written.
+    /// The answer to `Begin`: the output's head is written.
     Started,
-    /// The answer to `c`: nothing more is copied from the rings in this
-    /// window.
+    /// The answer to `Close`: nothing more is copied from the rings in
+    /// this window.
     Closing,
     Ended(Outcome),
 }
+
+impl Framed for Message {}
 
 /// A `--switch-output` window the merger finished.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
@@ -123,6 +144,7 @@ pub struct WindowDone {
     /// The window.
     pub window: u32,
     /// Its output.
+    #[serde(with = "shardrec_control::frame::path_bytes")]
     pub output: PathBuf,
     /// Whether the output was written (else its shards are kept).
     pub written: bool,
@@ -141,7 +163,9 @@ pub struct LiveMerger {
     commands: File,
     results: File,
     /// What was read of `results` short of a whole message.
-    unread: Vec<u8>,
+    unread: Unframed,
+    /// Messages read that no one waited for yet (how it ended).
+    said: Vec<Message>,
     /// Whether it ended (the coordinator's reaping saw it go).
     pub ended: bool,
 }
@@ -184,7 +208,7 @@ impl LiveMerger {
             let mut commands = File::from(commands_in);
             let mut results = File::from(results_out);
             let served = serve::serve(&dir, &output, &options, &rings, &mut commands, |said| {
-                send(&mut results, &said)
+                said.write_to(&mut results)
             });
             let (outcome, code) = match served {
                 Ok(None) => return 0,
@@ -192,7 +216,7 @@ impl LiveMerger {
                 Err(serve::Stopped::ReaderLeft) => (Outcome::ReaderLeft, READER_LEFT),
                 Err(serve::Stopped::Failed(why)) => (Outcome::Failed(why), 1),
             };
-            match send(&mut results, &Message::Ended(outcome)) {
+            match Message::Ended(outcome).write_to(&mut results) {
                 Ok(()) => code,
                 Err(_) => 1,
             }
@@ -202,14 +226,15 @@ impl LiveMerger {
             pid,
             commands: File::from(commands),
             results: File::from(results),
-            unread: Vec::new(),
+            unread: Unframed::default(),
+            said: Vec::new(),
             ended: false,
         })
     }
 
     /// `synth.shard` and `meta.start` are whole: the merger starts.
     pub fn begin(&mut self) {
-        self.command(b"b");
+        self.order(&Order::Begin);
     }
 
     /// [`begin`](Self::begin), then returns once the merger has written
@@ -224,76 +249,64 @@ impl LiveMerger {
     /// merger copies nothing more from the rings (or has ended), with the
     /// windows it finished meanwhile.
     pub fn closing(&mut self) -> Vec<WindowDone> {
-        self.command(b"c");
+        self.order(&Order::Close);
         self.wait_for(|m| matches!(m, Message::Closing))
     }
 
     /// Reads what the merger says until `answer`, which is taken, or
     /// until it ends; returns the windows it finished meanwhile. Any other
-    /// message (how it ended) stays unread for [`outcome`](Self::outcome).
+    /// message (how it ended) is kept for [`outcome`](Self::outcome).
     fn wait_for(&mut self, answer: fn(&Message) -> bool) -> Vec<WindowDone> {
         let mut done = Vec::new();
-        let mut buffer = [0u8; 4096];
-        while !self.ended {
-            while let Some((message, len)) = decode_one(&self.unread) {
+        loop {
+            while let Some(message) = self.unread.take::<Message>() {
                 match message {
-                    Some(Message::WindowDone(window)) => done.push(window),
-                    Some(message) if answer(&message) => {
-                        self.unread.drain(..len);
+                    Ok(Message::WindowDone(window)) => done.push(window),
+                    Ok(message) if answer(&message) => return done,
+                    Ok(message) => {
+                        self.said.push(message);
                         return done;
                     }
-                    Some(_) => return done,
-                    None => {}
+                    Err(_) => {}
                 }
-                self.unread.drain(..len);
             }
-            match self.results.read(&mut buffer) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => self.unread.extend_from_slice(&buffer[..n]),
+            if self.ended || !matches!(self.unread.fill_from(&mut self.results), Ok(1..)) {
+                return done;
             }
         }
-        done
     }
 
     /// A `--switch-output` window closed (its shards and `meta` are whole,
     /// and so are the next window's `synth.shard` and `meta.start`).
     pub fn switch(&mut self, switch: &Switch) {
-        let Ok(payload) = rmp_serde::to_vec(switch) else {
-            return;
-        };
-        let mut command = vec![b's'];
-        command.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-        command.extend_from_slice(&payload);
-        self.command(&command);
+        self.order(&Order::Switch(switch.clone()));
     }
 
     /// Every shard is whole and `meta` holds the stop's counts: the merger
     /// writes the rest and the header while the coordinator goes on.
     pub fn conclude(&mut self) {
-        self.command(b"f");
+        self.order(&Order::Conclude);
     }
 
-    fn command(&mut self, bytes: &[u8]) {
+    fn order(&mut self, order: &Order) {
         if !self.ended {
-            self.ended = self.commands.write_all(bytes).is_err();
+            self.ended = order.write_to(&mut self.commands).is_err();
         }
     }
 
     /// The windows finished since last asked, without waiting.
     pub fn windows_done(&mut self) -> Vec<WindowDone> {
-        let mut buffer = [0u8; 4096];
         loop {
             let mut fds = [PollFd::new(self.results.as_fd(), PollFlags::POLLIN)];
             match nix::poll::poll(&mut fds, PollTimeout::ZERO) {
                 Ok(1) => {}
                 _ => break,
             }
-            match self.results.read(&mut buffer) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => self.unread.extend_from_slice(&buffer[..n]),
+            if !matches!(self.unread.fill_from(&mut self.results), Ok(1..)) {
+                break;
             }
         }
-        decode(&mut self.unread).0
+        take_said(&mut self.unread, &mut self.said)
     }
 
     /// What the merger did, once [`conclude`](Self::conclude)d (or once
@@ -306,12 +319,13 @@ impl LiveMerger {
             commands,
             mut results,
             mut unread,
+            mut said,
             ..
         } = self;
         drop(commands);
-        let _ = results.read_to_end(&mut unread);
+        let _ = unread.fill_to_end(&mut results);
         let _ = nix::sys::wait::waitpid(pid, None);
-        let (done, said) = decode(&mut unread);
+        let done = take_said(&mut unread, &mut said);
         let ended = said.into_iter().find_map(|m| match m {
             Message::Ended(outcome) => Some(outcome),
             _ => None,
@@ -328,29 +342,18 @@ impl LiveMerger {
     }
 }
 
-/// The whole messages in `unread`, which keeps the rest: the windows
-/// finished, and the others.
-fn decode(unread: &mut Vec<u8>) -> (Vec<WindowDone>, Vec<Message>) {
-    let (mut done, mut said, mut at) = (Vec::new(), Vec::new(), 0);
-    while let Some((message, len)) = decode_one(&unread[at..]) {
+/// The windows finished among the whole messages in `unread`; the other
+/// messages go to `said`.
+fn take_said(unread: &mut Unframed, said: &mut Vec<Message>) -> Vec<WindowDone> {
+    let mut done = Vec::new();
+    while let Some(message) = unread.take::<Message>() {
         match message {
-            Some(Message::WindowDone(window)) => done.push(window),
-            Some(message) => said.push(message),
-            None => {}
+            Ok(Message::WindowDone(window)) => done.push(window),
+            Ok(message) => said.push(message),
+            Err(_) => {}
         }
-        at += len;
     }
-    unread.drain(..at);
-    (done, said)
-}
-
-/// The first whole message in `bytes` (`None` if it cannot be read) and
-/// the bytes it takes, framing included; `None` short of a whole one.
-fn decode_one(bytes: &[u8]) -> Option<(Option<Message>, usize)> {
-    let len = bytes.get(..4)?;
-    let len = u32::from_le_bytes(len.try_into().expect("four bytes")) as usize;
-    let message = bytes.get(4..4 + len)?;
-    Some((rmp_serde::from_slice(message).ok(), 4 + len))
+    done
 }
 
 /// How a live merge ended.
@@ -375,11 +378,3 @@ pub enum Outcome {
 /// shell's for a process killed by SIGPIPE): the coordinator stops the
 /// recording when it sees it.
 pub const READER_LEFT: i32 = 141;
-
-/// One message, its length first.
-fn send(out: &mut File, message: &Message) -> std::io::Result<()> {
-    let bytes = rmp_serde::to_vec(message).map_err(std::io::Error::other)?;
-    let mut framed = (bytes.len() as u32).to_le_bytes().to_vec();
-    framed.extend_from_slice(&bytes);
-    out.write_all(&framed)
-}

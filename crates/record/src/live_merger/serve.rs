@@ -2,13 +2,13 @@
 //! with `--switch-output`, finish each window at its `s`), finish.
 
 use std::fs::File;
-use std::io::Read;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 use shardrec_control::fault::Site;
+use shardrec_control::Framed;
 use shardrec_merge::live::{LiveMerge, LiveOutput, ROUND_COPY_BUDGET};
 use shardrec_merge::{MergeOptions, MergeReport};
 use shardrec_shard::{CpuStats, RecordingDir};
@@ -16,7 +16,7 @@ use shardrec_sys::ring::Copied;
 use shardrec_sys::RingBuffer;
 
 use super::pace::Pace;
-use super::{Destination, Message, Switch, WatchedRing, WindowDone, WindowsOutput};
+use super::{Destination, Message, Order, WatchedRing, WindowDone, WindowsOutput};
 use crate::say;
 
 /// Why the merger stopped early.
@@ -119,7 +119,7 @@ pub(super) fn serve(
         unreleased: watched.iter().map(|_| None).collect(),
         checkpointed: Instant::now(),
     };
-    if next_event(commands, None, None)? != Event::Command(b'b') {
+    if next_event(commands, None, None)? != Event::Order(Order::Begin) {
         return Ok(None);
     }
     match output {
@@ -164,7 +164,7 @@ fn one_output(
     say(Message::Started)?;
     merge.rings_are(rings.smallest);
     match follow(&mut merge, rings, commands, stream)? {
-        Event::Command(b'f') => finish(merge, dir, options).map(Some),
+        Event::Order(Order::Conclude) => finish(merge, dir, options).map(Some),
         _ => {
             merge.abandon();
             Ok(None)
@@ -202,14 +202,14 @@ fn serve_windows(
         rings.copies = true;
         let switch = loop {
             match follow(&mut merge, rings, commands, None)? {
-                Event::Command(b'f') => return finish(merge, &dir, options).map(Some),
+                Event::Order(Order::Conclude) => return finish(merge, &dir, options).map(Some),
                 // The writers switch next: what their rings hold past
                 // their tails may be the next window's.
-                Event::Command(b'c') => {
+                Event::Order(Order::Close) => {
                     rings.copies = false;
                     say(Message::Closing)?;
                 }
-                Event::Switch(switch) => break switch,
+                Event::Order(Order::Switch(switch)) => break switch,
                 _ => {
                     merge.abandon();
                     return Ok(None);
@@ -505,10 +505,10 @@ impl TakenFromRings {
 /// What the merger waits for.
 #[derive(Debug, PartialEq, Eq)]
 enum Event {
-    /// A command; 0 when the pipe ended.
-    Command(u8),
-    /// `s`: a window closed.
-    Switch(Switch),
+    /// What the coordinator asks.
+    Order(Order),
+    /// The command pipe's end: the coordinator abandons the output.
+    Ended,
     /// The reader of the stream went away.
     ReaderLeft,
     /// Nothing within the wait.
@@ -542,19 +542,5 @@ fn next_event(
     {
         return Ok(Event::ReaderLeft);
     }
-    let mut byte = [0u8];
-    match commands.read(&mut byte)? {
-        0 => Ok(Event::Command(0)),
-        _ if byte[0] == b's' => read_switch(commands).map(Event::Switch),
-        _ => Ok(Event::Command(byte[0])),
-    }
-}
-
-/// A [`Switch`], after its `s`: its length, then itself.
-fn read_switch(commands: &mut File) -> std::io::Result<Switch> {
-    let mut len = [0u8; 4];
-    commands.read_exact(&mut len)?;
-    let mut payload = vec![0; u32::from_le_bytes(len) as usize];
-    commands.read_exact(&mut payload)?;
-    rmp_serde::from_slice(&payload).map_err(std::io::Error::other)
+    Ok(Order::read_from(commands)?.map_or(Event::Ended, Event::Order))
 }

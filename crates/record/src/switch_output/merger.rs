@@ -1,18 +1,17 @@
 //! The merger: one process, forked at the start with the other helpers (so
 //! tracepoints leave it out with them), at the least CPU priority and with
 //! one thread, which carries out the coordinator's jobs one after the
-//! other: merge a window (or several, joined) into an output. Jobs come on
-//! a pipe; when it ends, the merger reports the outputs it kept and those
-//! it could not write, and exits.
+//! other: merge a window (or several, joined) into an output. [`Job`]s come
+//! on a pipe; when it ends, the merger reports the [`Outputs`] it kept and
+//! those it could not write, and exits. Both go in control's one framing.
 
-use std::ffi::OsString;
 use std::fs::File;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::os::fd::AsRawFd;
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
 use nix::unistd::Pid;
+use shardrec_control::Framed;
 use shardrec_shard::{Meta, RecordingDir};
 use shardrec_sys::process;
 
@@ -26,45 +25,18 @@ use crate::RecordError;
 /// single window of the recording's own directory is removed once
 /// merged, unless the windows are kept for later snapshots; a snapshot's
 /// own directory (links to the windows it joins) is removed once merged.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Job {
+    #[serde(with = "shardrec_control::frame::path_bytes")]
     pub root: PathBuf,
     pub windows: Vec<u32>,
+    #[serde(with = "shardrec_control::frame::path_bytes")]
     pub output: PathBuf,
 }
 
-impl Job {
-    /// Three NUL-ended fields: `N,N,...`, the root's path, the output's.
-    fn encode(&self) -> Vec<u8> {
-        let list: Vec<String> = self.windows.iter().map(u32::to_string).collect();
-        let mut bytes = list.join(",").into_bytes();
-        for path in [&self.root, &self.output] {
-            bytes.push(0);
-            bytes.extend_from_slice(path.as_os_str().as_bytes());
-        }
-        bytes.push(0);
-        bytes
-    }
+impl Framed for Job {}
 
-    /// The next job on `jobs`; `None` at its end (or on a garbled one).
-    fn read(jobs: &mut impl BufRead) -> Option<Job> {
-        let mut field = || {
-            let mut bytes = Vec::new();
-            matches!(jobs.read_until(0, &mut bytes), Ok(n) if n > 0).then(|| {
-                bytes.pop();
-                bytes
-            })
-        };
-        let (list, root, output) = (field()?, field()?, field()?);
-        let windows = String::from_utf8(list).ok()?;
-        let windows = windows.split(',').map(str::parse).collect::<Result<_, _>>();
-        Some(Job {
-            root: PathBuf::from(OsString::from_vec(root)),
-            windows: windows.ok()?,
-            output: PathBuf::from(OsString::from_vec(output)),
-        })
-    }
-}
+impl Framed for Outputs {}
 
 /// The coordinator's handle on the merger.
 pub struct Merger {
@@ -91,11 +63,7 @@ impl Merger {
             }
             process::prefer_background();
             let outputs = serve(&root, &settings, BufReader::new(File::from(jobs_in)));
-            i32::from(
-                File::from(results_out)
-                    .write_all(&encode(&outputs))
-                    .is_err(),
-            )
+            i32::from(outputs.write_to(&mut File::from(results_out)).is_err())
         })
         .map_err(RecordError::system("starting the merge process"))?;
         Ok(Merger {
@@ -107,8 +75,7 @@ impl Merger {
 
     /// Queues `job`.
     pub fn queue(&mut self, job: &Job) -> Result<(), RecordError> {
-        self.jobs
-            .write_all(&job.encode())
+        job.write_to(&mut self.jobs)
             .map_err(RecordError::system("handing a window to the merge process"))
     }
 
@@ -120,39 +87,11 @@ impl Merger {
             mut results,
         } = self;
         drop(jobs);
-        let mut report = Vec::new();
-        std::io::Read::read_to_end(&mut results, &mut report)
-            .map_err(RecordError::system("reading the merge process's report"))?;
+        let outputs = Outputs::read_from(&mut results);
         let _ = nix::sys::wait::waitpid(pid, None);
-        Ok(decode(&report))
+        let outputs = outputs.map_err(RecordError::system("reading the merge process's report"))?;
+        Ok(outputs.unwrap_or_default())
     }
-}
-
-/// The merger's report: `kept\0PATH\0` and `failed\0PATH\0`.
-fn encode(outputs: &Outputs) -> Vec<u8> {
-    let kept = outputs.kept.iter().map(|p| ("kept", p));
-    let failed = outputs.failed.iter().map(|p| ("failed", p));
-    let mut report = Vec::new();
-    for (word, path) in kept.chain(failed) {
-        report.extend_from_slice(word.as_bytes());
-        report.push(0);
-        report.extend_from_slice(path.as_os_str().as_bytes());
-        report.push(0);
-    }
-    report
-}
-
-fn decode(report: &[u8]) -> Outputs {
-    let mut outputs = Outputs::default();
-    let words: Vec<&[u8]> = report.split(|&b| b == 0).collect();
-    for pair in words.chunks_exact(2) {
-        let path = PathBuf::from(OsString::from_vec(pair[1].to_vec()));
-        match pair[0] {
-            b"kept" => outputs.kept.push_back(path),
-            _ => outputs.failed.push(path),
-        }
-    }
-    outputs
 }
 
 /// The merger's loop: carries out each job, keeping to
@@ -166,7 +105,7 @@ fn serve(root: &RecordingDir, settings: &SwitchOutput, mut jobs: impl BufRead) -
         root: from,
         windows,
         output,
-    }) = Job::read(&mut jobs)
+    }) = Job::read_from(&mut jobs).ok().flatten()
     {
         let staged = from != root.path();
         let from = RecordingDir::open(from);
@@ -272,16 +211,21 @@ mod tests {
             job("/tmp/r", &[3], "/tmp/perf.data.2026112406014842"),
             job("/tmp/r/snapshot000001", &[4, 5, 6], "a b\nc"),
         ];
-        let bytes: Vec<u8> = jobs.iter().flat_map(Job::encode).collect();
+        let mut bytes = Vec::new();
+        for job in &jobs {
+            job.write_to(&mut bytes).unwrap();
+        }
         let mut read = &bytes[..];
         for job in jobs {
-            assert_eq!(Job::read(&mut read), Some(job));
+            assert_eq!(Job::read_from(&mut read).unwrap(), Some(job));
         }
-        assert_eq!(Job::read(&mut read), None);
+        assert_eq!(Job::read_from(&mut read).unwrap(), None);
         let mut outputs = Outputs::default();
         outputs.kept.push_back("x".into());
         outputs.failed.push("y z".into());
-        let back = decode(&encode(&outputs));
+        let mut bytes = Vec::new();
+        outputs.write_to(&mut bytes).unwrap();
+        let back = Outputs::read_from(&mut &bytes[..]).unwrap().unwrap();
         assert_eq!((back.kept, back.failed), (outputs.kept, outputs.failed));
     }
 }

@@ -360,16 +360,19 @@ impl Windows {
 }
 
 /// The outputs of a `--switch-output` recording, the oldest first, kept
-/// to `--switch-max-files`.
-#[derive(Clone, Debug, Default)]
+/// to `--switch-max-files` (also the batch merger's report).
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct Outputs {
     /// The recording's directory.
+    #[serde(with = "shardrec_control::frame::path_bytes")]
     pub root: PathBuf,
     /// The outputs kept.
+    #[serde(with = "shardrec_control::frame::path_bytes::list")]
     pub kept: VecDeque<PathBuf>,
     /// How many may be kept (`None`: all).
     pub max_files: Option<usize>,
     /// Outputs not written, their windows' shards kept.
+    #[serde(with = "shardrec_control::frame::path_bytes::list")]
     pub failed: Vec<PathBuf>,
     /// The last window goes to the output itself, not timestamped.
     pub last_unstamped: bool,
