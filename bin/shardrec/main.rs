@@ -20,6 +20,9 @@ enum Error {
     Record(#[from] RecordError),
     #[error(transparent)]
     Merge(#[from] MergeError),
+    /// `shardrec merge` asked for what cannot be: why, in words.
+    #[error("{0}")]
+    MergeUsage(String),
     #[error("cannot write {what}")]
     Generate {
         what: String,
@@ -73,6 +76,7 @@ fn main() -> ExitCode {
             messages::error(&shardrec_shard::with_causes(&error));
             match error {
                 Error::Record(RecordError::Usage(_) | RecordError::UnknownEvent { .. })
+                | Error::MergeUsage(_)
                 | Error::Merge(MergeError::BadTime(_)) => ExitCode::from(USAGE),
                 _ => ExitCode::from(255),
             }
@@ -101,7 +105,7 @@ fn merge(args: &MergeArgs) -> Result<ExitCode, Error> {
     args.build_ids.set_debuginfod_urls();
     let options = shardrec_merge::MergeOptions {
         progress: !args.quiet,
-        compression_level: args.compression.level().map_err(RecordError::Usage)?,
+        compression_level: args.compression.level().map_err(Error::MergeUsage)?,
         threads: args.threads,
         slice_bytes: args.slice_size,
         build_ids: args.build_ids.which(),
@@ -144,13 +148,13 @@ fn windows_are_merged_alone(dir: &Path) -> Result<(), Error> {
         .collect();
     windows.sort();
     let (first, last) = (windows.first(), windows.last());
-    Err(Error::Record(RecordError::Usage(format!(
+    Err(Error::MergeUsage(format!(
         "{} holds the windows of a --switch-output recording ({} to {}), each a recording of its own: merge one with shardrec merge {}/WINDOW -o FILE",
         dir.display(),
         first.map_or("", String::as_str),
         last.map_or("", String::as_str),
         dir.display()
-    ))))
+    )))
 }
 
 /// The perf.data file `path` names: a directory output (perf's --kcore or

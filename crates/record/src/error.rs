@@ -27,9 +27,21 @@ pub enum RecordError {
         /// Why.
         reason: String,
     },
-    /// The kernel lacks something shardrec needs.
+    /// The kernel lacks a feature the recording needs: what, in words.
     #[error("{0}")]
-    Kernel(String),
+    KernelLacks(String),
+    /// The stream's output stopped while recording; the shards keep the
+    /// recording for a merge after the fact.
+    #[error("the stream stopped ({why}); the recording is kept in {}: shardrec merge {} -o FILE", .dir.display(), .dir.display())]
+    StreamStopped {
+        /// Why the live merger stopped.
+        why: String,
+        /// The recording directory.
+        dir: PathBuf,
+    },
+    /// `--kcore`: the kernel's symbols moved while its text was copied.
+    #[error("--kcore: /proc/kallsyms kept changing while the kernel's text was copied (modules loading?)")]
+    KcoreUnsteady,
     /// io_uring, which the writers use, is missing or refused.
     #[error(transparent)]
     IoUring(#[from] shardrec_writer::IoUringUnavailable),

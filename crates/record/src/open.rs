@@ -388,7 +388,7 @@ pub fn open_error(event: &EventSpec, target: Target, error: io::Error) -> Record
             paranoid: crate::plan::perf_event_paranoid().unwrap_or(-9),
         },
         Some(libc::ESRCH) => RecordError::NoSuchProcess(pid),
-        Some(libc::E2BIG) => RecordError::Kernel(format!(
+        Some(libc::E2BIG) => RecordError::KernelLacks(format!(
             "this kernel's perf_event_attr is smaller than the fields '{name}' needs (E2BIG)"
         )),
         Some(libc::ENOENT) | Some(libc::EOPNOTSUPP) | Some(libc::ENODEV)

@@ -162,10 +162,10 @@ impl AfterStop<'_> {
             Some(Outcome::ReaderLeft) => Ok(None),
             Some(Outcome::Failed(why)) if self.streamed => {
                 // What went down the stream cannot be sent again.
-                let dir = report.dir.display();
-                Err(RecordError::Kernel(format!(
-                    "the stream stopped ({why}); the recording is kept in {dir}: shardrec merge {dir} -o FILE"
-                )))
+                Err(RecordError::StreamStopped {
+                    why,
+                    dir: report.dir.clone(),
+                })
             }
             Some(Outcome::Failed(why)) => {
                 // The merge after the stop completes it from where it stopped.

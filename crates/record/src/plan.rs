@@ -94,7 +94,7 @@ fn check_off_cpu(config: &RecordConfig) -> Result<(), RecordError> {
         ));
     }
     if !std::path::Path::new(KERNEL_BTF).exists() {
-        return Err(RecordError::Kernel(format!(
+        return Err(RecordError::KernelLacks(format!(
             "--off-cpu needs the kernel's BTF ({KERNEL_BTF}: a kernel built with CONFIG_DEBUG_INFO_BTF)"
         )));
     }

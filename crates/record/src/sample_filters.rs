@@ -110,9 +110,10 @@ pub fn attach(
     let mut active = Vec::new();
     for ((spec, _), program) in plan.sample_filters().zip(programs) {
         let (Some(prog), Some(map)) = (fds.next(), fds.next()) else {
-            return Err(RecordError::Kernel(
-                "the VIP handed over fewer --filter programs than it was given".into(),
-            ));
+            return Err(RecordError::Helper {
+                name: "VIP".into(),
+                message: "it handed over fewer --filter programs than it was given".into(),
+            });
         };
         let value_size = counters::value_size(program.slots);
         let map = MappedArray::map(map, value_size)
@@ -180,10 +181,7 @@ fn attach_error(plan: &Plan, spec: usize) -> impl Fn(std::io::Error) -> RecordEr
     move |e| {
         let event = &plan.events[spec];
         let text = event.sample_filter.as_ref().map_or("", |f| f.text.as_str());
-        RecordError::Kernel(format!(
-            "attaching --filter '{text}' to {}: {e}",
-            event.name
-        ))
+        RecordError::system(format!("attaching --filter '{text}' to {}", event.name))(e)
     }
 }
 

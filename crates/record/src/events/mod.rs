@@ -182,7 +182,7 @@ impl EventSpec {
                     .map(|(system, name)| format!("{system}/{name}"))
                     .unwrap_or_default()
             )),
-            _ => RecordError::Kernel(format!("cannot set the filter of {}: {error}", self.name)),
+            _ => RecordError::system(format!("cannot set the filter of {}", self.name))(error),
         }
     }
 

@@ -29,8 +29,7 @@ pub fn data_path(output: &Path) -> PathBuf {
 /// `kcore_dir`; an earlier output of that name is kept as `NAME.old`, as
 /// perf keeps it. Returns what was copied, in bytes.
 pub fn copy_to(output: &Path) -> Result<u64, RecordError> {
-    let fail =
-        |what: String| move |e: io::Error| RecordError::Kernel(format!("--kcore: {what}: {e}"));
+    let fail = |what: String| RecordError::system(format!("--kcore: {what}"));
     // perf's rule for what is at the path (shardrec_shard::output): a
     // device, FIFO or standard output cannot become a directory, and is
     // never moved aside.
@@ -68,14 +67,13 @@ pub fn copy_to(output: &Path) -> Result<u64, RecordError> {
             let _ = std::fs::remove_file(dir.join(name));
         }
     }
-    Err(RecordError::Kernel(
-        "--kcore: /proc/kallsyms kept changing while the kernel's text was copied (modules loading?)".into(),
-    ))
+    Err(RecordError::KcoreUnsteady)
 }
 
 fn read_proc(name: &str) -> Result<String, RecordError> {
-    std::fs::read_to_string(Path::new("/proc").join(name))
-        .map_err(|e| RecordError::Kernel(format!("--kcore: reading /proc/{name}: {e}")))
+    std::fs::read_to_string(Path::new("/proc").join(name)).map_err(RecordError::system(format!(
+        "--kcore: reading /proc/{name}"
+    )))
 }
 
 /// Writes `kallsyms`, `modules` and `kcore` into `dir`; returns the bytes

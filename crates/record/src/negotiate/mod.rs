@@ -37,7 +37,7 @@ pub fn negotiate(plan: &mut Plan, attrs: &mut [Attr], verbose: u8) -> Result<(),
         opened.push(event);
     }
     if tries.missing.lost_what_the_merge_needs() {
-        return Err(RecordError::Kernel(
+        return Err(RecordError::KernelLacks(
             "this kernel has no sample_id_all, which shardrec's merge needs".into(),
         ));
     }
@@ -55,7 +55,7 @@ fn refusal(
 ) -> RecordError {
     let errno = error.raw_os_error();
     if let (Some(libc::EINVAL), Some(words)) = (errno, missing.refusal()) {
-        return RecordError::Kernel(format!("{}: {words}", spec.name));
+        return RecordError::KernelLacks(format!("{}: {words}", spec.name));
     }
     let reason = match errno {
         Some(libc::EOPNOTSUPP) => unsupported(attr),

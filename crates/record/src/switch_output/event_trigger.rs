@@ -89,12 +89,13 @@ impl EventTrigger {
     /// `filter` (an ftrace filter) names them.
     pub fn set_filter(&self, filter: &str) -> Result<(), RecordError> {
         for trigger in self.triggers.iter().filter(|t| t.tracepoint) {
-            trigger.event.set_filter(filter).map_err(|e| {
-                RecordError::Kernel(format!(
-                    "cannot set the filter of --switch-output-event {}: {e}",
+            trigger
+                .event
+                .set_filter(filter)
+                .map_err(RecordError::system(format!(
+                    "cannot set the filter of --switch-output-event {}",
                     trigger.name
-                ))
-            })?;
+                )))?;
         }
         Ok(())
     }
@@ -105,12 +106,10 @@ impl EventTrigger {
             return Ok(());
         }
         for trigger in &self.triggers {
-            trigger.event.enable().map_err(|e| {
-                RecordError::Kernel(format!(
-                    "cannot enable --switch-output-event {}: {e}",
-                    trigger.name
-                ))
-            })?;
+            trigger.event.enable().map_err(RecordError::system(format!(
+                "cannot enable --switch-output-event {}",
+                trigger.name
+            )))?;
         }
         Ok(())
     }
@@ -193,14 +192,14 @@ fn attr(plan: &Plan, spec: &EventSpec) -> Attr {
 }
 
 fn open_one(spec: &EventSpec, attr: &Attr, target: Target) -> Result<Trigger, RecordError> {
-    let failed = |what: &str, e: std::io::Error| {
-        RecordError::Kernel(format!(
-            "cannot {what} --switch-output-event {} on CPU {}: {e}",
+    let failed = |what: &str| {
+        RecordError::system(format!(
+            "cannot {what} --switch-output-event {} on CPU {}",
             spec.name, target.cpu
         ))
     };
-    let event = PerfEvent::open(attr, target).map_err(|e| failed("open", e))?;
-    let ring = RingBuffer::map(&event, RING_PAGES).map_err(|e| failed("map the ring of", e))?;
+    let event = PerfEvent::open(attr, target).map_err(failed("open"))?;
+    let ring = RingBuffer::map(&event, RING_PAGES).map_err(failed("map the ring of"))?;
     Ok(Trigger {
         name: spec.name.clone(),
         event,
