@@ -8,8 +8,8 @@
 use shardrec_sys::{abi, process::user_regs_mask, Attr, Flag};
 
 use crate::config::{AddressSpace, CallGraph, Sampling};
-use crate::events::EventSpec;
 use crate::plan::{Plan, Scope, FORMAT_ID, FORMAT_LOST};
+use shardrec_events::EventSpec;
 
 /// perf record's default frequency.
 const DEFAULT_HZ: u64 = 4000;
@@ -421,7 +421,7 @@ pub fn wakeup_watermark(ring_bytes: usize) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::events::{resolve, EventArg};
+    use shardrec_events::{resolve, EventArg};
 
     /// A plan for `-e EVENTS` with perf's defaults, system-wide (so with
     /// perf's tracking dummy last).

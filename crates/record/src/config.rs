@@ -4,7 +4,8 @@
 
 use std::path::PathBuf;
 
-use crate::events::{CgroupArg, EventArg};
+pub use shardrec_events::CallGraph;
+use shardrec_events::{CgroupArg, EventArg};
 
 /// How often to sample.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,19 +54,6 @@ pub struct SwitchOutput {
     /// `--keep-last=TIME`: windows are kept, not merged, while they hold
     /// the last TIME of the recording; a snapshot merges them together.
     pub keep_last: Option<std::time::Duration>,
-}
-
-/// Callchain recording.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CallGraph {
-    /// No callchains.
-    None,
-    /// `-g` / `--call-graph fp`: kernel-walked frame pointers.
-    FramePointer,
-    /// `--call-graph dwarf[,SIZE]`: user registers and SIZE bytes of stack.
-    Dwarf(u32),
-    /// `--call-graph lbr`: the hardware's last branch records (Intel).
-    Lbr,
 }
 
 /// Where `--all-user` or `--all-kernel` puts every event.

@@ -170,6 +170,24 @@ impl RecordError {
     }
 }
 
+impl From<shardrec_events::EventError> for RecordError {
+    /// Each kind of event error is the record error of its kind.
+    fn from(error: shardrec_events::EventError) -> Self {
+        use shardrec_events::EventError;
+        match error {
+            EventError::Usage(why) => RecordError::Usage(why),
+            EventError::Unknown { name, suggestion } => {
+                RecordError::UnknownEvent { name, suggestion }
+            }
+            EventError::Tracefs(why) => RecordError::Tracefs(why),
+            EventError::Filter { event, source } => RecordError::System {
+                what: format!("cannot set the filter of {event}"),
+                source,
+            },
+        }
+    }
+}
+
 impl From<shardrec_shard::Error> for RecordError {
     /// A file of the recording directory that could not be written is the
     /// output that could not be; anything else keeps its own words.

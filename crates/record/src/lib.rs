@@ -35,7 +35,6 @@ mod attrs;
 mod config;
 mod coordinator;
 mod error;
-mod events;
 mod helper_process;
 mod host;
 mod kcore;
@@ -67,10 +66,10 @@ pub use config::{
     SwitchOutput, SwitchTrigger,
 };
 pub use error::RecordError;
-pub use events::{CgroupArg, EventArg};
 pub use open::SideBandUnavailable;
 pub use pinned_filter::{setup as setup_filter, SetupFilter};
 pub use pipe_mode::{die_of_sigpipe, reader_left};
 pub use pipeline::{record, Exit};
 pub use reporter::Reporter;
+pub use shardrec_events::{CgroupArg, EventArg};
 pub use summary::{ChangedEvent, CpuReport, RecordReport};

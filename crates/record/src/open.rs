@@ -4,9 +4,10 @@ use std::io;
 
 use shardrec_sys::{abi, cpu, Attr, PerfEvent, RingBuffer, Target};
 
-use crate::events::EventSpec;
-use crate::plan::{read_sysctl, Plan, Scope};
+use crate::plan::{Plan, Scope};
 use crate::RecordError;
+use shardrec_events::EventSpec;
+use shardrec_sys::sysctl::read_sysctl;
 
 /// One open event.
 pub struct OpenEvent {
@@ -385,7 +386,7 @@ pub fn open_error(event: &EventSpec, target: Target, error: io::Error) -> Record
             } else {
                 format!("process {pid}")
             },
-            paranoid: crate::plan::perf_event_paranoid().unwrap_or(-9),
+            paranoid: shardrec_sys::sysctl::perf_event_paranoid().unwrap_or(-9),
         },
         Some(libc::ESRCH) => RecordError::NoSuchProcess(pid),
         Some(libc::E2BIG) => RecordError::KernelLacks(format!(

@@ -2,11 +2,12 @@
 //! size. Every user mistake is caught here, before anything is opened.
 
 use shardrec_sys::cpu::{self, CpuList};
+use shardrec_sys::sysctl::read_sysctl;
 use shardrec_sys::{abi, Attr, PerfEvent, Target};
 
 use crate::config::{AddressSpace, CallGraph, Delay, RecordConfig, SampleOptions, Sampling};
-use crate::events::{self, EventSpec};
 use crate::RecordError;
+use shardrec_events::{self as events, EventSpec};
 
 /// Whose activity is recorded.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -455,24 +456,6 @@ fn resolve_sampling(
         }
         other => Ok(other),
     }
-}
-
-/// `kernel.perf_event_paranoid`, which may be negative (-1: no limits).
-pub fn perf_event_paranoid() -> Option<i32> {
-    std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
-}
-
-/// Reads a number from `/proc/sys/kernel/NAME`.
-pub fn read_sysctl(name: &str) -> Option<u64> {
-    std::fs::read_to_string(format!("/proc/sys/kernel/{name}"))
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
 }
 
 /// 4 MiB rings when locked memory is no limit (root), so a ring absorbs a

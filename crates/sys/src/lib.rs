@@ -46,6 +46,7 @@ pub mod inline_syscall;
 pub mod process;
 pub mod ring;
 pub mod stdout;
+pub mod sysctl;
 pub mod tracefs;
 
 pub use attr::{Attr, Flag, ATTR_SIZE};

@@ -127,7 +127,7 @@ impl Counting {
     /// CPU, except the tracking dummy, which keeps the side-band whole, as
     /// perf's `evlist__enable_non_dummy` does.
     fn set_counting(&self, plan: &Plan, pool: &WriterPool, on: bool, name: Option<&str>) {
-        let wanted = |spec: &crate::events::EventSpec| {
+        let wanted = |spec: &shardrec_events::EventSpec| {
             !spec.is_tracking_dummy() && name.is_none_or(|n| spec.name == n)
         };
         if name.is_some() && !plan.events.iter().any(wanted) {

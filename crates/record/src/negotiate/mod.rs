@@ -11,11 +11,11 @@ use std::io;
 
 use shardrec_sys::{abi, Attr, Flag, PerfEvent, Target};
 
-use crate::events::EventSpec;
 use crate::plan::{Plan, Scope};
 use crate::say;
 use crate::RecordError;
 use missing::MissingFeatures;
+use shardrec_events::EventSpec;
 
 /// Tries every event of the plan in order (members with their leader),
 /// falling back as perf does; `attrs` and the plan's events are changed
@@ -108,7 +108,9 @@ fn amd_ibs_refusal(cpu_vendor: &str, spec: &EventSpec, attr: &Attr) -> Option<&'
 /// refused before anything is recorded.
 fn check_filter(spec: &EventSpec, event: &PerfEvent) -> Result<(), RecordError> {
     match &spec.filter {
-        Some(filter) => event.set_filter(filter).map_err(|e| spec.filter_refused(e)),
+        Some(filter) => Ok(event
+            .set_filter(filter)
+            .map_err(|e| spec.filter_refused(e))?),
         None => Ok(()),
     }
 }
@@ -227,7 +229,7 @@ fn fall_back(spec: &mut EventSpec, attr: &mut Attr, errno: i32, verbose: u8) -> 
         warn("The cycles event is not supported, trying to fall back to cpu-clock-ticks".into());
         return true;
     }
-    let paranoid = crate::plan::perf_event_paranoid().unwrap_or(2);
+    let paranoid = shardrec_sys::sysctl::perf_event_paranoid().unwrap_or(2);
     let kernel_refused = errno == libc::EACCES
         && paranoid > 1
         && !attr.flag(Flag::ExcludeKernel)

@@ -9,7 +9,7 @@ pub use samples::{parse_branch_filter, parse_registers};
 pub use synthesis::{parse_map_timeout, parse_synth, Synthesis};
 
 use crate::config::{CallGraph, ControlSpec, Delay, Sampling};
-use crate::events::EventArg;
+use shardrec_events::EventArg;
 
 /// Parses `-C`: CPUs and ranges, `0,2-3`.
 pub fn parse_cpus(text: &str) -> Result<Vec<u32>, String> {
@@ -77,8 +77,7 @@ pub fn parse_frequency(text: &str) -> Result<Sampling, String> {
     }
 }
 
-/// The default `--call-graph dwarf` stack copy, as perf's.
-pub const DEFAULT_DWARF_STACK: u32 = 8192;
+pub use shardrec_events::DEFAULT_DWARF_STACK;
 
 /// Parses `--call-graph`'s value: `fp`, `dwarf` or `dwarf,SIZE`.
 pub fn parse_call_graph(text: &str) -> Result<CallGraph, String> {

@@ -18,9 +18,9 @@ use shardrec_format::walk::RecordWalker;
 use shardrec_format::SampleIdLayout;
 use shardrec_sys::{Attr, Flag, PerfEvent, RingBuffer, Target};
 
-use crate::events::{self, EventArg, EventSpec};
 use crate::plan::{Plan, Scope};
 use crate::RecordError;
+use shardrec_events::{self as events, EventArg, EventError, EventSpec};
 
 /// What a trigger's sample carries: enough to tell whose hit it was.
 const SAMPLE_TYPE: u64 = crate::attrs::BASE_SAMPLE_TYPE;
@@ -33,10 +33,10 @@ const RING_PAGES: usize = 1;
 /// option in what is wrong.
 pub fn resolve(args: &[EventArg]) -> Result<Vec<EventSpec>, RecordError> {
     events::resolve(args, &[]).map_err(|error| match error {
-        RecordError::UnknownEvent { .. } | RecordError::Usage(_) => {
+        EventError::Unknown { .. } | EventError::Usage(_) => {
             RecordError::Usage(format!("--switch-output-event: {error}"))
         }
-        other => other,
+        other => other.into(),
     })
 }
 

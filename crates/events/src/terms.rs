@@ -3,8 +3,7 @@
 
 use super::grammar::{self, Term};
 use super::pmu::Configs;
-use crate::config::CallGraph;
-use crate::options::DEFAULT_DWARF_STACK;
+use crate::{CallGraph, DEFAULT_DWARF_STACK};
 
 /// Per-event overrides from the term list.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

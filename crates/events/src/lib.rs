@@ -2,8 +2,10 @@
 //! the command line is read, then resolved against this machine (tables,
 //! sysfs PMUs, tracefs) into [`EventSpec`]s when the plan is made.
 
+mod call_graph;
 mod cgroup;
 mod defaults;
+mod error;
 pub mod grammar;
 pub mod modifiers;
 mod names;
@@ -13,8 +15,9 @@ pub mod terms;
 use shardrec_sys::abi;
 use shardrec_sys::tracefs;
 
-use crate::RecordError;
+pub use call_graph::{CallGraph, DEFAULT_DWARF_STACK};
 pub use cgroup::Cgroup;
+pub use error::EventError;
 use grammar::{EventName, ParsedEvent, ParsedGroup};
 pub use modifiers::Modifiers;
 use pmu::{Configs, Pmu};
@@ -173,16 +176,19 @@ impl EventSpec {
 
     /// The kernel's refusal of this tracepoint's filter, in words: EINVAL
     /// is a bad `--filter` expression.
-    pub fn filter_refused(&self, error: std::io::Error) -> RecordError {
+    pub fn filter_refused(&self, error: std::io::Error) -> EventError {
         match (&self.filter, error.raw_os_error()) {
-            (Some(filter), Some(libc::EINVAL)) => RecordError::Usage(format!(
+            (Some(filter), Some(libc::EINVAL)) => EventError::Usage(format!(
                 "--filter '{filter}' is not a valid filter for {} (its fields are in tracefs events/{}/format)",
                 self.name,
                 self.tracepoint()
                     .map(|(system, name)| format!("{system}/{name}"))
                     .unwrap_or_default()
             )),
-            _ => RecordError::system(format!("cannot set the filter of {}", self.name))(error),
+            _ => EventError::Filter {
+                event: self.name.clone(),
+                source: error,
+            },
         }
     }
 
@@ -227,10 +233,10 @@ pub struct CgroupArg {
 /// Resolves every `-e` into events, in order. Groups get their leader's
 /// index; tracepoint globs expand to every match; each `-G` goes to the
 /// events before it.
-pub fn resolve(args: &[EventArg], cgroups: &[CgroupArg]) -> Result<Vec<EventSpec>, RecordError> {
+pub fn resolve(args: &[EventArg], cgroups: &[CgroupArg]) -> Result<Vec<EventSpec>, EventError> {
     let mut specs = Vec::new();
     if let Some(early) = cgroups.iter().find(|c| c.after_events == 0) {
-        return Err(RecordError::Usage(format!(
+        return Err(EventError::Usage(format!(
             "-G {}: must define events before cgroups",
             early.names
         )));
@@ -263,7 +269,7 @@ pub fn resolve(args: &[EventArg], cgroups: &[CgroupArg]) -> Result<Vec<EventSpec
         }
         for cgroup in cgroups.iter().filter(|c| c.after_events == given + 1) {
             cgroup::assign(&mut specs, &cgroup.names)
-                .map_err(|e| RecordError::Usage(format!("-G {}: {e}", cgroup.names)))?;
+                .map_err(|e| EventError::Usage(format!("-G {}: {e}", cgroup.names)))?;
         }
     }
     Ok(specs)
@@ -273,9 +279,9 @@ pub fn resolve(args: &[EventArg], cgroups: &[CgroupArg]) -> Result<Vec<EventSpec
 /// tracepoint of its glob): for a tracepoint it is the kernel's ftrace
 /// filter; for any other event a sample filter, compiled to BPF (perf
 /// 6.1 has filters for tracepoints only).
-fn attach_filter(specs: &mut [EventSpec], filter: &str) -> Result<(), RecordError> {
+fn attach_filter(specs: &mut [EventSpec], filter: &str) -> Result<(), EventError> {
     if specs.is_empty() {
-        return Err(RecordError::Usage(format!(
+        return Err(EventError::Usage(format!(
             "--filter '{filter}' should follow a -e event"
         )));
     }
@@ -286,24 +292,24 @@ fn attach_filter(specs: &mut [EventSpec], filter: &str) -> Result<(), RecordErro
         return Ok(());
     }
     if specs.iter().any(EventSpec::is_tracepoint) {
-        return Err(RecordError::Usage(format!(
+        return Err(EventError::Usage(format!(
             "--filter '{filter}' follows tracepoints and other events at once: give each its own -e"
         )));
     }
     let parsed = shardrec_filter::SampleFilter::parse(filter)
-        .map_err(|e| RecordError::Usage(e.to_string()))?;
+        .map_err(|e| EventError::Usage(e.to_string()))?;
     specs
         .iter_mut()
         .for_each(|s| s.sample_filter = Some(parsed.clone()));
     Ok(())
 }
 
-fn resolve_event(event: &ParsedEvent) -> Result<Vec<EventSpec>, RecordError> {
-    let unknown = |suggestion| RecordError::UnknownEvent {
+fn resolve_event(event: &ParsedEvent) -> Result<Vec<EventSpec>, EventError> {
+    let unknown = |suggestion| EventError::Unknown {
         name: event.text.clone(),
         suggestion,
     };
-    let bad_term = |reason: String| RecordError::Usage(format!("-e {}: {reason}", event.text));
+    let bad_term = |reason: String| EventError::Usage(format!("-e {}: {reason}", event.text));
     let mut spec = match &event.name {
         EventName::Tracepoint(system, name) => return tracepoints(event, system, name),
         EventName::Breakpoint { addr, len, access } => breakpoint(event, *addr, *len, access)?,
@@ -327,8 +333,8 @@ fn resolve_event(event: &ParsedEvent) -> Result<Vec<EventSpec>, RecordError> {
 
 /// The event's term list (terms every event knows), the name from
 /// `name=`, and the modifiers.
-fn finish(spec: &mut EventSpec, event: &ParsedEvent) -> Result<(), RecordError> {
-    let bad_term = |reason: String| RecordError::Usage(format!("-e {}: {reason}", event.text));
+fn finish(spec: &mut EventSpec, event: &ParsedEvent) -> Result<(), EventError> {
+    let bad_term = |reason: String| EventError::Usage(format!("-e {}: {reason}", event.text));
     for term in &event.terms {
         if !terms::take(&mut spec.terms, &mut spec.configs, term).map_err(bad_term)? {
             return Err(bad_term(format!("unknown term '{}'", term.key)));
@@ -396,7 +402,7 @@ fn breakpoint(
     addr: u64,
     len: Option<u64>,
     access: &Option<String>,
-) -> Result<EventSpec, RecordError> {
+) -> Result<EventSpec, EventError> {
     let bp_type = match access {
         None => BP_R | BP_W,
         Some(letters) => letters.chars().fold(0, |bits, c| {
@@ -419,11 +425,11 @@ fn tracepoints(
     event: &ParsedEvent,
     system: &str,
     name: &str,
-) -> Result<Vec<EventSpec>, RecordError> {
-    let root = tracefs::root().map_err(|e| RecordError::Tracefs(e.to_string()))?;
+) -> Result<Vec<EventSpec>, EventError> {
+    let root = tracefs::root().map_err(|e| EventError::Tracefs(e.to_string()))?;
     let found = tracefs::matching(&root, system, name).unwrap_or_default();
     if found.is_empty() {
-        return Err(RecordError::UnknownEvent {
+        return Err(EventError::Unknown {
             name: event.text.clone(),
             suggestion: None,
         });
@@ -436,7 +442,7 @@ fn tracepoints(
         .into_iter()
         .map(|(sys, ev)| {
             let id = tracefs::tracepoint_id(&root, &sys, &ev)
-                .map_err(|e| RecordError::Tracefs(format!("{sys}:{ev}: {e}")))?;
+                .map_err(|e| EventError::Tracefs(format!("{sys}:{ev}: {e}")))?;
             let mut spec =
                 EventSpec::new(format!("{sys}:{ev}{suffix}"), abi::PERF_TYPE_TRACEPOINT, id);
             spec.tracepoint = Some((sys, ev));
@@ -517,7 +523,7 @@ mod tests {
     #[test]
     fn misspelt_names_get_a_suggestion() {
         match resolve(&[EventArg::parse("cyles").unwrap()], &[]) {
-            Err(RecordError::UnknownEvent { suggestion, .. }) => {
+            Err(EventError::Unknown { suggestion, .. }) => {
                 assert_eq!(suggestion.as_deref(), Some("cycles"))
             }
             other => panic!("{other:?}"),

@@ -80,7 +80,7 @@ fn can_profile_kernel() -> bool {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     let capable = effective_caps(&status)
         .is_some_and(|caps| caps & (1 << CAP_SYS_ADMIN | 1 << CAP_PERFMON) != 0);
-    capable || crate::plan::perf_event_paranoid().is_some_and(|level| level <= 1)
+    capable || shardrec_sys::sysctl::perf_event_paranoid().is_some_and(|level| level <= 1)
 }
 
 /// The `CapEff:` mask of a `/proc/PID/status`.
