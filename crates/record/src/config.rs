@@ -190,7 +190,7 @@ pub struct RecordConfig {
     /// What each sample carries besides the basics.
     pub sample: SampleOptions,
     /// What is synthesized of the tasks before recording, and when.
-    pub synthesis: crate::options::Synthesis,
+    pub synthesis: Synthesis,
     /// `-v` given this many times: 2 prints each attr before opening it.
     pub verbose: u8,
     /// `--group`: all events in one group.
@@ -253,7 +253,7 @@ impl RecordConfig {
             clockid: None,
             realtime: None,
             sample: SampleOptions::default(),
-            synthesis: crate::options::Synthesis::default(),
+            synthesis: Synthesis::default(),
             verbose: 0,
             group: false,
             strict_freq: false,
@@ -281,6 +281,33 @@ impl RecordConfig {
         match self.kcore {
             true => crate::kcore::data_path(&self.output),
             false => self.output.clone(),
+        }
+    }
+}
+
+/// What is synthesized of the state before recording, and when.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Synthesis {
+    /// The threads (FORK and COMM each): `--synth` with `task` or `mmap`.
+    pub tasks: bool,
+    /// Their mappings (MMAP2): `--synth` with `mmap`.
+    pub maps: bool,
+    /// At the end of the recording instead of its start
+    /// (`--tail-synthesize`): the tasks of the end, as perf describes them.
+    pub at_end: bool,
+    /// How long reading one process's maps may take before the rest of
+    /// them is left out (`--proc-map-timeout`; perf's default is 500 ms,
+    /// shardrec's is no limit).
+    pub map_timeout: Option<std::time::Duration>,
+}
+
+impl Default for Synthesis {
+    fn default() -> Self {
+        Synthesis {
+            tasks: true,
+            maps: true,
+            at_end: false,
+            map_timeout: None,
         }
     }
 }

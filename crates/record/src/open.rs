@@ -4,9 +4,9 @@ use std::io;
 
 use shardrec_sys::{abi, cpu, Attr, PerfEvent, RingBuffer, Target};
 
+use crate::negotiate::open_error;
 use crate::plan::{Plan, Scope};
 use crate::RecordError;
-use shardrec_events::EventSpec;
 use shardrec_sys::sysctl::read_sysctl;
 
 /// One open event.
@@ -63,6 +63,10 @@ impl SideBandEvents {
     }
 }
 
+/// Data pages of each side-band ring: records are few and the VIP wakes
+/// for each one.
+pub const SIDE_BAND_RING_PAGES: usize = 16;
+
 /// Opens the side-band events on every online CPU, whichever CPUs are
 /// recorded: a program's records land in the ring of the CPU that ran
 /// bpf(2), and it may run (and be sampled) on a recorded CPU. Or says why
@@ -111,7 +115,7 @@ pub fn open_side_band(plan: &Plan) -> Result<SideBandEvents, SideBandUnavailable
     // Mapped from here, one after another (see `open_all`).
     let rings = (events.iter())
         .map(|(cpu, event, _)| {
-            RingBuffer::map(event, crate::vip::RING_PAGES).map_err(SideBandUnavailable::system(
+            RingBuffer::map(event, SIDE_BAND_RING_PAGES).map_err(SideBandUnavailable::system(
                 format!("mapping the side-band ring of CPU {cpu}"),
             ))
         })
@@ -372,40 +376,6 @@ pub fn memlock_error(ring_pages: usize) -> RecordError {
         ring_kb: (ring_pages * shardrec_sys::ring::page_size() / 1024) as u64,
         mlock_kb: read_sysctl("perf_event_mlock_kb").unwrap_or(0),
         rlimit_kb: rlimit / 1024,
-    }
-}
-
-/// The kernel's refusal of `event` on `target`, in words.
-pub fn open_error(event: &EventSpec, target: Target, error: io::Error) -> RecordError {
-    let (pid, cpu) = (target.pid, target.cpu.max(0) as u32);
-    let name = event.name.clone();
-    match error.raw_os_error() {
-        Some(libc::EACCES) | Some(libc::EPERM) => RecordError::NoPermission {
-            what: if pid == -1 {
-                "CPU-wide events".to_string()
-            } else {
-                format!("process {pid}")
-            },
-            paranoid: shardrec_sys::sysctl::perf_event_paranoid().unwrap_or(-9),
-        },
-        Some(libc::ESRCH) => RecordError::NoSuchProcess(pid),
-        Some(libc::E2BIG) => RecordError::KernelLacks(format!(
-            "this kernel's perf_event_attr is smaller than the fields '{name}' needs (E2BIG)"
-        )),
-        Some(libc::ENOENT) | Some(libc::EOPNOTSUPP) | Some(libc::ENODEV)
-            if event.type_ == abi::PERF_TYPE_HARDWARE =>
-        {
-            RecordError::Unsupported {
-                name,
-                reason: "no hardware PMU counts it here (software events such as cpu-clock work)"
-                    .into(),
-            }
-        }
-        _ => RecordError::Open {
-            name,
-            cpu,
-            source: error,
-        },
     }
 }
 

@@ -17,12 +17,8 @@ use shardrec_vip::off_cpu::OffCpuSetup;
 use shardrec_vip::{existing, SideBand, Vip, BUFFER};
 
 use crate::helper_process::{self, HelperProcess};
-use crate::open::SideBandEvents;
+use crate::open::{SideBandEvents, SIDE_BAND_RING_PAGES as RING_PAGES};
 use crate::RecordError;
-
-/// Data pages of each side-band ring: records are few and the VIP wakes
-/// for each one.
-pub const RING_PAGES: usize = 16;
 
 /// The VIP process and what it reported.
 pub struct VipProcess {

@@ -175,7 +175,7 @@ impl SideBand {
         let events = self.events.iter().flat_map(|s| &s.events);
         events.map(|(_, event, _)| WatchedRing {
             event,
-            pages: vip::RING_PAGES,
+            pages: crate::open::SIDE_BAND_RING_PAGES,
             base: None,
             reads_first: false,
         })

@@ -76,7 +76,7 @@ fn refusal(
             name: spec.name.clone(),
             reason: reason.into(),
         },
-        None => crate::open::open_error(spec, target, error),
+        None => open_error(spec, target, error),
     }
 }
 
@@ -244,6 +244,40 @@ fn fall_back(spec: &mut EventSpec, attr: &mut Attr, errno: i32, verbose: u8) -> 
         return true;
     }
     false
+}
+
+/// The kernel's refusal of `event` on `target`, in words.
+pub fn open_error(event: &EventSpec, target: Target, error: io::Error) -> RecordError {
+    let (pid, cpu) = (target.pid, target.cpu.max(0) as u32);
+    let name = event.name.clone();
+    match error.raw_os_error() {
+        Some(libc::EACCES) | Some(libc::EPERM) => RecordError::NoPermission {
+            what: if pid == -1 {
+                "CPU-wide events".to_string()
+            } else {
+                format!("process {pid}")
+            },
+            paranoid: shardrec_sys::sysctl::perf_event_paranoid().unwrap_or(-9),
+        },
+        Some(libc::ESRCH) => RecordError::NoSuchProcess(pid),
+        Some(libc::E2BIG) => RecordError::KernelLacks(format!(
+            "this kernel's perf_event_attr is smaller than the fields '{name}' needs (E2BIG)"
+        )),
+        Some(libc::ENOENT) | Some(libc::EOPNOTSUPP) | Some(libc::ENODEV)
+            if event.type_ == abi::PERF_TYPE_HARDWARE =>
+        {
+            RecordError::Unsupported {
+                name,
+                reason: "no hardware PMU counts it here (software events such as cpu-clock work)"
+                    .into(),
+            }
+        }
+        _ => RecordError::Open {
+            name,
+            cpu,
+            source: error,
+        },
+    }
 }
 
 #[cfg(test)]

@@ -5,8 +5,9 @@
 mod samples;
 mod synthesis;
 
+pub use crate::config::Synthesis;
 pub use samples::{parse_branch_filter, parse_registers};
-pub use synthesis::{parse_map_timeout, parse_synth, Synthesis};
+pub use synthesis::{parse_map_timeout, parse_synth};
 
 use crate::config::{CallGraph, ControlSpec, Delay, Sampling};
 use shardrec_events::EventArg;

@@ -3,33 +3,6 @@
 
 use std::time::Duration;
 
-/// What is synthesized of the state before recording, and when.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Synthesis {
-    /// The threads (FORK and COMM each): `--synth` with `task` or `mmap`.
-    pub tasks: bool,
-    /// Their mappings (MMAP2): `--synth` with `mmap`.
-    pub maps: bool,
-    /// At the end of the recording instead of its start
-    /// (`--tail-synthesize`): the tasks of the end, as perf describes them.
-    pub at_end: bool,
-    /// How long reading one process's maps may take before the rest of
-    /// them is left out (`--proc-map-timeout`; perf's default is 500 ms,
-    /// shardrec's is no limit).
-    pub map_timeout: Option<Duration>,
-}
-
-impl Default for Synthesis {
-    fn default() -> Self {
-        Synthesis {
-            tasks: true,
-            maps: true,
-            at_end: false,
-            map_timeout: None,
-        }
-    }
-}
-
 /// perf's `--synth` words, comma-separated: `no`, `all`, `task`, `mmap`
 /// (tasks with their maps), `cgroup`; returns (tasks, maps). shardrec
 /// synthesizes no cgroup records, so `cgroup` adds nothing.
