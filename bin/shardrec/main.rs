@@ -4,6 +4,7 @@
 mod flags;
 mod generate;
 mod messages;
+mod record_summary;
 
 use std::path::Path;
 use std::process::ExitCode;

@@ -50,7 +50,7 @@ pub struct Messages;
 impl Reporter for Messages {
     fn recorded(&mut self, report: &RecordReport) {
         if !quiet() {
-            eprint!("{report}");
+            eprint!("{}", crate::record_summary::render(report));
         }
     }
 

@@ -455,7 +455,33 @@ pub enum Going {
     Dropped,
 }
 
-impl<S: RecordSink> crate::live::RoundSink for RecordWriter<'_, S> {
+/// Where a round's records go. Each record is walked once, as it is
+/// read (but for samples hopped over, which it only counts): the sink
+/// takes it then (counts it, watches it for build ids) and
+/// says how it goes out; when the round writes it out, it goes in a run
+/// of records that go as they lie, or alone, as the sink changed it,
+/// through [`put_changed`](Self::put_changed). (A round cut in steps
+/// writes its records in another order than it read them: the build-id
+/// watch sees them in the order they were read, as it does every other
+/// round.)
+pub trait RoundSink {
+    /// A record the round took: how it goes out.
+    fn take(&mut self, record: &[u8]) -> Going;
+    /// Runs of whole records taken, in order, each run the bytes of
+    /// records that go out as they lie, one after the other (in a shard,
+    /// or in a copy of its ring), so a sink can write a run from where it
+    /// is.
+    fn put_runs(&mut self, runs: &[&[u8]]) -> io::Result<()>;
+    /// `samples` samples were hopped over ([`Follower::hopping`]): taken
+    /// unseen, to go out as they lie.
+    fn hopped(&mut self, samples: u64);
+    /// A record as [`take`](Self::take) changed it, at its turn.
+    fn put_changed(&mut self, changed: &[u8]) -> io::Result<()>;
+    /// A FINISHED_ROUND.
+    fn end_round(&mut self) -> io::Result<()>;
+}
+
+impl<S: RecordSink> RoundSink for RecordWriter<'_, S> {
     fn take(&mut self, record: &[u8]) -> Going {
         self.observe(record)
     }

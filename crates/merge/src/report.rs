@@ -23,6 +23,15 @@ pub struct CpuSummary {
     pub lost: u64,
 }
 
+/// How far a live merge's output fell behind the recording, at most.
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Lag {
+    /// Bytes in the shards not yet written out.
+    pub bytes: u64,
+    /// From a look at the rings to the round that covered it.
+    pub time: std::time::Duration,
+}
+
 /// The outcome of a merge.
 #[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct MergeReport {
@@ -74,7 +83,7 @@ pub struct MergeReport {
     /// A live merge's rounds (0 for a merge after the fact).
     pub rounds: u64,
     /// How far a live merge's output fell behind the recording, at most.
-    pub lag: Option<crate::live::Lag>,
+    pub lag: Option<Lag>,
 }
 
 impl MergeReport {

@@ -10,6 +10,7 @@ use shardrec_merge::MergeReport;
 use shardrec_shard::output::Output;
 use shardrec_shard::{RecordingDir, StopReason};
 
+use crate::coordinator::HandOff;
 use crate::live_merger::Outcome;
 use crate::pipe_mode::{self, PipeMode};
 use crate::reporter::Reporter;
@@ -67,13 +68,13 @@ pub fn record(
     if let Some(pipe) = pipe {
         pipe.end()?;
     }
-    let report = recorded?;
+    let (report, hand_off) = recorded?;
     say::recorded(&report);
     AfterStop {
         config: &config,
         streamed: stream_given,
     }
-    .finish(report)
+    .finish(report, hand_off)
 }
 
 /// What follows the stop.
@@ -84,7 +85,7 @@ struct AfterStop<'a> {
 }
 
 impl AfterStop<'_> {
-    fn finish(mut self, mut report: RecordReport) -> Result<Exit, RecordError> {
+    fn finish(mut self, report: RecordReport, hand_off: HandOff) -> Result<Exit, RecordError> {
         let config = self.config;
         let code = report.exit_code.clamp(0, 255) as u8;
         if let StopReason::ShardCut(what) = &report.stopped_by {
@@ -99,12 +100,18 @@ impl AfterStop<'_> {
         if config.no_merge {
             return Ok(Exit::Status(code));
         }
-        let output = match &report.switched {
+        let HandOff {
+            scanned,
+            live,
+            switched,
+        } = hand_off;
+        let output = match &switched {
             // The last window, named as the others.
             Some(switched) if !switched.last_unstamped => timestamped(&config.output)?,
             _ => config.merge_output(),
         };
-        let merged = match self.merged(&mut report, &output)? {
+        let last_window = switched.is_some();
+        let merged = match self.merged(&report.dir, live, scanned, last_window, &output)? {
             Some(merged) => merged,
             None => {
                 self.drop_shards(&report.dir);
@@ -123,7 +130,7 @@ impl AfterStop<'_> {
                 report.dir.display()
             )))?;
         }
-        match report.switched {
+        match switched {
             Some(switched) => Ok(self
                 .last_window_done(switched, output, merged)
                 .unwrap_or(Exit::Status(code))),
@@ -137,25 +144,28 @@ impl AfterStop<'_> {
         }
     }
 
-    /// The output written by the live merger, or by a merge now: whether
+    /// The output written by the live merger, or by a merge now of the
+    /// recording in `dir` (the last window's, for `last_window`): whether
     /// every shard was readable, or `None` when the stream's reader left.
     fn merged(
         &mut self,
-        report: &mut RecordReport,
+        dir: &Path,
+        live: Option<Outcome>,
+        scanned: Vec<shardrec_shard::scan::ScannedShard>,
+        last_window: bool,
         output: &Path,
     ) -> Result<Option<bool>, RecordError> {
-        let scanned = std::mem::take(&mut report.scanned);
-        match report.live.take() {
+        match live {
             Some(Outcome::Merged {
                 report: mut merged, ..
             }) => {
-                if report.switched.is_some() {
+                if last_window {
                     merged.output = output.to_path_buf();
                     // The last window, as the live merger wrote it.
-                    let written = RecordingDir::open(&report.dir).window_output_path();
-                    switch_output::move_output(&written, output).map_err(RecordError::system(
-                        format!("cannot write {}", output.display()),
-                    ))?;
+                    let written = RecordingDir::open(dir).window_output_path();
+                    switch_output::naming::move_output(&written, output).map_err(
+                        RecordError::system(format!("cannot write {}", output.display())),
+                    )?;
                 }
                 Ok(Some(self.show(&merged)))
             }
@@ -164,18 +174,18 @@ impl AfterStop<'_> {
                 // What went down the stream cannot be sent again.
                 Err(RecordError::StreamStopped {
                     why,
-                    dir: report.dir.clone(),
+                    dir: dir.to_path_buf(),
                 })
             }
             Some(Outcome::Failed(why)) => {
                 // The merge after the stop completes it from where it stopped.
-                let merged = self.merge_now(&report.dir, output, scanned)?;
+                let merged = self.merge_now(dir, output, scanned)?;
                 say::warning(&format!(
                     "the live merge stopped ({why}): perf.data was completed after the stop"
                 ));
                 Ok(merged)
             }
-            None => self.merge_now(&report.dir, output, scanned),
+            None => self.merge_now(dir, output, scanned),
         }
     }
 
@@ -255,7 +265,7 @@ fn refuse_to_rename(output: &Path) -> Result<(), RecordError> {
 
 /// `output` named with a timestamp, as perf's `--timestamp-filename`.
 fn timestamped(output: &Path) -> Result<PathBuf, RecordError> {
-    switch_output::timestamped(output).map_err(rename_failed(output))
+    switch_output::naming::timestamped(output).map_err(rename_failed(output))
 }
 
 fn rename_failed(path: &Path) -> impl FnOnce(std::io::Error) -> RecordError {

@@ -28,16 +28,18 @@ use shardrec_shard::scan::{ScannedShard, ShardSummary};
 use shardrec_shard::{Meta, RecordingDir};
 
 pub use crate::data_out::Going;
+pub use crate::data_out::RoundSink;
 use crate::data_out::{DataOut, RecordWriter};
 use crate::dso::SliceHits;
 use crate::output::{self, Written};
+pub use crate::report::Lag;
 use crate::report::ResumedTally;
 use crate::shard_set::ShardPaths;
 use crate::{MergeError, MergeOptions, MergeReport};
 use follow::Follower;
 use freeing::{Checkpoint, Freeing};
 use hits_walk::HitsWalk;
-pub use rounds::{records_of, round_aim, Lag, Round, RoundSink, Rounds, ROUND_COPY_BUDGET};
+pub use rounds::{records_of, round_aim, Round, Rounds, ROUND_COPY_BUDGET};
 pub use sink::LiveOutput;
 use sink::Sink;
 

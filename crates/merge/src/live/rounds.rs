@@ -21,7 +21,8 @@ use shardrec_format::layouts::{FieldReader, Layouts};
 use shardrec_shard::merged_prefix::Resume;
 
 use super::follow::Follower;
-use crate::data_out::Going;
+use crate::data_out::{Going, RoundSink};
+use crate::report::Lag;
 use looks::Looks;
 pub use steps::round_aim;
 use steps::{Cuts, Out, RoundRecords, Took};
@@ -68,32 +69,6 @@ const CUT_MARGIN: u64 = 1_000_000;
 /// 2-vCPU VM had 3 and 112 records out of perf's order, in 2 of 16.
 const LOOK_MARGIN: u64 = 10_000_000;
 
-/// Where a round's records go. Each record is walked once, as it is
-/// read (but for samples hopped over, which it only counts): the sink
-/// takes it then (counts it, watches it for build ids) and
-/// says how it goes out; when the round writes it out, it goes in a run
-/// of records that go as they lie, or alone, as the sink changed it,
-/// through [`put_changed`](Self::put_changed). (A round cut in steps
-/// writes its records in another order than it read them: the build-id
-/// watch sees them in the order they were read, as it does every other
-/// round.)
-pub trait RoundSink {
-    /// A record the round took: how it goes out.
-    fn take(&mut self, record: &[u8]) -> Going;
-    /// Runs of whole records taken, in order, each run the bytes of
-    /// records that go out as they lie, one after the other (in a shard,
-    /// or in a copy of its ring), so a sink can write a run from where it
-    /// is.
-    fn put_runs(&mut self, runs: &[&[u8]]) -> io::Result<()>;
-    /// `samples` samples were hopped over ([`Follower::hopping`]): taken
-    /// unseen, to go out as they lie.
-    fn hopped(&mut self, samples: u64);
-    /// A record as [`take`](Self::take) changed it, at its turn.
-    fn put_changed(&mut self, changed: &[u8]) -> io::Result<()>;
-    /// A FINISHED_ROUND.
-    fn end_round(&mut self) -> io::Result<()>;
-}
-
 /// What a round did.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Round {
@@ -129,15 +104,6 @@ pub struct Rounds {
     /// The round's copies of the rings' unwritten bytes, one after the
     /// other; each follower knows where its own lie.
     copies: Vec<u8>,
-}
-
-/// How far a live merge's output fell behind the recording, at most.
-#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct Lag {
-    /// Bytes in the shards not yet written out.
-    pub bytes: u64,
-    /// From a look at the rings to the round that covered it.
-    pub time: std::time::Duration,
 }
 
 /// The latest times around the FINISHED_ROUNDs written: what perf's rule

@@ -52,7 +52,7 @@ pub(crate) fn record(
     config: &RecordConfig,
     stream: Option<std::sync::Arc<std::os::fd::OwnedFd>>,
     command_line: &[String],
-) -> Result<RecordReport, RecordError> {
+) -> Result<(RecordReport, HandOff), RecordError> {
     let plan = Plan::resolve(config)?;
     for warning in &plan.warnings {
         say::warning(warning);
@@ -70,6 +70,19 @@ pub(crate) fn record(
         }
     }
     result
+}
+
+/// What the recording leaves for the step after its stop, apart from the
+/// user's report.
+pub(crate) struct HandOff {
+    /// Every CPU's shard as the stop walked it, for the merge that
+    /// follows to take as it is (`shardrec_merge::merge_scanned`).
+    pub(crate) scanned: Vec<shardrec_shard::scan::ScannedShard>,
+    /// How the live merger ended, when there was one.
+    pub(crate) live: Option<crate::live_merger::Outcome>,
+    /// With `--switch-output`: the windows merged while recording (the
+    /// report's `dir` is then the last window, not merged yet).
+    pub(crate) switched: Option<crate::switch_output::Outputs>,
 }
 
 /// A recording from the moment its directory exists: the run loop over
@@ -141,7 +154,7 @@ impl<'a> Recording<'a> {
         })
     }
 
-    fn run(mut self, signals: &mut Signals) -> Result<RecordReport, RecordError> {
+    fn run(mut self, signals: &mut Signals) -> Result<(RecordReport, HandOff), RecordError> {
         if let Err(error) = self.prepare() {
             self.abandon();
             return Err(error);

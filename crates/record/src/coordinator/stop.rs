@@ -7,11 +7,12 @@ use shardrec_control::Command;
 use shardrec_shard::accounting::account;
 use shardrec_shard::{parallel, RecordingDir, Stats, StopReason};
 
+use super::HandOff;
 use super::Recording;
 use crate::live_merger::Outcome;
 use crate::say;
 use crate::signals::{Signals, Wake};
-use crate::summary::RecordReport;
+use crate::summary::{RecordReport, WindowOutputs};
 use crate::RecordError;
 
 impl Recording<'_> {
@@ -68,7 +69,7 @@ impl Recording<'_> {
         mut self,
         stopped_by: StopReason,
         started: Instant,
-    ) -> Result<RecordReport, RecordError> {
+    ) -> Result<(RecordReport, HandOff), RecordError> {
         let elapsed = started.elapsed();
         // A shard cut while draining cuts the recording as much as one cut
         // before the stop: it is what the user must hear of.
@@ -126,7 +127,8 @@ impl Recording<'_> {
         let cpus = self.pool.reports(stats.map_or(&[][..], |s| &s.cpus[..]));
         self.output.write_final_meta()?;
         let mut report = RecordReport {
-            switched: None,
+            windows: None,
+            merged_live: matches!(live, Some(Outcome::Merged { .. })),
             dir: self.output.dir.path().to_path_buf(),
             cpus,
             elapsed,
@@ -135,22 +137,31 @@ impl Recording<'_> {
             exit_code: self.workload_code.unwrap_or(0),
             bpf: stats.and_then(|s| s.bpf),
             filters: stats.map(|s| s.filters.clone()).unwrap_or_default(),
+            vip_restarted_at: self.side_band.restarted_at(),
+        };
+        let mut hand_off = HandOff {
             scanned,
             live,
-            vip_restarted_at: self.side_band.restarted_at(),
+            switched: None,
         };
         if let Some(windows) = self.output.windows.take() {
             // --keep-last: the last output joins the windows kept.
             let joined = (!windows.merges_every_window()).then(|| windows.kept_and_current());
             let root = windows.root.clone();
-            report.switched = Some(windows.finish()?);
+            let switched = windows.finish()?;
+            report.windows = Some(WindowOutputs {
+                kept: switched.kept.len(),
+                failed: switched.failed.len(),
+            });
+            hand_off.switched = Some(switched);
             if let Some(windows) = joined {
                 let last = RecordingDir::create(root.path().join("joined-last"))?;
                 last.join_windows(&windows)?;
-                (report.dir, report.scanned) = (last.path().to_path_buf(), Vec::new());
+                report.dir = last.path().to_path_buf();
+                hand_off.scanned = Vec::new();
             }
         }
-        Ok(report)
+        Ok((report, hand_off))
     }
 
     /// Walks every shard and completes `meta`'s statistics with what each

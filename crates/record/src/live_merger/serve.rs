@@ -290,7 +290,7 @@ fn publish(
         stats.cpus = merged.cpus;
     }
     dir.write_meta(&meta)?;
-    crate::switch_output::move_output(&dir.window_output_path(), output)?;
+    crate::switch_output::naming::move_output(&dir.window_output_path(), output)?;
     say::note(&format!("[ shardrec record: Dump {} ]", output.display()));
     if !windows.keep_shards {
         let _ = std::fs::remove_dir_all(dir.path());

@@ -24,6 +24,7 @@
 
 pub mod event_trigger;
 mod merger;
+pub mod naming;
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -31,13 +32,13 @@ use std::time::{Duration, Instant};
 
 use nix::unistd::Pid;
 use shardrec_shard::{EventLoss, RecordingDir};
-use shardrec_sys::process;
 
 use crate::config::{SwitchOutput, SwitchTrigger};
 use crate::live_merger::{WindowDone, WindowsOutput};
 use crate::say;
 use crate::RecordError;
 use merger::{Job, Merger};
+use naming::timestamped;
 
 /// Who makes the windows' outputs.
 enum Merging {
@@ -388,33 +389,6 @@ impl Outputs {
                 let _ = std::fs::remove_file(&old);
             }
         }
-    }
-}
-
-/// Moves the perf.data at `from` to `to`: renamed, or copied where `to`
-/// is on another file system.
-pub fn move_output(from: &Path, to: &Path) -> std::io::Result<()> {
-    match std::fs::rename(from, to) {
-        Err(e) if e.raw_os_error() == Some(nix::libc::EXDEV) => {
-            std::fs::copy(from, to)?;
-            std::fs::remove_file(from)
-        }
-        renamed => renamed,
-    }
-}
-
-/// `output` with perf's `--timestamp-filename` suffix for now
-/// (`perf.data.YYYYMMDDhhmmsscc`), never the name of a file that exists:
-/// two switches within a hundredth of a second get two names.
-pub fn timestamped(output: &Path) -> std::io::Result<PathBuf> {
-    loop {
-        let mut named = output.as_os_str().to_owned();
-        named.push(format!(".{}", process::local_timestamp()?));
-        let named = PathBuf::from(named);
-        if named.symlink_metadata().is_err() {
-            return Ok(named);
-        }
-        std::thread::sleep(Duration::from_millis(10));
     }
 }
 
