@@ -1,12 +1,13 @@
 //! The command line, with perf record's option names and help in its words.
 //! Parsing is two steps: clap checks the words, `into_config` turns every
-//! value into a typed one (`shardrec_record::options`), so the recorder is
+//! value into a typed one (`values`), so the recorder is
 //! given only typed configuration.
 
 mod perf_only;
 mod record;
 mod samples;
 mod synthesis;
+mod values;
 
 pub use record::RecordArgs;
 
@@ -103,7 +104,7 @@ pub struct MergeArgs {
 
 /// `--slice-size`: a size (B/K/M/G) of at least 4K.
 fn slice_size(text: &str) -> Result<u64, String> {
-    let size = shardrec_record::options::parse_size(text)?;
+    let size = values::parse_size(text)?;
     match size >= 4096 {
         true => Ok(size),
         false => Err(format!("--slice-size {text}: a slice needs at least 4K")),

@@ -5,7 +5,9 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use shardrec_record::{options, AddressSpace, CallGraph, CgroupArg, RecordConfig, Sampling};
+use shardrec_record::{AddressSpace, CallGraph, CgroupArg, RecordConfig, Sampling};
+
+use super::values as options;
 
 use super::samples::SampleArgs;
 use super::synthesis::SynthesisArgs;

@@ -1,7 +1,9 @@
 //! The options that choose what each sample carries, in perf's words.
 
 use clap::Args;
-use shardrec_record::{options, AddressSpace, SampleOptions};
+use shardrec_record::{AddressSpace, SampleOptions};
+
+use super::values as options;
 
 /// perf record's options that choose what each sample carries.
 #[derive(Args)]

@@ -2,7 +2,9 @@
 //! say it.
 
 use clap::Args;
-use shardrec_record::options::{self, Synthesis};
+use shardrec_record::Synthesis;
+
+use super::values as options;
 
 #[derive(Args)]
 #[command(next_help_heading = "Synthesis")]

@@ -1,5 +1,5 @@
 //! What the user asked for, as typed values: the command line's words are
-//! parsed at the edge ([`crate::options`]), and the plan checks these
+//! parsed at the edge (the binary's flags), and the plan checks these
 //! against the machine before anything is opened.
 
 use std::path::PathBuf;
@@ -159,7 +159,7 @@ pub struct RecordConfig {
     /// `--no-merge`: stop after writing the shards.
     pub no_merge: bool,
     /// How the shards become perf.data: by the live merger as the
-    /// recording goes ([`crate::live_merger`]), or after the stop where a
+    /// recording goes ([`shardrec_live_merger`]), or after the stop where a
     /// live merge does not apply (`--switch-output`, `--overwrite`).
     pub merge: shardrec_merge::MergeOptions,
     /// `--keep-shards`: keep the shard directory once merged.

@@ -14,7 +14,7 @@
 //! say goes to the caller's [`Reporter`].
 //!
 //! ```no_run
-//! use shardrec_record::{options, record, RecordConfig, Reporter};
+//! use shardrec_record::{record, EventArg, RecordConfig, Reporter};
 //! struct Quiet;
 //! impl Reporter for Quiet {
 //!     fn recorded(&mut self, _: &shardrec_record::RecordReport) {}
@@ -25,7 +25,7 @@
 //!     fn detail(&mut self, line: &str) { eprintln!("{line}") }
 //! }
 //! let mut config = RecordConfig::new();
-//! config.events = vec![options::parse_events("cpu-clock").expect("a valid event")];
+//! config.events = vec![EventArg::parse("cpu-clock").expect("a valid event")];
 //! config.command = vec!["sleep".into(), "1".into()];
 //! let exit = record(config, &["shardrec".into(), "record".into()], Box::new(Quiet))?;
 //! # Ok::<(), shardrec_record::RecordError>(())
@@ -38,12 +38,11 @@ mod error;
 mod helper_process;
 mod host;
 mod kcore;
-mod live_merger;
+
 mod meta;
 mod negotiate;
 mod off_cpu;
 mod open;
-pub mod options;
 mod pinned_filter;
 mod pipe_mode;
 mod pipeline;
@@ -63,7 +62,7 @@ mod writers;
 
 pub use config::{
     AddressSpace, CallGraph, ControlSpec, Delay, RecordConfig, SampleOptions, Sampling,
-    SwitchOutput, SwitchTrigger,
+    SwitchOutput, SwitchTrigger, Synthesis,
 };
 pub use error::RecordError;
 pub use open::SideBandUnavailable;
@@ -71,5 +70,5 @@ pub use pinned_filter::{setup as setup_filter, SetupFilter};
 pub use pipe_mode::{die_of_sigpipe, reader_left};
 pub use pipeline::{record, Exit};
 pub use reporter::Reporter;
-pub use shardrec_events::{CgroupArg, EventArg};
+pub use shardrec_events::{CgroupArg, EventArg, DEFAULT_DWARF_STACK};
 pub use summary::{ChangedEvent, CpuReport, RecordReport, WindowOutputs};

@@ -11,13 +11,13 @@ use shardrec_shard::output::Output;
 use shardrec_shard::{RecordingDir, StopReason};
 
 use crate::coordinator::HandOff;
-use crate::live_merger::Outcome;
 use crate::pipe_mode::{self, PipeMode};
 use crate::reporter::Reporter;
 use crate::say;
 use crate::summary::RecordReport;
 use crate::switch_output::{self, Outputs};
 use crate::{coordinator, RecordConfig, RecordError};
+use shardrec_live_merger::Outcome;
 
 /// How `shardrec record` ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -163,7 +163,7 @@ impl AfterStop<'_> {
                     merged.output = output.to_path_buf();
                     // The last window, as the live merger wrote it.
                     let written = RecordingDir::open(dir).window_output_path();
-                    switch_output::naming::move_output(&written, output).map_err(
+                    shardrec_shard::output::move_output(&written, output).map_err(
                         RecordError::system(format!("cannot write {}", output.display())),
                     )?;
                 }

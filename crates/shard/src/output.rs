@@ -347,6 +347,18 @@ fn mount_type(dev: u64) -> Option<String> {
     })
 }
 
+/// Moves the perf.data at `from` to `to`: renamed, or copied where `to`
+/// is on another file system.
+pub fn move_output(from: &Path, to: &Path) -> std::io::Result<()> {
+    match std::fs::rename(from, to) {
+        Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {
+            std::fs::copy(from, to)?;
+            std::fs::remove_file(from)
+        }
+        renamed => renamed,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

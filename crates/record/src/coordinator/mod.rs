@@ -26,7 +26,6 @@ mod wait;
 mod writer_pool;
 
 use crate::helper_process::HelperProcess;
-use crate::live_merger::WatchedRing;
 use crate::meta::{initial_meta, unix_ns};
 use crate::open;
 use crate::plan::{Plan, Scope};
@@ -39,6 +38,7 @@ use crate::writers::{self, WriterOptions};
 use crate::{RecordConfig, RecordError};
 use counting::Counting;
 use output::RecordingOutput;
+use shardrec_live_merger::WatchedRing;
 use side_band::SideBand;
 use synthesis::Moment;
 use writer_pool::WriterPool;
@@ -79,7 +79,7 @@ pub(crate) struct HandOff {
     /// follows to take as it is (`shardrec_merge::merge_scanned`).
     pub(crate) scanned: Vec<shardrec_shard::scan::ScannedShard>,
     /// How the live merger ended, when there was one.
-    pub(crate) live: Option<crate::live_merger::Outcome>,
+    pub(crate) live: Option<shardrec_live_merger::Outcome>,
     /// With `--switch-output`: the windows merged while recording (the
     /// report's `dir` is then the last window, not merged yet).
     pub(crate) switched: Option<crate::switch_output::Outputs>,

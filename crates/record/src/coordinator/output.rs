@@ -7,11 +7,11 @@ use std::sync::Arc;
 use shardrec_control::restart::Helper;
 use shardrec_shard::{EventLoss, Meta, RecordingDir, Stats, StopReason, WindowCursor};
 
-use crate::live_merger::{self, LiveMerger, Outcome, Switch, WatchedRing};
 use crate::meta::unix_ns;
 use crate::plan::Plan;
 use crate::switch_output::Windows;
 use crate::{RecordConfig, RecordError};
+use shardrec_live_merger::{self as live_merger, LiveMerger, Outcome, Switch, WatchedRing};
 
 /// How often the coordinator looks while a size limit is set: at most
 /// this long a rate past the limit.
@@ -156,9 +156,8 @@ impl RecordingOutput {
     ) -> Result<(), RecordError> {
         if let Some((output, options)) = self.live_destination() {
             let restarted = false;
-            self.live = Some(LiveMerger::spawn(
-                &self.dir, output, options, rings, restarted,
-            )?);
+            let live = LiveMerger::spawn(&self.dir, output, options, rings, restarted);
+            self.live = Some(live.map_err(RecordError::system("starting the live merger"))?);
         }
         Ok(())
     }
@@ -243,7 +242,8 @@ impl RecordingOutput {
         let Some((output, options)) = self.live_destination() else {
             return Ok(None);
         };
-        let mut live = LiveMerger::spawn(&self.dir, output, options, rings, true)?;
+        let mut live = LiveMerger::spawn(&self.dir, output, options, rings, true)
+            .map_err(RecordError::system("starting the live merger"))?;
         if self.live_began {
             live.begin();
         }

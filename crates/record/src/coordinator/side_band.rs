@@ -11,13 +11,13 @@ use shardrec_sys::PerfEvent;
 use shardrec_vip::off_cpu::OffCpuSetup;
 
 use crate::helper_process::HelperProcess;
-use crate::live_merger::WatchedRing;
 use crate::open::{self, CpuEvents, SideBandEvents};
 use crate::pinned_filter::PinnedFilter;
 use crate::plan::Plan;
 use crate::sample_filters::{self, ActiveFilter};
 use crate::vip::{self, VipProcess, VipPrograms};
 use crate::{RecordConfig, RecordError};
+use shardrec_live_merger::WatchedRing;
 
 /// The side band's event in `meta` (perf's name for a dummy event).
 pub(super) const SIDE_BAND_NAME: &str = "dummy";

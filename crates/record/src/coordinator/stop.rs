@@ -9,11 +9,11 @@ use shardrec_shard::{parallel, RecordingDir, Stats, StopReason};
 
 use super::HandOff;
 use super::Recording;
-use crate::live_merger::Outcome;
 use crate::say;
 use crate::signals::{Signals, Wake};
 use crate::summary::{RecordReport, WindowOutputs};
 use crate::RecordError;
+use shardrec_live_merger::Outcome;
 
 impl Recording<'_> {
     /// Disables every event, then stops the writers, then the VIP, and

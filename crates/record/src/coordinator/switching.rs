@@ -5,8 +5,8 @@ use shardrec_shard::StopReason;
 
 use super::synthesis::Moment;
 use super::Recording;
-use crate::live_merger::Switch;
 use crate::RecordError;
+use shardrec_live_merger::Switch;
 
 impl Recording<'_> {
     /// Ends the current window and goes on in the next (a `snapshot`: one

@@ -5,7 +5,7 @@
 //! At a switch every writer writes what its ring held into the closing
 //! window's shard and goes on in the next window's; the events stay
 //! enabled throughout, so the windows are contiguous. The live merger
-//! ([`crate::live_merger`]) writes each window's perf.data as it is
+//! ([`shardrec_live_merger`]) writes each window's perf.data as it is
 //! recorded, and at its close finishes it and names it.
 //!
 //! Where a window's records are known only at its end (`--overwrite`'s
@@ -34,11 +34,11 @@ use nix::unistd::Pid;
 use shardrec_shard::{EventLoss, RecordingDir};
 
 use crate::config::{SwitchOutput, SwitchTrigger};
-use crate::live_merger::{WindowDone, WindowsOutput};
 use crate::say;
 use crate::RecordError;
 use merger::{Job, Merger};
 use naming::timestamped;
+use shardrec_live_merger::{WindowDone, WindowsOutput};
 
 /// Who makes the windows' outputs.
 enum Merging {
@@ -156,8 +156,20 @@ impl Windows {
         };
         for done in done {
             closed.retain(|(window, _)| *window != done.window);
+            if let Some(why) = &done.why {
+                say::error(&format!(
+                    "cannot write {} (the window's shards are kept): {why}",
+                    done.output.display()
+                ));
+            }
             match done.written {
-                true => outputs.add(done.output),
+                true => {
+                    say::note(&format!(
+                        "[ shardrec record: Dump {} ]",
+                        done.output.display()
+                    ));
+                    outputs.add(done.output)
+                }
                 false => outputs.failed.push(done.output),
             }
         }

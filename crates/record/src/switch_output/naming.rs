@@ -5,18 +5,6 @@ use std::time::Duration;
 
 use shardrec_sys::process;
 
-/// Moves the perf.data at `from` to `to`: renamed, or copied where `to`
-/// is on another file system.
-pub fn move_output(from: &Path, to: &Path) -> std::io::Result<()> {
-    match std::fs::rename(from, to) {
-        Err(e) if e.raw_os_error() == Some(nix::libc::EXDEV) => {
-            std::fs::copy(from, to)?;
-            std::fs::remove_file(from)
-        }
-        renamed => renamed,
-    }
-}
-
 /// `output` with perf's `--timestamp-filename` suffix for now
 /// (`perf.data.YYYYMMDDhhmmsscc`), never the name of a file that exists:
 /// two switches within a hundredth of a second get two names.

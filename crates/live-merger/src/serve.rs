@@ -15,9 +15,8 @@ use shardrec_shard::{CpuStats, RecordingDir};
 use shardrec_sys::ring::Copied;
 use shardrec_sys::RingBuffer;
 
-use super::pace::Pace;
-use super::{Destination, Message, Order, WatchedRing, WindowDone, WindowsOutput};
-use crate::say;
+use crate::pace::Pace;
+use crate::{Destination, Message, Order, WatchedRing, WindowDone, WindowsOutput};
 
 /// Why the merger stopped early.
 pub(super) enum Stopped {
@@ -261,18 +260,16 @@ fn finish_closed(
     window_done(window, output, written)
 }
 
-/// Says how writing window `window` into `output` went.
+/// How writing window `window` into `output` went.
 fn window_done(window: u32, output: &Path, written: Result<(), Stopped>) -> WindowDone {
-    if let Err(Stopped::Failed(why)) = &written {
-        say::error(&format!(
-            "cannot write {} (the window's shards are kept): {why}",
-            output.display()
-        ));
-    }
     WindowDone {
         window,
         output: output.to_path_buf(),
         written: written.is_ok(),
+        why: match written {
+            Err(Stopped::Failed(why)) => Some(why),
+            _ => None,
+        },
     }
 }
 
@@ -290,8 +287,7 @@ fn publish(
         stats.cpus = merged.cpus;
     }
     dir.write_meta(&meta)?;
-    crate::switch_output::naming::move_output(&dir.window_output_path(), output)?;
-    say::note(&format!("[ shardrec record: Dump {} ]", output.display()));
+    shardrec_shard::output::move_output(&dir.window_output_path(), output)?;
     if !windows.keep_shards {
         let _ = std::fs::remove_dir_all(dir.path());
     }

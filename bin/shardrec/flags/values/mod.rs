@@ -5,12 +5,11 @@
 mod samples;
 mod synthesis;
 
-pub use crate::config::Synthesis;
 pub use samples::{parse_branch_filter, parse_registers};
 pub use synthesis::{parse_map_timeout, parse_synth};
 
-use crate::config::{CallGraph, ControlSpec, Delay, Sampling};
-use shardrec_events::EventArg;
+use shardrec_record::EventArg;
+use shardrec_record::{CallGraph, ControlSpec, Delay, Sampling};
 
 /// Parses `-C`: CPUs and ranges, `0,2-3`.
 pub fn parse_cpus(text: &str) -> Result<Vec<u32>, String> {
@@ -78,7 +77,7 @@ pub fn parse_frequency(text: &str) -> Result<Sampling, String> {
     }
 }
 
-pub use shardrec_events::DEFAULT_DWARF_STACK;
+pub use shardrec_record::DEFAULT_DWARF_STACK;
 
 /// Parses `--call-graph`'s value: `fp`, `dwarf` or `dwarf,SIZE`.
 pub fn parse_call_graph(text: &str) -> Result<CallGraph, String> {
@@ -208,8 +207,8 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
 /// Parses `--switch-output[=signal|TIME|SIZE]` as perf does: `signal`
 /// (the default), a time with s/m/h/d (and, beyond perf, ms), or a size
 /// with B/K/M/G (a unit is needed, since a bare number could be either).
-pub fn parse_switch_trigger(text: &str) -> Result<crate::SwitchTrigger, String> {
-    use crate::SwitchTrigger;
+pub fn parse_switch_trigger(text: &str) -> Result<shardrec_record::SwitchTrigger, String> {
+    use shardrec_record::SwitchTrigger;
     use std::time::Duration;
     let text = text.trim();
     if text.is_empty() || text == "signal" {
@@ -294,7 +293,7 @@ mod tests {
 
     #[test]
     fn switch_output_triggers_as_perf_reads_them() {
-        use crate::SwitchTrigger::*;
+        use shardrec_record::SwitchTrigger::*;
         use std::time::Duration;
         assert_eq!(parse_switch_trigger(""), Ok(Signal));
         assert_eq!(parse_switch_trigger("signal"), Ok(Signal));

@@ -52,8 +52,6 @@ use shardrec_merge::{MergeOptions, MergeReport};
 use shardrec_shard::{CpuStats, RecordingDir};
 use shardrec_sys::{process, PerfEvent};
 
-use crate::RecordError;
-
 /// A ring the merger watches.
 pub struct WatchedRing<'a> {
     /// The event that owns it.
@@ -148,6 +146,8 @@ pub struct WindowDone {
     pub output: PathBuf,
     /// Whether the output was written (else its shards are kept).
     pub written: bool,
+    /// Why it was not, where something failed.
+    pub why: Option<String>,
 }
 
 /// What the merger keeps of the memory it frees: its rounds at 64 CPUs
@@ -180,8 +180,8 @@ impl LiveMerger {
         options: MergeOptions,
         rings: Vec<WatchedRing>,
         restarted: bool,
-    ) -> Result<LiveMerger, RecordError> {
-        let failed = |e: nix::Error| RecordError::system("starting the live merger")(e.into());
+    ) -> std::io::Result<LiveMerger> {
+        let failed = std::io::Error::from;
         let cloexec = nix::fcntl::OFlag::O_CLOEXEC;
         let (commands_in, commands) = nix::unistd::pipe2(cloexec).map_err(failed)?;
         let (results, results_out) = nix::unistd::pipe2(cloexec).map_err(failed)?;
@@ -220,8 +220,7 @@ impl LiveMerger {
                 Ok(()) => code,
                 Err(_) => 1,
             }
-        })
-        .map_err(RecordError::system("starting the live merger"))?;
+        })?;
         Ok(LiveMerger {
             pid,
             commands: File::from(commands),
