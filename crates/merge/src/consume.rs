@@ -66,7 +66,7 @@ impl<'a> Consumer<'a> {
             slices,
             data_offset,
             base,
-            first_sample: crate::sample_times(shards).0,
+            first_sample: crate::sample_times(&crate::held(shards)).0,
             state: Mutex::new(Freed {
                 written: vec![false; slices.len()],
                 next: 0,

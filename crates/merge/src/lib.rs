@@ -202,7 +202,8 @@ pub fn merge_scanned(
         .map(|prefix| resumed_data(&recording, prefix))
         .transpose()?;
     let bpf = bpf_features::read(&recording.bpf_path())?;
-    let bar = progress::Progress::new(input_bytes(&synth, &shards), progress);
+    let held_shards = held(&shards);
+    let bar = progress::Progress::new(input_bytes((&synth).into(), &held_shards), progress);
     let target = Output::resolve(output)?;
     let consume = options.consume
         && resumed.is_none()
@@ -230,8 +231,8 @@ pub fn merge_scanned(
         meta_damage: meta_damage.map(|e| shardrec_shard::with_causes(&e)),
         options,
         output,
-        synth: &synth,
-        shards: &shards,
+        synth: (&synth).into(),
+        shards: &held_shards,
         first_sample: resumed.as_ref().map(|p| p.first_sample).filter(|&t| t > 0),
         started,
     };
@@ -295,6 +296,29 @@ pub fn merge_scanned(
     Ok(report)
 }
 
+/// What the end of a merge reads of a shard: its name (for the damage it
+/// reports) and what it held, however it was read (scanned after the
+/// fact, or followed while recording).
+#[derive(Clone, Copy)]
+pub(crate) struct Held<'a> {
+    pub name: &'a str,
+    pub summary: &'a ShardSummary,
+}
+
+impl<'a> From<&'a ScannedShard> for Held<'a> {
+    fn from(shard: &'a ScannedShard) -> Held<'a> {
+        Held {
+            name: &shard.name,
+            summary: &shard.summary,
+        }
+    }
+}
+
+/// What each of `shards` held.
+pub(crate) fn held(shards: &[ScannedShard]) -> Vec<Held<'_>> {
+    shards.iter().map(Held::from).collect()
+}
+
 /// What every merge ends with, once its data section is written: the
 /// header features (build ids of the binaries hit, the BPF programs
 /// captured), the output put in place, the build-id cache, the report.
@@ -304,8 +328,10 @@ pub(crate) struct Ending<'a> {
     pub meta_damage: Option<String>,
     pub options: &'a MergeOptions,
     pub output: &'a Path,
-    pub synth: &'a ScannedShard,
-    pub shards: &'a [ScannedShard],
+    /// What `synth.shard` held.
+    pub synth: Held<'a>,
+    /// What each CPU's shard held, in `meta.cpus` order.
+    pub shards: &'a [Held<'a>],
     /// The first sample's time where the shards no longer hold it (an
     /// interrupted merge freed it).
     pub first_sample: Option<u64>,
@@ -349,24 +375,46 @@ impl Ending<'_> {
     /// The report of a merge that wrote `written`, with `build_ids` build
     /// ids in its header.
     pub fn report(self, written: output::Written, build_ids: usize) -> MergeReport {
-        let input_bytes = input_bytes(self.synth, self.shards);
-        let threads = written.threads;
-        let mut report = report(
-            self.meta,
-            self.synth,
-            self.shards,
-            self.output,
-            input_bytes,
+        let (meta, shards) = (self.meta, self.shards);
+        let all = || std::iter::once(&self.synth).chain(shards);
+        let mut by_type = std::collections::BTreeMap::new();
+        for held in all() {
+            for (t, n) in held.summary.by_type.iter() {
+                *by_type.entry(t).or_default() += n;
+            }
+        }
+        if written.lost_samples_added > 0 {
+            *by_type.entry(RecordType::LOST_SAMPLES).or_default() += written.lost_samples_added;
+        }
+        let cpus = (meta.cpus.iter().zip(shards))
+            .map(|(&cpu, held)| CpuSummary {
+                cpu,
+                samples: held.summary.samples(),
+                lost: lost_on(meta, cpu, held.summary),
+            })
+            .collect();
+        let damage = all()
+            .filter_map(|h| Some((h.name.to_string(), h.summary.damage.clone()?)))
+            .collect();
+        MergeReport {
+            output: self.output.to_path_buf(),
+            by_type,
+            cpus,
+            lost_samples_added: written.lost_samples_added,
+            time_span: span(shards, |s| (s.first_time, s.last_time)),
+            input_bytes: input_bytes(self.synth, shards),
+            output_bytes: std::fs::metadata(self.output).map_or(0, |m| m.len()),
+            damage,
             build_ids,
-            written,
-            self.started,
-        );
-        report.threads = threads;
-        report.meta_damage = self.meta_damage;
-        report.bpf_programs = self.bpf.programs.len();
-        report.bpf_torn_bytes = self.bpf.torn_bytes;
-        report.bpf_broken = self.bpf.broken;
-        report
+            elapsed: self.started.elapsed(),
+            slices: written.slices,
+            threads: written.threads,
+            meta_damage: self.meta_damage,
+            bpf_programs: self.bpf.programs.len(),
+            bpf_torn_bytes: self.bpf.torn_bytes,
+            bpf_broken: self.bpf.broken,
+            ..MergeReport::default()
+        }
     }
 }
 
@@ -456,70 +504,22 @@ pub(crate) fn same_file_system(dir: &Path, output: &Path) -> bool {
 }
 
 /// The first and last sample time over all shards.
-pub(crate) fn sample_times(shards: &[ScannedShard]) -> (u64, u64) {
+pub(crate) fn sample_times(shards: &[Held]) -> (u64, u64) {
     span(shards, |s| (s.first_sample, s.last_sample))
 }
 
 /// The earliest non-zero first and the latest last of `times` over all
 /// shards (0 where there is none).
-fn span(shards: &[ScannedShard], times: impl Fn(&ShardSummary) -> (u64, u64)) -> (u64, u64) {
-    let all = || shards.iter().map(|s| times(&s.summary));
+fn span(shards: &[Held], times: impl Fn(&ShardSummary) -> (u64, u64)) -> (u64, u64) {
+    let all = || shards.iter().map(|s| times(s.summary));
     let first = all().map(|(first, _)| first).filter(|&t| t > 0).min();
     let last = all().map(|(_, last)| last).max();
     (first.unwrap_or(0), last.unwrap_or(0))
 }
 
-#[allow(clippy::too_many_arguments)]
-fn report(
-    meta: &shardrec_shard::Meta,
-    synth: &ScannedShard,
-    shards: &[ScannedShard],
-    output: &Path,
-    input_bytes: u64,
-    build_ids: usize,
-    written: output::Written,
-    started: Instant,
-) -> MergeReport {
-    let mut by_type = std::collections::BTreeMap::new();
-    for summary in std::iter::once(&synth.summary).chain(shards.iter().map(|s| &s.summary)) {
-        for (t, n) in summary.by_type.iter() {
-            *by_type.entry(t).or_default() += n;
-        }
-    }
-    if written.lost_samples_added > 0 {
-        *by_type.entry(RecordType::LOST_SAMPLES).or_default() += written.lost_samples_added;
-    }
-    let cpus = shard_set::cpu_shards(meta, shards)
-        .map(|(cpu, shard)| CpuSummary {
-            cpu,
-            samples: shard.summary.samples(),
-            lost: lost_on(meta, cpu, shard),
-        })
-        .collect();
-    let time_span = span(shards, |s| (s.first_time, s.last_time));
-    let damage = std::iter::once(synth)
-        .chain(shards)
-        .filter_map(|s| Some((s.name.clone(), s.summary.damage.clone()?)))
-        .collect();
-    MergeReport {
-        output: output.to_path_buf(),
-        by_type,
-        cpus,
-        lost_samples_added: written.lost_samples_added,
-        time_span,
-        input_bytes,
-        output_bytes: std::fs::metadata(output).map_or(0, |m| m.len()),
-        damage,
-        build_ids,
-        elapsed: started.elapsed(),
-        slices: written.slices,
-        ..MergeReport::default()
-    }
-}
-
 /// Records lost on a CPU, from its shard's LOST records and the kernel's
 /// per-event counts ([`shardrec_shard::dropped`]).
-fn lost_on(meta: &shardrec_shard::Meta, cpu: u32, shard: &ScannedShard) -> u64 {
+fn lost_on(meta: &shardrec_shard::Meta, cpu: u32, held: &ShardSummary) -> u64 {
     let counted: u64 = meta
         .stats
         .iter()
@@ -527,12 +527,12 @@ fn lost_on(meta: &shardrec_shard::Meta, cpu: u32, shard: &ScannedShard) -> u64 {
         .filter(|loss| loss.cpu == cpu)
         .map(|loss| loss.lost)
         .sum();
-    shardrec_shard::dropped(shard.summary.lost, counted, shard.summary.lost_samples)
+    shardrec_shard::dropped(held.lost, counted, held.lost_samples)
 }
 
 /// The record bytes a merge of `synth` and `shards` reads.
-fn input_bytes(synth: &ScannedShard, shards: &[ScannedShard]) -> u64 {
-    let all = std::iter::once(synth).chain(shards);
+fn input_bytes(synth: Held, shards: &[Held]) -> u64 {
+    let all = std::iter::once(synth).chain(shards.iter().copied());
     all.map(|s| (s.summary.valid_len - s.summary.start) as u64)
         .sum()
 }

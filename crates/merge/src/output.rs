@@ -146,26 +146,40 @@ fn write_records<S: RecordSink>(
     written.threads = context.threads;
 
     let tail = DataOut::new(&mut *sink, plan.compression)?;
-    (_, written.lost_samples_added, written.compressed) =
-        write_tail(plan.meta, plan.shards, tail, totals, plan.compression)?;
+    (_, written.lost_samples_added, written.compressed) = write_tail(
+        plan.meta,
+        last_time(&crate::held(plan.shards)),
+        tail,
+        totals,
+        plan.compression,
+    )?;
     Ok(written)
 }
 
 /// A header feature and its content.
 type FeatureEntry = (shardrec_perfdata::feature::Feature, Vec<u8>);
 
+/// The latest record time in `shards` (0 where none has one), the time
+/// perf's LOST_SAMPLES records at the end take.
+pub fn last_time(shards: &[crate::Held]) -> u64 {
+    shards
+        .iter()
+        .map(|s| s.summary.last_time)
+        .max()
+        .unwrap_or(0)
+}
+
 /// The end of the data section, into `tail`: perf's LOST_SAMPLES and the
 /// last round. Returns the sink, the LOST_SAMPLES added and, with `-z`
 /// (`level`), HEADER_COMPRESSED from `totals` and the tail's own.
 pub fn write_tail<S: RecordSink>(
     meta: &Meta,
-    shards: &[ScannedShard],
+    last_time: u64,
     mut tail: DataOut<S>,
     mut totals: Totals,
     level: Option<i32>,
 ) -> io::Result<(S, u64, Option<FeatureEntry>)> {
-    let last_time = shards.iter().map(|s| s.summary.last_time).max();
-    let lost_samples = write_lost_samples(meta, last_time.unwrap_or(0), &mut tail)?;
+    let lost_samples = write_lost_samples(meta, last_time, &mut tail)?;
     tail.end_round()?;
     let (sink, tail_totals) = tail.finish()?;
     totals += tail_totals;

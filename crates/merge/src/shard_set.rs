@@ -124,16 +124,3 @@ impl ShardPaths {
         OpenedShards { recorded, synth }
     }
 }
-
-/// Each CPU of `meta` with its shard among `recorded` (in
-/// [`OpenedShards::recorded`]'s order), checked by name.
-pub(crate) fn cpu_shards<'s>(
-    meta: &'s Meta,
-    recorded: &'s [ScannedShard],
-) -> impl Iterator<Item = (u32, &'s ScannedShard)> {
-    meta.cpus.iter().zip(recorded).map(|(&cpu, shard)| {
-        let dir = RecordingDir::open(shard.path.parent().unwrap_or(std::path::Path::new("")));
-        debug_assert_eq!(shard.path, dir.shard_path(cpu), "CPU {cpu}'s shard");
-        (cpu, shard)
-    })
-}

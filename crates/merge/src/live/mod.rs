@@ -288,19 +288,24 @@ impl<'a> LiveMerge<'a> {
         if let Some(walk) = self.hits_walk.take() {
             self.records.hits = walk.hits();
         }
-        let shards: Vec<ScannedShard> = std::mem::take(&mut self.rounds.followers)
-            .into_iter()
-            .map(|f| ScannedShard {
-                summary: f.summary,
-                ..ScannedShard::empty(&f.path)
+        let followers = std::mem::take(&mut self.rounds.followers);
+        let names: Vec<String> = followers
+            .iter()
+            .map(|f| shardrec_shard::scan::file_name(&f.path))
+            .collect();
+        let shards: Vec<crate::Held> = (followers.iter().zip(&names))
+            .map(|(f, name)| crate::Held {
+                name,
+                summary: &f.summary,
             })
             .collect();
         let RecordWriter {
             out, hits, records, ..
         } = self.records;
         let level = self.options.compression_level;
+        let last_time = output::last_time(&shards);
         let (sink, lost_samples_added, compressed) =
-            output::write_tail(meta, &shards, out, Default::default(), level).map_err(fail)?;
+            output::write_tail(meta, last_time, out, Default::default(), level).map_err(fail)?;
         let mut written = Written {
             records: records + self.head_records,
             lost_samples_added,
@@ -318,7 +323,7 @@ impl<'a> LiveMerge<'a> {
             meta_damage,
             options: &self.options,
             output: &output,
-            synth: &self.synth,
+            synth: (&self.synth).into(),
             shards: &shards,
             first_sample: self
                 .resumed
@@ -362,7 +367,8 @@ impl<'a> LiveMerge<'a> {
         report.late_records = self.rounds.late;
         report.rounds = self.rounds.rounds;
         report.lag = Some(self.rounds.lag);
-        Ok((report, shards.into_iter().map(|s| s.summary).collect()))
+        drop(shards);
+        Ok((report, followers.into_iter().map(|f| f.summary).collect()))
     }
 }
 
