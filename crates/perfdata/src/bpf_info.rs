@@ -132,7 +132,7 @@ pub fn bpil(info: &[u8], arrays: &[(u32, &[u8])]) -> Vec<u8> {
 /// The program id of a [`bpil`] block.
 pub fn bpil_prog_id(block: &[u8]) -> Option<u32> {
     let at = BLOCK_HEADER + ID_OFFSET;
-    Some(u32::from_ne_bytes(block.get(at..at + 4)?.try_into().ok()?))
+    shardrec_format::u32_at(block, at)
 }
 
 /// `HEADER_BPF_PROG_INFO`: u32 count, then the [`bpil`] blocks. Written by

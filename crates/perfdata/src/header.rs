@@ -66,7 +66,7 @@ impl FileHeader {
 /// Where a perf.data file's data section lies, read from its header
 /// (`bytes`, the file or its first bytes): its offset and size.
 pub fn data_section(bytes: &[u8]) -> Option<(u64, u64)> {
-    let u64_at = |at: usize| Some(u64::from_ne_bytes(bytes.get(at..at + 8)?.try_into().ok()?));
+    let u64_at = |at: usize| shardrec_format::u64_at(bytes, at);
     (u64_at(0)? == MAGIC).then_some(())?;
     Some((u64_at(40)?, u64_at(48)?))
 }
