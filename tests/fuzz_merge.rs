@@ -235,7 +235,8 @@ fn the_merge_survives_damaged_recordings() {
         make_case(source, &dir, &mut rng);
         CASE.store(case, Ordering::Relaxed);
         STARTED.store(clock_ms(), Ordering::Relaxed);
-        let result = std::panic::catch_unwind(|| shardrec_merge::merge(&dir, &out, &options));
+        let target = shardrec_shard::output::Output::resolve(&out).unwrap();
+        let result = std::panic::catch_unwind(|| shardrec_merge::merge(&dir, &target, &options));
         STARTED.store(0, Ordering::Relaxed);
         match result {
             Ok(Ok(_)) => {}

@@ -352,7 +352,8 @@ fn a_parallel_merge_writes_what_one_thread_writes() {
             compression_level: z,
             ..Default::default()
         };
-        let report = shardrec_merge::merge(&many, &out, &options).unwrap();
+        let target = shardrec_shard::output::Output::resolve(&out).unwrap();
+        let report = shardrec_merge::merge(&many, &target, &options).unwrap();
         (std::fs::read(&out).unwrap(), report, out)
     };
     // One slice on one thread: the merge as it always was.

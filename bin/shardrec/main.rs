@@ -13,6 +13,7 @@ use flags::{Action, MergeArgs, Parsed, RecordArgs};
 use messages::Messages;
 use shardrec_merge::MergeError;
 use shardrec_record::{Exit, RecordError, Reporter};
+use shardrec_shard::output::Output;
 
 /// Whatever ends a command before its work is done.
 #[derive(Debug, thiserror::Error)]
@@ -113,7 +114,8 @@ fn merge(args: &MergeArgs) -> Result<ExitCode, Error> {
         build_id_cache: args.build_ids.cache(),
         consume: args.consume && args.time.is_none(),
     };
-    let output = perf_data_file(&args.output);
+    let path = shardrec_shard::output::perf_data_file(&args.output);
+    let output = Output::resolve(&path).map_err(MergeError::from)?;
     if let Some(spec) = &args.time {
         let (window, report) = shardrec_merge::merge_window(&args.dir, &output, &options, spec)?;
         let mut messages = Messages;
@@ -158,18 +160,9 @@ fn windows_are_merged_alone(dir: &Path) -> Result<(), Error> {
     )))
 }
 
-/// The perf.data file `path` names: a directory output (perf's --kcore or
-/// --threads layout) holds it as `data`.
-fn perf_data_file(path: &Path) -> std::path::PathBuf {
-    match path != Path::new(shardrec_shard::output::STDOUT) && path.is_dir() {
-        true => path.join("data"),
-        false => path.to_path_buf(),
-    }
-}
-
 /// `shardrec archive`: the tarball, and perf archive's advice.
 fn archive(args: &flags::ArchiveArgs) -> Result<ExitCode, Error> {
-    let data = perf_data_file(&args.file);
+    let data = shardrec_shard::output::perf_data_file(&args.file);
     let cache = shardrec_merge::build_id_cache::default_dir().unwrap_or_default();
     let archive =
         shardrec_merge::archive::archive(&data, &cache).map_err(|source| Error::Archive {

@@ -49,6 +49,7 @@ use nix::poll::{PollFd, PollFlags, PollTimeout};
 use nix::unistd::Pid;
 use shardrec_control::{Framed, Unframed};
 use shardrec_merge::{MergeOptions, MergeReport};
+use shardrec_shard::output::Output;
 use shardrec_shard::{CpuStats, RecordingDir};
 use shardrec_sys::{process, PerfEvent};
 
@@ -70,8 +71,8 @@ pub struct WatchedRing<'a> {
 /// Where the live merger writes.
 #[derive(Clone, Debug)]
 pub enum Destination {
-    /// perf.data at this path.
-    File(PathBuf),
+    /// perf.data, where `-o` resolved.
+    File(Output),
     /// perf's pipe format into this stream.
     Stream(Arc<OwnedFd>),
     /// Each `--switch-output` window into a perf.data of its own.

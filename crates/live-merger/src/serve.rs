@@ -11,6 +11,7 @@ use shardrec_control::fault::Site;
 use shardrec_control::Framed;
 use shardrec_merge::live::{LiveMerge, LiveOutput, ROUND_COPY_BUDGET};
 use shardrec_merge::{MergeOptions, MergeReport};
+use shardrec_shard::output::Output;
 use shardrec_shard::{CpuStats, RecordingDir};
 use shardrec_sys::ring::Copied;
 use shardrec_sys::RingBuffer;
@@ -122,9 +123,9 @@ pub(super) fn serve(
         return Ok(None);
     }
     match output {
-        Destination::File(path) => one_output(
+        Destination::File(target) => one_output(
             dir,
-            LiveOutput::File(path),
+            LiveOutput::File(target),
             None,
             (options, &mut rings, commands),
             say,
@@ -192,7 +193,8 @@ fn serve_windows(
         let dir = windows.root.window(window);
         let (meta, _) = dir.read_surviving_meta()?;
         let layouts = meta.layouts();
-        let output = LiveOutput::File(&dir.window_output_path());
+        let output = Output::resolve(&dir.window_output_path())?;
+        let output = LiveOutput::File(&output);
         let mut merge = LiveMerge::start(dir.path(), &meta, &layouts, output, options)?;
         if !std::mem::replace(&mut started, true) {
             say(Message::Started)?;
@@ -251,7 +253,7 @@ fn finish_closed(
             dir.path(),
             &meta,
             &layouts,
-            LiveOutput::File(&path),
+            LiveOutput::File(&Output::resolve(&path)?),
             options,
         )?;
         let merged = finish(merge, &dir, options)?;

@@ -11,7 +11,8 @@
 //!
 //! ```no_run
 //! let options = shardrec_merge::MergeOptions { progress: true, ..Default::default() };
-//! let report = shardrec_merge::merge("perf.data.shards".as_ref(), "perf.data".as_ref(), &options)?;
+//! let output = shardrec_shard::output::Output::resolve("perf.data".as_ref())?;
+//! let report = shardrec_merge::merge("perf.data.shards".as_ref(), &output, &options)?;
 //! eprint!("{report}");
 //! # Ok::<(), shardrec_merge::MergeError>(())
 //! ```
@@ -123,7 +124,11 @@ pub enum BuildIds {
 
 /// Merges the recording in `dir` into `output`, with a progress bar when
 /// asked for and stderr is a terminal.
-pub fn merge(dir: &Path, output: &Path, options: &MergeOptions) -> Result<MergeReport, MergeError> {
+pub fn merge(
+    dir: &Path,
+    output: &Output,
+    options: &MergeOptions,
+) -> Result<MergeReport, MergeError> {
     merge_scanned(dir, output, options, Vec::new())
 }
 
@@ -133,7 +138,7 @@ pub fn merge(dir: &Path, output: &Path, options: &MergeOptions) -> Result<MergeR
 /// directory in `$TMPDIR`), merged, and that directory removed.
 pub fn merge_window(
     dir: &Path,
-    output: &Path,
+    output: &Output,
     options: &MergeOptions,
     spec: &str,
 ) -> Result<(window::WindowReport, MergeReport), MergeError> {
@@ -147,9 +152,9 @@ pub fn merge_window(
     }
     // Beside the output, or where the output is a device or FIFO, in a
     // private directory of $TMPDIR.
-    let (cut, scratch) = match Output::resolve(output)?.shards_beside() {
+    let (cut, scratch) = match output.shards_beside() {
         Some(_) => {
-            let mut cut = output.as_os_str().to_owned();
+            let mut cut = output.path().as_os_str().to_owned();
             cut.push(".window.shards");
             (PathBuf::from(cut.clone()), PathBuf::from(cut))
         }
@@ -170,7 +175,7 @@ pub fn merge_window(
 /// shard to count what it holds, so its merge starts writing at once.
 pub fn merge_scanned(
     dir: &Path,
-    output: &Path,
+    target: &Output,
     options: &MergeOptions,
     scanned: Vec<ScannedShard>,
 ) -> Result<MergeReport, MergeError> {
@@ -204,7 +209,7 @@ pub fn merge_scanned(
     let bpf = bpf_features::read(&recording.bpf_path())?;
     let held_shards = held(&shards);
     let bar = progress::Progress::new(input_bytes((&synth).into(), &held_shards), progress);
-    let target = Output::resolve(output)?;
+    let output = target.path();
     let consume = options.consume
         && resumed.is_none()
         && options.compression_level.is_none()
@@ -236,7 +241,7 @@ pub fn merge_scanned(
         first_sample: resumed.as_ref().map(|p| p.first_sample).filter(|&t| t > 0),
         started,
     };
-    if target == Output::Pipe {
+    if *target == Output::Pipe {
         let mut report = pipe::write(ending, &plan, &bar).map_err(|source| MergeError::Output {
             path: output.to_path_buf(),
             source,
@@ -252,7 +257,7 @@ pub fn merge_scanned(
         source,
     };
     let tmp_path = consume.then(|| recording.partial_output_path());
-    let (destination, file) = Destination::create(target, tmp_path).map_err(fail)?;
+    let (destination, file) = Destination::create(target.clone(), tmp_path).map_err(fail)?;
     let result_file = file.try_clone().map_err(fail)?;
     // A merge that fails leaves no half-written output behind, but the
     // part of the recording only its output holds: what it freed from the

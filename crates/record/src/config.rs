@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 pub use shardrec_events::CallGraph;
 use shardrec_events::{CgroupArg, EventArg};
+use shardrec_shard::output::Output;
 
 /// How often to sample.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -274,14 +275,30 @@ impl Default for RecordConfig {
     }
 }
 
-impl RecordConfig {
-    /// The perf.data file the merge writes: the output, or with `--kcore`
-    /// the `data` file of the output directory (as perf writes it).
-    pub fn merge_output(&self) -> std::path::PathBuf {
-        match self.kcore {
-            true => crate::kcore::data_path(&self.output),
-            false => self.output.clone(),
-        }
+/// `-o`, resolved once at the start ([`Output::resolve`]): what the path
+/// is, and what the merge writes.
+#[derive(Clone, Debug)]
+pub(crate) struct OutputTarget {
+    /// The output as given.
+    pub given: Output,
+    /// The perf.data the merge writes: the output, or with `--kcore` the
+    /// `data` file of the directory it makes.
+    pub merged: Output,
+}
+
+impl OutputTarget {
+    /// Resolves `config`'s output.
+    pub(crate) fn resolve(config: &RecordConfig) -> Result<OutputTarget, shardrec_shard::Error> {
+        let given = Output::resolve(&config.output)?;
+        let merged = match config.kcore {
+            // New, as perf makes it: an older output was moved aside.
+            true => Output::File {
+                path: shardrec_shard::output::data_in(&config.output),
+                move_aside: false,
+            },
+            false => given.clone(),
+        };
+        Ok(OutputTarget { given, merged })
     }
 }
 

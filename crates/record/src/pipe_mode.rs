@@ -31,8 +31,8 @@ impl PipeMode {
     /// leaves: the kernel signals a pipe's writers when the last reader
     /// closes it, but also whenever a reader takes bytes from it, so the
     /// signal serves only a stream written at the stop.
-    pub(crate) fn begin(output: &Path, streamed: bool) -> Result<Option<PipeMode>, RecordError> {
-        if Output::resolve(output)? != Output::Pipe {
+    pub(crate) fn begin(output: &Output, streamed: bool) -> Result<Option<PipeMode>, RecordError> {
+        if *output != Output::Pipe {
             return Ok(None);
         }
         let failed = RecordError::system;

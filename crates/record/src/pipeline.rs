@@ -10,6 +10,7 @@ use shardrec_merge::MergeReport;
 use shardrec_shard::output::Output;
 use shardrec_shard::{RecordingDir, StopReason};
 
+use crate::config::OutputTarget;
 use crate::coordinator::HandOff;
 use crate::pipe_mode::{self, PipeMode};
 use crate::reporter::Reporter;
@@ -44,17 +45,24 @@ pub fn record(
         switch.merge = config.merge.clone();
         switch.quiet = config.quiet;
     }
+    // perf's --dry-run: the options are read and checked, nothing more
+    // (the output is looked at only to refuse a rename it cannot take).
+    if config.dry_run && !config.timestamp_filename {
+        return Ok(Exit::Status(0));
+    }
+    // What the output is, decided once: where the shards go, whether it
+    // is perf's pipe format, what the merge writes.
+    let target = OutputTarget::resolve(&config)?;
     if config.timestamp_filename {
-        refuse_to_rename(&config.output)?;
+        refuse_to_rename(&config.output, &target.given)?;
     }
     if config.dry_run {
-        // perf's --dry-run: the options are read and checked, nothing more.
         return Ok(Exit::Status(0));
     }
     // Merged while recording unless the shards are the product (pipe mode
     // refuses the options that write several outputs).
     let streamed = !config.no_merge;
-    let pipe = PipeMode::begin(&config.output, streamed)?;
+    let pipe = PipeMode::begin(&target.given, streamed)?;
     let stream = match pipe.as_ref().filter(|_| streamed) {
         // The live merger streams into it as the recording goes.
         Some(pipe) => Some(
@@ -64,7 +72,7 @@ pub fn record(
         None => None,
     };
     let stream_given = stream.is_some();
-    let recorded = coordinator::record(&config, stream, command_line);
+    let recorded = coordinator::record(&config, &target, stream, command_line);
     if let Some(pipe) = pipe {
         pipe.end()?;
     }
@@ -72,6 +80,7 @@ pub fn record(
     say::recorded(&report);
     AfterStop {
         config: &config,
+        target: &target,
         streamed: stream_given,
     }
     .finish(report, hand_off)
@@ -80,6 +89,7 @@ pub fn record(
 /// What follows the stop.
 struct AfterStop<'a> {
     config: &'a RecordConfig,
+    target: &'a OutputTarget,
     /// The live merger wrote into a stream (what went cannot go again).
     streamed: bool,
 }
@@ -107,8 +117,10 @@ impl AfterStop<'_> {
         } = hand_off;
         let output = match &switched {
             // The last window, named as the others.
-            Some(switched) if !switched.last_unstamped => timestamped(&config.output)?,
-            _ => config.merge_output(),
+            Some(switched) if !switched.last_unstamped => {
+                Output::resolve(&timestamped(&config.output)?)?
+            }
+            _ => self.target.merged.clone(),
         };
         let last_window = switched.is_some();
         let merged = match self.merged(&report.dir, live, scanned, last_window, &output)? {
@@ -132,7 +144,7 @@ impl AfterStop<'_> {
         }
         match switched {
             Some(switched) => Ok(self
-                .last_window_done(switched, output, merged)
+                .last_window_done(switched, output.path().to_path_buf(), merged)
                 .unwrap_or(Exit::Status(code))),
             None if config.timestamp_filename => {
                 let named = timestamped(&config.output)?;
@@ -153,18 +165,18 @@ impl AfterStop<'_> {
         live: Option<Outcome>,
         scanned: Vec<shardrec_shard::scan::ScannedShard>,
         last_window: bool,
-        output: &Path,
+        output: &Output,
     ) -> Result<Option<bool>, RecordError> {
         match live {
             Some(Outcome::Merged {
                 report: mut merged, ..
             }) => {
                 if last_window {
-                    merged.output = output.to_path_buf();
+                    merged.output = output.path().to_path_buf();
                     // The last window, as the live merger wrote it.
                     let written = RecordingDir::open(dir).window_output_path();
-                    shardrec_shard::output::move_output(&written, output).map_err(
-                        RecordError::system(format!("cannot write {}", output.display())),
+                    shardrec_shard::output::move_output(&written, output.path()).map_err(
+                        RecordError::system(format!("cannot write {}", output.path().display())),
                     )?;
                 }
                 Ok(Some(self.show(&merged)))
@@ -193,7 +205,7 @@ impl AfterStop<'_> {
     fn merge_now(
         &mut self,
         dir: &Path,
-        output: &Path,
+        output: &Output,
         scanned: Vec<shardrec_shard::scan::ScannedShard>,
     ) -> Result<Option<bool>, RecordError> {
         let options = &self.config.merge;
@@ -252,8 +264,8 @@ impl AfterStop<'_> {
 }
 
 /// `--timestamp-filename` renames the output at the end: only a file's.
-fn refuse_to_rename(output: &Path) -> Result<(), RecordError> {
-    match Output::resolve(output)? {
+fn refuse_to_rename(output: &Path, target: &Output) -> Result<(), RecordError> {
+    match target {
         Output::File { .. } => Ok(()),
         other => Err(RecordError::Usage(format!(
             "--timestamp-filename renames the output at the end, and {} is {}: give a file",

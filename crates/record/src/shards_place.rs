@@ -12,14 +12,16 @@ use crate::{RecordConfig, RecordError};
 
 /// Checks the output before anything is recorded and creates the
 /// recording's directory.
-pub(crate) fn create_dir(config: &RecordConfig) -> Result<RecordingDir, RecordError> {
+pub(crate) fn create_dir(
+    config: &RecordConfig,
+    output: &Output,
+) -> Result<RecordingDir, RecordError> {
     if config.kcore {
         // The output is a directory of perf's own layout, made at the start.
         return Ok(RecordingDir::create(RecordingDir::for_output(
             &config.output,
         ))?);
     }
-    let output = Output::resolve(&config.output)?;
     output.check_writable()?;
     if config.switch_output.is_some() && !matches!(output, Output::File { .. }) {
         return Err(RecordError::Usage(format!(
@@ -36,7 +38,7 @@ pub(crate) fn create_dir(config: &RecordConfig) -> Result<RecordingDir, RecordEr
     let dir = RecordingDir::create_private(&base)?;
     // Said at the start: a recording killed later leaves its shards there.
     if !config.quiet {
-        let why = match (&config.shards_dir, &output) {
+        let why = match (&config.shards_dir, output) {
             (_, Output::Pipe) => {
                 "perf's pipe format goes to standard output as the recording goes; ".into()
             }

@@ -347,6 +347,21 @@ fn mount_type(dev: u64) -> Option<String> {
     })
 }
 
+/// The perf.data file of a directory output (perf's `--kcore` layout,
+/// which its `--threads` shares): `DIR/data`.
+pub fn data_in(dir: &Path) -> PathBuf {
+    dir.join("data")
+}
+
+/// The perf.data file `given` names for reading or merging: a directory
+/// output holds it as `data`.
+pub fn perf_data_file(given: &Path) -> PathBuf {
+    match given != Path::new(STDOUT) && given.is_dir() {
+        true => data_in(given),
+        false => given.to_path_buf(),
+    }
+}
+
 /// Moves the perf.data at `from` to `to`: renamed, or copied where `to`
 /// is on another file system.
 pub fn move_output(from: &Path, to: &Path) -> std::io::Result<()> {

@@ -77,7 +77,7 @@ impl<'a> LiveMerge<'a> {
     ) -> Result<LiveMerge<'a>, MergeError> {
         let recording = RecordingDir::open(dir);
         let path = match &output {
-            LiveOutput::File(path) => path.to_path_buf(),
+            LiveOutput::File(target) => target.path().to_path_buf(),
             LiveOutput::Stream(_) => PathBuf::from(shardrec_shard::output::STDOUT),
         };
         let fail = |source| MergeError::Output {
@@ -89,8 +89,8 @@ impl<'a> LiveMerge<'a> {
         let hop = hops(&output, layouts, options);
         let mut resumed = None;
         let (mut sink, freeing) = match output {
-            LiveOutput::File(path) => {
-                let opened = open_file(&recording, path, &paths, (meta, layouts), options)?;
+            LiveOutput::File(target) => {
+                let opened = open_file(&recording, target, &paths, (meta, layouts), options)?;
                 let (sink, freeing, earlier) = opened;
                 resumed = earlier;
                 (sink, freeing)
@@ -443,23 +443,23 @@ struct Earlier<'a> {
 /// freed shards was killed: the new one goes on from its last checkpoint.
 fn open_file<'a>(
     recording: &RecordingDir,
-    path: &Path,
+    target: &Output,
     paths: &[PathBuf],
     (meta, layouts): (&Meta, &'a Layouts),
     options: &MergeOptions,
 ) -> Result<(Sink, Option<Freeing>, Option<Earlier<'a>>), MergeError> {
     let fail = |source| MergeError::Output {
-        path: path.to_path_buf(),
+        path: target.path().to_path_buf(),
         source,
     };
-    let target = Output::resolve(path)?;
-    let frees = frees_shards(recording, &target, options);
+    let frees = frees_shards(recording, target, options);
     let tmp = recording.partial_output_path();
     match frees.then(|| recording.read_merged_prefix()).transpose()? {
         Some(Some(prefix)) => {
             let walked = walk_resumed(recording, &prefix, layouts)?;
             let freeing = Freeing::resume(paths, &prefix).map_err(fail)?;
-            let sink = Sink::file_resumed(target, tmp, meta, prefix.data_len).map_err(fail)?;
+            let sink =
+                Sink::file_resumed(target.clone(), tmp, meta, prefix.data_len).map_err(fail)?;
             Ok((sink, Some(freeing), Some(Earlier { prefix, walked })))
         }
         frees_from_start => {
@@ -468,7 +468,11 @@ fn open_file<'a>(
                 .transpose()
                 .map_err(fail)?;
             let tmp = freeing.as_ref().map(|_| tmp);
-            Ok((Sink::file(target, tmp, meta).map_err(fail)?, freeing, None))
+            Ok((
+                Sink::file(target.clone(), tmp, meta).map_err(fail)?,
+                freeing,
+                None,
+            ))
         }
     }
 }

@@ -4,7 +4,6 @@
 
 use std::fs::File;
 use std::io::{self, BufWriter};
-use std::path::Path;
 
 use shardrec_perfdata::feature::Feature;
 use shardrec_perfdata::PerfDataWriter;
@@ -24,8 +23,8 @@ const BUFFERED: usize = 64 << 10;
 
 /// What a live merge writes into.
 pub enum LiveOutput<'p> {
-    /// This path, as `-o` gives it.
-    File(&'p Path),
+    /// This output, as `-o` named it.
+    File(&'p Output),
     /// perf's pipe format into this stream (`-o -`: standard output).
     Stream(File),
 }

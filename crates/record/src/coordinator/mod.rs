@@ -25,6 +25,7 @@ mod synthesis;
 mod wait;
 mod writer_pool;
 
+use crate::config::OutputTarget;
 use crate::helper_process::HelperProcess;
 use crate::meta::{initial_meta, unix_ns};
 use crate::open;
@@ -50,6 +51,7 @@ use writer_pool::WriterPool;
 /// header's `cmdline`.
 pub(crate) fn record(
     config: &RecordConfig,
+    target: &OutputTarget,
     stream: Option<std::sync::Arc<std::os::fd::OwnedFd>>,
     command_line: &[String],
 ) -> Result<(RecordReport, HandOff), RecordError> {
@@ -62,8 +64,15 @@ pub(crate) fn record(
         true => None,
         false => Some(Workload::prepare(&config.command)?),
     };
-    let result = Recording::open(config, stream, command_line, &plan, workload.as_mut())
-        .and_then(|recording| recording.run(&mut signals));
+    let result = Recording::open(
+        config,
+        target,
+        stream,
+        command_line,
+        &plan,
+        workload.as_mut(),
+    )
+    .and_then(|recording| recording.run(&mut signals));
     if result.is_err() {
         if let Some(workload) = workload.as_mut() {
             workload.kill();
@@ -109,6 +118,7 @@ struct Recording<'a> {
 impl<'a> Recording<'a> {
     fn open(
         config: &RecordConfig,
+        target: &OutputTarget,
         stream: Option<std::sync::Arc<std::os::fd::OwnedFd>>,
         command_line: &[String],
         plan: &'a Plan,
@@ -126,9 +136,9 @@ impl<'a> Recording<'a> {
             say::warning(&warning);
         }
         if config.kcore {
-            crate::kcore::copy_to(&config.output)?;
+            crate::kcore::copy_to(&config.output, &target.given)?;
         }
-        let dir = crate::shards_place::create_dir(config)?;
+        let dir = crate::shards_place::create_dir(config, &target.given)?;
         let mut meta = initial_meta(
             config,
             command_line,
@@ -139,7 +149,7 @@ impl<'a> Recording<'a> {
             workload_pid,
         );
         meta.events.extend(side_band.event_meta());
-        let output = RecordingOutput::new(config, plan, stream, dir, meta)?;
+        let output = RecordingOutput::new(config, target, plan, stream, dir, meta)?;
         Ok(Recording {
             plan,
             workload,

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use shardrec_control::restart::Helper;
 use shardrec_shard::{EventLoss, Meta, RecordingDir, Stats, StopReason, WindowCursor};
 
+use crate::config::OutputTarget;
 use crate::meta::unix_ns;
 use crate::plan::Plan;
 use crate::switch_output::Windows;
@@ -73,6 +74,7 @@ impl RecordingOutput {
     /// the recording makes several outputs or none.
     pub(super) fn new(
         config: &RecordConfig,
+        target: &OutputTarget,
         plan: &Plan,
         stream: Option<Arc<std::os::fd::OwnedFd>>,
         mut dir: RecordingDir,
@@ -83,7 +85,7 @@ impl RecordingOutput {
         let live = !plan.synthesizes_at_end() && !config.no_merge;
         let windows = match &config.switch_output {
             Some(switch) => {
-                let output = config.merge_output();
+                let output = target.merged.path().to_path_buf();
                 let windows = Windows::start(dir.clone(), switch.clone(), output, live)?;
                 dir = dir.create_window(windows.current)?;
                 Some(windows)
@@ -94,14 +96,13 @@ impl RecordingOutput {
         let live_output = live.then(|| {
             let output = match stream {
                 Some(stream) => live_merger::Destination::Stream(stream),
-                None => live_merger::Destination::File(config.merge_output()),
+                None => live_merger::Destination::File(target.merged.clone()),
             };
             (output, config.merge.clone())
         });
         let reads_first = match (&live_output, &windows) {
-            (Some((live_merger::Destination::File(path), options)), None) => {
-                let target = shardrec_shard::output::Output::resolve(path);
-                target.is_ok_and(|t| shardrec_merge::live::frees_shards(&dir, &t, options))
+            (Some((live_merger::Destination::File(merged), options)), None) => {
+                shardrec_merge::live::frees_shards(&dir, merged, options)
             }
             _ => false,
         };

@@ -11,7 +11,7 @@ mod elf;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use shardrec_shard::output::Output;
 
@@ -20,20 +20,14 @@ use crate::RecordError;
 /// Bytes copied from `/proc/kcore` per read.
 const CHUNK: usize = 1 << 20;
 
-/// The perf.data file inside a `--kcore` output directory.
-pub fn data_path(output: &Path) -> PathBuf {
-    output.join("data")
-}
-
 /// Makes `output` the directory perf's `--kcore` writes, with its
 /// `kcore_dir`; an earlier output of that name is kept as `NAME.old`, as
 /// perf keeps it. Returns what was copied, in bytes.
-pub fn copy_to(output: &Path) -> Result<u64, RecordError> {
+pub fn copy_to(output: &Path, target: &Output) -> Result<u64, RecordError> {
     let fail = |what: String| RecordError::system(format!("--kcore: {what}"));
     // perf's rule for what is at the path (shardrec_shard::output): a
     // device, FIFO or standard output cannot become a directory, and is
     // never moved aside.
-    let target = Output::resolve(output)?;
     if !matches!(target, Output::File { .. }) {
         return Err(RecordError::Usage(format!(
             "--kcore makes the output a directory, and {} is {}: give a new path",

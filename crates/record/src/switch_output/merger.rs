@@ -188,7 +188,8 @@ fn merge(
         consume,
         ..settings.merge.clone()
     };
-    shardrec_merge::merge_scanned(dir.path(), &partial, &options, accounted.scanned)?;
+    let target = shardrec_shard::output::Output::resolve(&partial)?;
+    shardrec_merge::merge_scanned(dir.path(), &target, &options, accounted.scanned)?;
     std::fs::rename(&partial, output).map_err(shardrec_shard::Error::io(output))?;
     if !settings.quiet {
         say::note(&format!("[ shardrec record: Dump {} ]", output.display()));
