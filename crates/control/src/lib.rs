@@ -27,9 +27,11 @@
 mod command;
 pub mod fault;
 pub mod frame;
+pub mod helper;
 mod report;
 pub mod restart;
 
 pub use command::{Command, Served};
 pub use frame::{Framed, Unframed};
+pub use helper::{Helper, HelperEnds};
 pub use report::{CaptureHook, OffCpuStats, Outcome, Report, VipStats, WriterStats};

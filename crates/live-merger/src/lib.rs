@@ -40,14 +40,12 @@
 mod pace;
 mod serve;
 
-use std::fs::File;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use nix::poll::{PollFd, PollFlags, PollTimeout};
 use nix::unistd::Pid;
-use shardrec_control::{Framed, Unframed};
+use shardrec_control::{Framed, Helper, HelperEnds};
 use shardrec_merge::{MergeOptions, MergeReport};
 use shardrec_shard::output::Output;
 use shardrec_shard::{CpuStats, RecordingDir};
@@ -161,10 +159,7 @@ const MERGER_FREED_KEPT: usize = 256 << 20;
 pub struct LiveMerger {
     /// Its process.
     pub pid: Pid,
-    commands: File,
-    results: File,
-    /// What was read of `results` short of a whole message.
-    unread: Unframed,
+    helper: Helper<Order, Message>,
     /// Messages read that no one waited for yet (how it ended).
     said: Vec<Message>,
     /// Whether it ended (the coordinator's reaping saw it go).
@@ -182,17 +177,13 @@ impl LiveMerger {
         rings: Vec<WatchedRing>,
         restarted: bool,
     ) -> std::io::Result<LiveMerger> {
-        let failed = std::io::Error::from;
-        let cloexec = nix::fcntl::OFlag::O_CLOEXEC;
-        let (commands_in, commands) = nix::unistd::pipe2(cloexec).map_err(failed)?;
-        let (results, results_out) = nix::unistd::pipe2(cloexec).map_err(failed)?;
-        let mut keep = vec![commands_in.as_raw_fd(), results_out.as_raw_fd()];
-        keep.extend(rings.iter().map(|r| r.event.as_fd().as_raw_fd()));
+        let mut keep: Vec<RawFd> = rings.iter().map(|r| r.event.as_fd().as_raw_fd()).collect();
         if let Destination::Stream(stream) = &output {
             keep.push(stream.as_raw_fd());
         }
         let dir = dir.clone();
-        let pid = process::spawn(move || {
+        let helper = Helper::spawn(move |ends: HelperEnds<Order, Message>| {
+            keep.extend(ends.fds());
             // SAFETY: this forked child uses only the descriptors in `keep`
             // (its two pipe ends and the rings' events, whose mappings it
             // makes itself) and leaves through `exit_now`, never dropping
@@ -206,10 +197,13 @@ impl LiveMerger {
             // Its rounds take and free buffers the size of what the rings
             // held (up to a ring each) and more for its output's runs.
             process::keep_freed_memory(MERGER_FREED_KEPT);
-            let mut commands = File::from(commands_in);
-            let mut results = File::from(results_out);
-            let served = serve::serve(&dir, &output, &options, &rings, &mut commands, |said| {
-                said.write_to(&mut results)
+            let HelperEnds {
+                mut orders,
+                mut reports,
+                ..
+            } = ends;
+            let served = serve::serve(&dir, &output, &options, &rings, &mut orders, |said| {
+                said.write_to(&mut reports)
             });
             let (outcome, code) = match served {
                 Ok(None) => return 0,
@@ -217,16 +211,14 @@ impl LiveMerger {
                 Err(serve::Stopped::ReaderLeft) => (Outcome::ReaderLeft, READER_LEFT),
                 Err(serve::Stopped::Failed(why)) => (Outcome::Failed(why), 1),
             };
-            match Message::Ended(outcome).write_to(&mut results) {
+            match Message::Ended(outcome).write_to(&mut reports) {
                 Ok(()) => code,
                 Err(_) => 1,
             }
         })?;
         Ok(LiveMerger {
-            pid,
-            commands: File::from(commands),
-            results: File::from(results),
-            unread: Unframed::default(),
+            pid: helper.pid,
+            helper,
             said: Vec::new(),
             ended: false,
         })
@@ -258,22 +250,18 @@ impl LiveMerger {
     /// message (how it ended) is kept for [`outcome`](Self::outcome).
     fn wait_for(&mut self, answer: fn(&Message) -> bool) -> Vec<WindowDone> {
         let mut done = Vec::new();
-        loop {
-            while let Some(message) = self.unread.take::<Message>() {
-                match message {
-                    Ok(Message::WindowDone(window)) => done.push(window),
-                    Ok(message) if answer(&message) => return done,
-                    Ok(message) => {
-                        self.said.push(message);
-                        return done;
-                    }
-                    Err(_) => {}
+        while !self.ended {
+            match self.helper.next_report() {
+                Ok(Some(Message::WindowDone(window))) => done.push(window),
+                Ok(Some(message)) if answer(&message) => break,
+                Ok(Some(message)) => {
+                    self.said.push(message);
+                    break;
                 }
-            }
-            if self.ended || !matches!(self.unread.fill_from(&mut self.results), Ok(1..)) {
-                return done;
+                Ok(None) | Err(_) => break,
             }
         }
+        done
     }
 
     /// A `--switch-output` window closed (its shards and `meta` are whole,
@@ -290,23 +278,14 @@ impl LiveMerger {
 
     fn order(&mut self, order: &Order) {
         if !self.ended {
-            self.ended = order.write_to(&mut self.commands).is_err();
+            self.ended = !self.helper.send(order);
         }
     }
 
     /// The windows finished since last asked, without waiting.
     pub fn windows_done(&mut self) -> Vec<WindowDone> {
-        loop {
-            let mut fds = [PollFd::new(self.results.as_fd(), PollFlags::POLLIN)];
-            match nix::poll::poll(&mut fds, PollTimeout::ZERO) {
-                Ok(1) => {}
-                _ => break,
-            }
-            if !matches!(self.unread.fill_from(&mut self.results), Ok(1..)) {
-                break;
-            }
-        }
-        take_said(&mut self.unread, &mut self.said)
+        let sent = self.helper.sent();
+        windows_in(sent, &mut self.said)
     }
 
     /// What the merger did, once [`conclude`](Self::conclude)d (or once
@@ -315,17 +294,9 @@ impl LiveMerger {
     /// its output stopped.
     pub fn outcome(self) -> (Outcome, Vec<WindowDone>) {
         let LiveMerger {
-            pid,
-            commands,
-            mut results,
-            mut unread,
-            mut said,
-            ..
+            helper, mut said, ..
         } = self;
-        drop(commands);
-        let _ = unread.fill_to_end(&mut results);
-        let _ = nix::sys::wait::waitpid(pid, None);
-        let done = take_said(&mut unread, &mut said);
+        let done = windows_in(helper.finish(), &mut said);
         let ended = said.into_iter().find_map(|m| match m {
             Message::Ended(outcome) => Some(outcome),
             _ => None,
@@ -336,21 +307,19 @@ impl LiveMerger {
 
     /// Ends the merger without an output.
     pub fn abandon(self) {
-        let LiveMerger { pid, commands, .. } = self;
-        drop(commands);
-        let _ = nix::sys::wait::waitpid(pid, None);
+        let mut helper = self.helper;
+        helper.close_orders();
+        helper.reap();
     }
 }
 
-/// The windows finished among the whole messages in `unread`; the other
-/// messages go to `said`.
-fn take_said(unread: &mut Unframed, said: &mut Vec<Message>) -> Vec<WindowDone> {
+/// The windows finished among `messages`; the others go to `said`.
+fn windows_in(messages: Vec<Message>, said: &mut Vec<Message>) -> Vec<WindowDone> {
     let mut done = Vec::new();
-    while let Some(message) = unread.take::<Message>() {
+    for message in messages {
         match message {
-            Ok(Message::WindowDone(window)) => done.push(window),
-            Ok(message) => said.push(message),
-            Err(_) => {}
+            Message::WindowDone(window) => done.push(window),
+            message => said.push(message),
         }
     }
     done

@@ -1,28 +1,25 @@
-//! Helper processes (the writers, the VIP): forked by the coordinator,
-//! driven over a control pipe with [`Command`]s, reporting on a report
-//! pipe with [`Report`]s (`Ready`, `Started`, then `Done` or `Failed`).
+//! The writers and the VIP as the coordinator drives them: control's
+//! [`Helper`] with [`Command`]s down and [`Report`]s up (`Ready`,
+//! `Started`, then `Done` or `Failed`).
 
 use std::fs::File;
-use std::io::{self, BufReader};
+use std::io;
 use std::os::fd::OwnedFd;
 
-use nix::fcntl::OFlag;
 use nix::sys::resource::{getrlimit, Resource};
 use nix::unistd::Pid;
-use shardrec_control::{Command, Framed, Outcome, Report};
-use shardrec_sys::process;
+use shardrec_control::{Command, Framed, Helper, HelperEnds, Outcome, Report};
 
 use crate::RecordError;
 
-/// The coordinator's handle on one helper process.
+/// The coordinator's handle on a writer or the VIP: control's [`Helper`]
+/// with its name, for messages.
 pub struct HelperProcess {
     /// What it is, for messages ("writer of CPU 3", "VIP").
     pub name: String,
     /// Its pid.
     pub pid: Pid,
-    control: Option<File>,
-    report: BufReader<File>,
-    exited: bool,
+    helper: Helper<Command, Report>,
 }
 
 impl HelperProcess {
@@ -33,28 +30,25 @@ impl HelperProcess {
         name: String,
         body: impl FnOnce(OwnedFd, File) -> i32,
     ) -> Result<HelperProcess, RecordError> {
-        let fail = |e: nix::Error| RecordError::system(format!("starting the {name}"))(e.into());
-        let (control_read, control_write) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(fail)?;
-        let (report_read, report_write) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(fail)?;
-        let pid = process::spawn(move || body(control_read, File::from(report_write)))
-            .map_err(|e| spawn_error(&name, e))?;
+        let helper = Helper::spawn(|ends: HelperEnds<Command, Report>| {
+            body(OwnedFd::from(ends.orders), ends.reports)
+        })
+        .map_err(|e| spawn_error(&name, e))?;
         Ok(HelperProcess {
             name,
-            pid,
-            control: Some(File::from(control_write)),
-            report: BufReader::new(File::from(report_read)),
-            exited: false,
+            pid: helper.pid,
+            helper,
         })
     }
 
     /// Notes that the process has been reaped: it is not waited for again.
     pub fn mark_exited(&mut self) {
-        self.exited = true;
+        self.helper.mark_reaped();
     }
 
     /// Whether the process has been reaped.
     pub fn has_exited(&self) -> bool {
-        self.exited
+        self.helper.reaped()
     }
 
     /// Waits for `Ready` and returns the records it carries, and whether
@@ -93,15 +87,13 @@ impl HelperProcess {
 
     /// Sends a command; a helper already gone is not an error.
     pub fn send(&mut self, command: Command) {
-        if let Some(control) = &mut self.control {
-            let _ = command.write_to(control);
-        }
+        self.helper.send(&command);
     }
 
     /// The next report, expected to be `awaited`; a helper that failed or
     /// went away says so as the error.
     fn next_report(&mut self, awaited: &str) -> Result<Report, RecordError> {
-        let report = Report::read_from(&mut self.report).map_err(RecordError::system(format!(
+        let report = self.helper.next_report().map_err(RecordError::system(format!(
             "reading from the {}",
             self.name
         )))?;

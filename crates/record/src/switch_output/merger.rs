@@ -5,13 +5,11 @@
 //! on a pipe; when it ends, the merger reports the [`Outputs`] it kept and
 //! those it could not write, and exits. Both go in control's one framing.
 
-use std::fs::File;
 use std::io::{BufRead, BufReader};
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 use nix::unistd::Pid;
-use shardrec_control::Framed;
+use shardrec_control::{Framed, Helper, HelperEnds};
 use shardrec_shard::{Meta, RecordingDir};
 use shardrec_sys::process;
 
@@ -41,56 +39,50 @@ impl Framed for Outputs {}
 /// The coordinator's handle on the merger.
 pub struct Merger {
     pub pid: Pid,
-    jobs: File,
-    results: BufReader<File>,
+    helper: Helper<Job, Outputs>,
 }
 
 impl Merger {
     /// Forks the merger over the windows in `root`.
     pub fn spawn(root: RecordingDir, settings: SwitchOutput) -> Result<Merger, RecordError> {
-        let failed = |e: nix::Error| RecordError::system("starting the merge process")(e.into());
-        let cloexec = nix::fcntl::OFlag::O_CLOEXEC;
-        let (jobs_in, jobs) = nix::unistd::pipe2(cloexec).map_err(failed)?;
-        let (results, results_out) = nix::unistd::pipe2(cloexec).map_err(failed)?;
-        let keep = [jobs_in.as_raw_fd(), results_out.as_raw_fd()];
-        let pid = process::spawn(move || {
+        let helper = Helper::spawn(move |ends: HelperEnds<Job, Outputs>| {
             // SAFETY: this forked child uses only its two pipe ends of what
             // it inherited (not the coordinator's events, rings and pipes,
             // which would keep them open) and leaves through `exit_now`,
             // never dropping the rest.
-            if unsafe { process::close_fds_except(&keep) }.is_err() {
+            if unsafe { process::close_fds_except(&ends.fds()) }.is_err() {
                 return 1;
             }
             process::prefer_background();
-            let outputs = serve(&root, &settings, BufReader::new(File::from(jobs_in)));
-            i32::from(outputs.write_to(&mut File::from(results_out)).is_err())
+            let HelperEnds {
+                orders,
+                mut reports,
+                ..
+            } = ends;
+            let outputs = serve(&root, &settings, BufReader::new(orders));
+            i32::from(outputs.write_to(&mut reports).is_err())
         })
         .map_err(RecordError::system("starting the merge process"))?;
         Ok(Merger {
-            pid,
-            jobs: File::from(jobs),
-            results: BufReader::new(File::from(results)),
+            pid: helper.pid,
+            helper,
         })
     }
 
     /// Queues `job`.
     pub fn queue(&mut self, job: &Job) -> Result<(), RecordError> {
-        job.write_to(&mut self.jobs)
-            .map_err(RecordError::system("handing a window to the merge process"))
+        match self.helper.send(job) {
+            true => Ok(()),
+            false => Err(RecordError::Helper {
+                name: "merge process".into(),
+                message: "it is gone: a window was not handed to it".into(),
+            }),
+        }
     }
 
     /// Ends the job pipe and waits for the merger's report.
     pub fn finish(self) -> Result<Outputs, RecordError> {
-        let Merger {
-            pid,
-            jobs,
-            mut results,
-        } = self;
-        drop(jobs);
-        let outputs = Outputs::read_from(&mut results);
-        let _ = nix::sys::wait::waitpid(pid, None);
-        let outputs = outputs.map_err(RecordError::system("reading the merge process's report"))?;
-        Ok(outputs.unwrap_or_default())
+        Ok(self.helper.finish().pop().unwrap_or_default())
     }
 }
 
