@@ -106,7 +106,7 @@ pub struct Switch {
 
 /// What the coordinator asks of the merger.
 #[derive(Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-enum Order {
+pub enum Order {
     /// `synth.shard` and `meta.start` are whole: write the output's head.
     Begin,
     /// A `--switch-output` window is about to close: copy nothing more
@@ -123,13 +123,15 @@ impl Framed for Order {}
 /// What the merger says, in order: each window it finished (and that it
 /// stopped copying, when asked), then how it ended.
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
-enum Message {
+pub enum Message {
+    /// A `--switch-output` window finished.
     WindowDone(WindowDone),
     /// The answer to `Begin`: the output's head is written.
     Started,
     /// The answer to `Close`: nothing more is copied from the rings in
     /// this window.
     Closing,
+    /// The answer to `Conclude` (or to the orders' end): how it ended.
     Ended(Outcome),
 }
 

@@ -93,10 +93,13 @@ impl HelperProcess {
     /// The next report, expected to be `awaited`; a helper that failed or
     /// went away says so as the error.
     fn next_report(&mut self, awaited: &str) -> Result<Report, RecordError> {
-        let report = self.helper.next_report().map_err(RecordError::system(format!(
-            "reading from the {}",
-            self.name
-        )))?;
+        let report = self
+            .helper
+            .next_report()
+            .map_err(RecordError::system(format!(
+                "reading from the {}",
+                self.name
+            )))?;
         match report {
             Some(Report::Failed(message)) => Err(self.failure(&message)),
             Some(report) => Ok(report),
