@@ -7,6 +7,7 @@ use std::sync::Arc;
 use shardrec_control::restart::Helper;
 use shardrec_shard::{EventLoss, Meta, RecordingDir, Stats, StopReason, WindowCursor};
 
+use super::recovery::Ended;
 use crate::config::OutputTarget;
 use crate::meta::unix_ns;
 use crate::plan::Plan;
@@ -55,18 +56,6 @@ pub(super) struct RecordingOutput {
 /// How many times a live merger that dies is restarted while recording;
 /// past that, the merge at the stop completes its output.
 pub(super) const MAX_LIVE_RESTARTS: usize = shardrec_control::restart::times(Helper::LiveMerger);
-
-/// A helper of the output's that ended.
-pub(super) enum OutputEnded {
-    /// The switch-output merger, or the live merger that failed, which
-    /// say why at the stop (whose merge completes the live merger's
-    /// output).
-    Merger,
-    /// The live merger was killed.
-    LiveMergerDied,
-    /// The live merger, as the stream's reader left.
-    ReaderLeft,
-}
 
 impl RecordingOutput {
     /// The output `config` asks for, recorded in `dir` with `meta` as
@@ -302,18 +291,18 @@ impl RecordingOutput {
 
     /// Process `pid` ended with `code`: whether it was a merger of the
     /// output's, and how it ended.
-    pub(super) fn helper_ended(&mut self, pid: nix::unistd::Pid, code: i32) -> Option<OutputEnded> {
+    pub(super) fn helper_ended(&mut self, pid: nix::unistd::Pid, code: i32) -> Option<Ended> {
         if self.windows.as_mut().is_some_and(|w| w.merger_ended(pid)) {
-            return Some(OutputEnded::Merger);
+            return Some(Ended::MergerStopped);
         }
         let live = self.live.as_mut().filter(|l| l.pid == pid)?;
         live.ended = true;
         // A merger that failed said why, and a new one would fail alike;
         // one killed (a signal, or an injected crash) is restarted.
         match code {
-            live_merger::READER_LEFT => Some(OutputEnded::ReaderLeft),
-            killed if killed > 128 => Some(OutputEnded::LiveMergerDied),
-            _ => Some(OutputEnded::Merger),
+            live_merger::READER_LEFT => Some(Ended::ReaderLeft),
+            killed if killed > 128 => Some(Ended::LiveMergerDied),
+            _ => Some(Ended::MergerStopped),
         }
     }
 

@@ -1,19 +1,21 @@
-//! A helper that ends while recording: a writer that died is replaced, a
-//! VIP that died is restarted, a shard cut by its storage stops the
-//! recording; at a stop, their failures are warnings.
+//! A helper that ends while recording, whichever it is (one [`Ended`]):
+//! a writer that died is replaced, a VIP or a live merger that died is
+//! restarted (as often as `shardrec_control::restart` says), a shard cut
+//! by its storage stops the recording, a stream's reader that left stops
+//! it as SIGPIPE stops perf record; at a stop, their failures are
+//! warnings.
 
 use std::path::PathBuf;
 
 use shardrec_shard::StopReason;
 
-use super::output::OutputEnded;
 use super::Recording;
 use crate::say;
 use crate::signals;
 use crate::RecordError;
 
-/// How a writer or the VIP ended while recording.
-enum Ended {
+/// How a helper ended while recording, whichever it was.
+pub(super) enum Ended {
     /// A writer stopped at a storage error: its shard and the errno.
     Cut(PathBuf, i32),
     /// A writer ended (killed, crashed, or done at a stop): the index of
@@ -21,6 +23,14 @@ enum Ended {
     WriterDied(usize, Option<RecordError>),
     /// The VIP ended, and what it said went wrong, if anything.
     VipDied(Option<RecordError>),
+    /// The live merger was killed.
+    LiveMergerDied,
+    /// The live merger stopped as the stream's reader left.
+    ReaderLeft,
+    /// A merger ended on its own (the switch-output merger, or a live
+    /// merger that failed and said why: the merge at the stop completes
+    /// its output).
+    MergerStopped,
 }
 
 impl Recording<'_> {
@@ -34,47 +44,50 @@ impl Recording<'_> {
                 outcome.get_or_insert((StopReason::WorkloadExited, None));
                 continue;
             }
-            match self.output.helper_ended(ended.pid, ended.code) {
-                // As perf record, killed by SIGPIPE when its reader goes.
-                Some(OutputEnded::ReaderLeft) => {
-                    outcome.get_or_insert((StopReason::Signal("SIGPIPE".into()), None));
-                    continue;
+            // The output's mergers stop the recording only where nothing
+            // else did; a writer's or the VIP's reason is the one told.
+            let (ended_as, theirs) = match self.output.helper_ended(ended.pid, ended.code) {
+                Some(ended_as) => (Some(("live merger".to_string(), ended_as)), true),
+                None => (self.helper_ended(ended.pid), false),
+            };
+            let Some((name, ended_as)) = ended_as else {
+                continue;
+            };
+            match self.after_helper(name, ended_as) {
+                Some(stop) if theirs => {
+                    outcome.get_or_insert(stop);
                 }
-                Some(OutputEnded::Merger) => continue,
-                Some(OutputEnded::LiveMergerDied) if self.stopping => continue,
-                // What a stream's reader got is nowhere else, nor where
-                // inside a record the merger stopped: the recording stops,
-                // as perf record's does when its output fails, and the
-                // shards keep it.
-                Some(OutputEnded::LiveMergerDied) if self.output.streamed() => {
-                    outcome.get_or_insert((StopReason::HelperFailed("live merger".into()), None));
-                    continue;
-                }
-                Some(OutputEnded::LiveMergerDied) => {
-                    if let Err(error) = self.restart_live_merger() {
-                        // The merge at the stop completes the output.
-                        say::warning(&shardrec_shard::with_causes(&error));
-                    }
-                    continue;
-                }
+                Some(stop) => outcome = Some(stop),
                 None => {}
-            }
-            if let Some((name, ended_as)) = self.helper_ended(ended.pid) {
-                if let Some(stop) = self.after_helper(name, ended_as) {
-                    outcome = Some(stop);
-                }
             }
         }
         outcome
     }
 
-    /// What follows a writer's or the VIP's end: a reason to stop, if any.
+    /// What follows a helper's end: a reason to stop, if any.
     fn after_helper(
         &mut self,
         name: String,
         ended: Ended,
     ) -> Option<(StopReason, Option<RecordError>)> {
         match ended {
+            // As perf record, killed by SIGPIPE when its reader goes.
+            Ended::ReaderLeft => Some((StopReason::Signal("SIGPIPE".into()), None)),
+            Ended::MergerStopped => None,
+            Ended::LiveMergerDied if self.stopping => None,
+            // What a stream's reader got is nowhere else, nor where inside
+            // a record the merger stopped: the recording stops, as perf
+            // record's does when its output fails, and the shards keep it.
+            Ended::LiveMergerDied if self.output.streamed() => {
+                Some((StopReason::HelperFailed(name), None))
+            }
+            Ended::LiveMergerDied => {
+                if let Err(error) = self.restart_live_merger() {
+                    // The merge at the stop completes the output.
+                    say::warning(&shardrec_shard::with_causes(&error));
+                }
+                None
+            }
             Ended::Cut(shard, errno) => Some((self.shard_cut(&shard, errno), None)),
             Ended::WriterDied(index, error) if self.stopping => {
                 // What its ring still holds is written at the end.
