@@ -38,6 +38,7 @@ pub mod header;
 pub mod host;
 pub mod pipe;
 pub mod tracing_data;
+pub mod tracing_files;
 mod writer;
 
 pub use writer::{AttrEntry, PerfDataWriter};

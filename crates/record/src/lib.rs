@@ -36,7 +36,7 @@ mod config;
 mod coordinator;
 mod error;
 mod helper_process;
-mod host;
+
 mod kcore;
 
 mod meta;
@@ -55,7 +55,7 @@ mod shards_place;
 mod signals;
 mod summary;
 mod switch_output;
-mod tracing_files;
+
 mod vip;
 mod workload;
 mod writers;

@@ -7,7 +7,8 @@ use shardrec_sys::Attr;
 
 use crate::open::CpuEvents;
 use crate::plan::Plan;
-use crate::{host, RecordConfig};
+use crate::RecordConfig;
+use shardrec_shard::host;
 
 pub(crate) fn initial_meta(
     config: &RecordConfig,

@@ -26,6 +26,7 @@
 pub mod accounting;
 pub mod bpf_file;
 mod dir;
+pub mod host;
 pub mod merged_prefix;
 mod meta;
 

@@ -221,7 +221,7 @@ impl<'a> Recording<'a> {
         self.exclude_recorder()?;
         // A stream's features go first, as perf's pipe mode writes them.
         if self.output.streamed() {
-            crate::host::complete(&mut self.output.meta.host);
+            shardrec_shard::host::complete(&mut self.output.meta.host);
         }
         self.output.dir.write_start_meta(&self.output.meta)?;
         self.output.dir.reserve_meta_room(&self.output.meta)?;
@@ -254,7 +254,7 @@ impl<'a> Recording<'a> {
         if tracepoints.is_empty() {
             return Ok(());
         }
-        let files = crate::tracing_files::read_files(&tracepoints)
+        let files = shardrec_perfdata::tracing_files::read_files(&tracepoints)
             .map_err(|e| RecordError::Tracefs(format!("reading tracepoint formats: {e}")))?;
         self.output.meta.tracing_data = shardrec_perfdata::tracing_data::encode(&files);
         Ok(())

@@ -98,7 +98,7 @@ impl Recording<'_> {
         meta.stats = Some(stats);
         // The facts perf record also reads at its end (after the events
         // are disabled: no sample counts them).
-        crate::host::complete(&mut meta.host);
+        shardrec_shard::host::complete(&mut meta.host);
         // Modules loaded while recording, for a merge on another host.
         for (name, id) in shardrec_perfdata::build_id::kernel_and_module_build_ids() {
             if meta.host.kernel_build_id(&name).is_none() {

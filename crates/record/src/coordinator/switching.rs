@@ -35,7 +35,7 @@ impl Recording<'_> {
         let windows = output.windows.as_mut().expect("checked above");
         let lost_by_event = windows.open_next(produced, lost);
         // Each window's perf.data has the host's facts in its header.
-        crate::host::complete(&mut output.meta.host);
+        shardrec_shard::host::complete(&mut output.meta.host);
         let mut meta = output.meta.clone();
         meta.stats = Some(output.unwalked_stats(lost_by_event, StopReason::Switched));
         let closing = std::mem::replace(&mut output.dir, next);

@@ -62,7 +62,7 @@ fn refusal(
         Some(libc::EINVAL) if target.pid != -1 => {
             Some("invalid in per-thread mode (a task recording), enable system wide with '-a'")
         }
-        Some(libc::EINVAL) => amd_ibs_refusal(&crate::host::cpu_vendor(), spec, attr),
+        Some(libc::EINVAL) => amd_ibs_refusal(&shardrec_shard::host::cpu_vendor(), spec, attr),
         // Intel's load latency events where the PMU wants `mem-loads-aux`
         // first (Sapphire Rapids, hybrid cores).
         Some(libc::ENODATA) => Some(

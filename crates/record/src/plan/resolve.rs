@@ -140,7 +140,9 @@ fn resolve_events(config: &RecordConfig) -> Result<Vec<EventSpec>, RecordError> 
     let specs = events::resolve(&config.events, &config.cgroups)?;
     match specs.is_empty() {
         // perf's default; the first try falls back to cpu-clock without a PMU.
-        true => Ok(vec![EventSpec::default_event(&crate::host::cpu_vendor())]),
+        true => Ok(vec![EventSpec::default_event(
+            &shardrec_shard::host::cpu_vendor(),
+        )]),
         false => Ok(specs),
     }
 }

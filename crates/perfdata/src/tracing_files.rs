@@ -9,7 +9,7 @@ use std::fs::File;
 use std::io::{self, Read};
 use std::path::Path;
 
-use shardrec_perfdata::tracing_data::TracingFiles;
+use crate::tracing_data::TracingFiles;
 
 /// Bytes per read: far more than any one-shot tracefs file holds (perf
 /// reads with BUFSIZ, 8 KiB).

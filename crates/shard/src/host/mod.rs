@@ -5,7 +5,7 @@ mod nodes;
 
 use std::collections::HashSet;
 
-use shardrec_shard::{Host, Topology};
+use crate::{Host, Topology};
 use shardrec_sys::cpu;
 
 /// Reads the host's facts that a recording needs from its start (a
