@@ -242,7 +242,11 @@ mod tests {
     }
 
     #[test]
-    fn a_garbled_or_huge_message_is_an_error() {
+    fn a_cut_garbled_or_huge_message_is_an_error() {
+        let mut cut = Vec::new();
+        Said::Path(odd_path()).write_to(&mut cut).unwrap();
+        cut.pop();
+        assert!(Said::read_from(&mut &cut[..]).is_err());
         let garbled = [2u8, 0, 0, 0, 0xc1, 0xc1];
         assert!(Said::read_from(&mut &garbled[..]).is_err());
         let huge = u32::MAX.to_le_bytes();

@@ -167,16 +167,4 @@ mod tests {
         }
         assert_eq!(Report::read_from(&mut read).unwrap(), None);
     }
-
-    #[test]
-    fn a_cut_or_garbled_report_is_an_error() {
-        let mut pipe = Vec::new();
-        Report::Started.write_to(&mut pipe).unwrap();
-        pipe.pop();
-        assert!(Report::read_from(&mut &pipe[..]).is_err());
-        let garbled = [2u8, 0, 0, 0, 0xc1, 0xc1];
-        assert!(Report::read_from(&mut &garbled[..]).is_err());
-        let huge = u32::MAX.to_le_bytes();
-        assert!(Report::read_from(&mut &huge[..]).is_err());
-    }
 }
