@@ -742,7 +742,10 @@ fn samples_read(out: &Path) -> u64 {
         .stdin(File::open(out).unwrap());
     let output = run(command);
     assert!(output.status.success(), "perf script: {output:?}");
-    assert_no_complaint(&output, "perf script");
+    // A storm on a host busy beside it may have the kernel drop samples
+    // from a full ring (LOST records, as perf's own do); what was
+    // recorded must all be read, once.
+    assert_no_complaint_but_kernel_losses(&output, out, "perf script");
     let script = String::from_utf8_lossy(&output.stdout);
     script.lines().filter(|l| l.contains("cpu-clock")).count() as u64
 }

@@ -61,8 +61,10 @@ impl<O: Framed, R: Framed> HelperEnds<O, R> {
 
 impl<O: Framed, R: Framed> Helper<O, R> {
     /// Forks a helper running `body(ends)`; its return value is the exit
-    /// code. The pipes are close-on-exec, and each side keeps only its
-    /// own ends.
+    /// code. The pipes are close-on-exec; the child inherits every
+    /// descriptor of the coordinator, its ends of these pipes too, so a
+    /// body that waits for its orders to end closes what it does not use
+    /// first (`shardrec_sys::process::close_fds_except` with [`HelperEnds::fds`]).
     pub fn spawn(body: impl FnOnce(HelperEnds<O, R>) -> i32) -> io::Result<Helper<O, R>> {
         let (orders_in, orders) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
         let (reports, reports_out) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;

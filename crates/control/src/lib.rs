@@ -30,6 +30,7 @@ pub mod frame;
 pub mod helper;
 mod report;
 pub mod restart;
+pub mod windows;
 
 pub use command::{Command, Served};
 pub use frame::{Framed, Unframed};

@@ -6,35 +6,17 @@
 //! those it could not write, and exits. Both go in control's one framing.
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use nix::unistd::Pid;
 use shardrec_control::{Framed, Helper, HelperEnds};
 use shardrec_shard::{Meta, RecordingDir};
 use shardrec_sys::process;
 
-use super::Outputs;
 use crate::config::SwitchOutput;
 use crate::say;
 use crate::RecordError;
-
-/// What the merger is asked to do: merge these windows (oldest first;
-/// several are joined first) of the recording in `root` into `output`. A
-/// single window of the recording's own directory is removed once
-/// merged, unless the windows are kept for later snapshots; a snapshot's
-/// own directory (links to the windows it joins) is removed once merged.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Job {
-    #[serde(with = "shardrec_control::frame::path_bytes")]
-    pub root: PathBuf,
-    pub windows: Vec<u32>,
-    #[serde(with = "shardrec_control::frame::path_bytes")]
-    pub output: PathBuf,
-}
-
-impl Framed for Job {}
-
-impl Framed for Outputs {}
+use shardrec_control::windows::{Job, Outputs};
 
 /// The coordinator's handle on the merger.
 pub struct Merger {

@@ -36,8 +36,9 @@ use shardrec_shard::{EventLoss, RecordingDir};
 use crate::config::{SwitchOutput, SwitchTrigger};
 use crate::say;
 use crate::RecordError;
-use merger::{Job, Merger};
+use merger::Merger;
 use naming::timestamped;
+pub use shardrec_control::windows::{Job, Outputs};
 use shardrec_live_merger::{WindowDone, WindowsOutput};
 
 /// Who makes the windows' outputs.
@@ -369,38 +370,6 @@ impl Windows {
         outputs.last_unstamped = self.last_unstamped;
         outputs.failed.append(&mut self.unmerged);
         Ok(outputs)
-    }
-}
-
-/// The outputs of a `--switch-output` recording, the oldest first, kept
-/// to `--switch-max-files` (also the batch merger's report).
-#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
-pub struct Outputs {
-    /// The recording's directory.
-    #[serde(with = "shardrec_control::frame::path_bytes")]
-    pub root: PathBuf,
-    /// The outputs kept.
-    #[serde(with = "shardrec_control::frame::path_bytes::list")]
-    pub kept: VecDeque<PathBuf>,
-    /// How many may be kept (`None`: all).
-    pub max_files: Option<usize>,
-    /// Outputs not written, their windows' shards kept.
-    #[serde(with = "shardrec_control::frame::path_bytes::list")]
-    pub failed: Vec<PathBuf>,
-    /// The last window goes to the output itself, not timestamped.
-    pub last_unstamped: bool,
-}
-
-impl Outputs {
-    /// Adds a finished output, removing the oldest past the maximum, as
-    /// perf does.
-    pub fn add(&mut self, output: PathBuf) {
-        self.kept.push_back(output);
-        while self.max_files.is_some_and(|max| self.kept.len() > max) {
-            if let Some(old) = self.kept.pop_front() {
-                let _ = std::fs::remove_file(&old);
-            }
-        }
     }
 }
 
