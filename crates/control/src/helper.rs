@@ -119,9 +119,7 @@ impl<O: Framed, R: Framed> Helper<O, R> {
                 break;
             }
         }
-        std::iter::from_fn(|| self.unread.take())
-            .filter_map(Result::ok)
-            .collect()
+        self.whole_reports()
     }
 
     /// Closes the orders' pipe: a helper reads its end as the last order.
@@ -135,6 +133,11 @@ impl<O: Framed, R: Framed> Helper<O, R> {
         self.close_orders();
         let _ = self.unread.fill_to_end(&mut self.reports);
         self.reap();
+        self.whole_reports()
+    }
+
+    /// The whole reports read and not yet taken (garbled ones left out).
+    fn whole_reports(&mut self) -> Vec<R> {
         std::iter::from_fn(|| self.unread.take())
             .filter_map(Result::ok)
             .collect()
