@@ -401,16 +401,13 @@ impl<'a, S: RecordSink> RecordWriter<'a, S> {
     fn watch(&mut self, header: RecordHeader, record: &[u8], going: &Going) {
         let fields = &mut self.fields;
         match going {
-            Going::AsIs => self
-                .hits
-                .observe(header, record, || fields.sample_pid_ip(record)),
+            Going::AsIs => self.hits.observe(header, record, fields),
             // Only an off-CPU wait becomes a sample of another layout (the
             // watch asks a sample alone for its pid and ip).
             Going::Changed(changed) => {
                 let header = RecordHeader::parse(changed).expect("made whole");
-                let layout = SampleIdLayout::new(records::OFF_CPU_SAMPLE_TYPE);
-                self.hits
-                    .observe(header, changed, || layout.sample_pid_ip(changed))
+                let mut layout = SampleIdLayout::new(records::OFF_CPU_SAMPLE_TYPE);
+                self.hits.observe(header, changed, &mut layout)
             }
             Going::Dropped => {}
         }

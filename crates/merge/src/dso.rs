@@ -10,12 +10,21 @@
 //! its user samples fell in ([`SliceHits`]); the slices are replayed in
 //! order afterwards ([`DsoHits::replay`]), which costs a lookup per
 //! distinct page instead of one per sample.
+//!
+//! A live merge writes each round's CPUs one after another, so a CPU's
+//! samples can come in the file before a map another CPU's ring holds
+//! from earlier (a workload that execs on one CPU and runs on the other).
+//! perf record marks its hits in time order (its tool's ordered events),
+//! so the replay goes by time too: each map change at its time, each page
+//! at the first time a sample fell on it.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
 
 use shardrec_format::header::{RecordHeader, RecordType, MISC_COMM_EXEC};
+use shardrec_format::layouts::FieldReader;
 use shardrec_format::views::{Comm, MappedIdentity, Mmap, Task};
+use shardrec_format::SampleIdLayout;
 
 const CPUMODE_MASK: u16 = 7;
 const CPUMODE_KERNEL: u16 = 1;
@@ -81,8 +90,11 @@ fn is_kernel_map(header: RecordHeader) -> bool {
 const PAGE_MASK: u64 = !0xfff;
 
 enum Step {
-    Change(RecordHeader, Vec<u8>),
-    Pages(PageSet<(u32, u64)>),
+    /// A record that changes maps, at its time.
+    Change(u64, RecordHeader, Vec<u8>),
+    /// The pages of a process that samples fell on, each at the first
+    /// time one did.
+    Pages(PageMap<(u32, u64), u64>),
 }
 
 /// Pages hit: a set looked up at each sample whose page differs from the
@@ -90,6 +102,45 @@ enum Step {
 /// multiply per word instead of SipHash (the keys are the recording's own
 /// addresses, not an attacker's choosing).
 type PageSet<K> = HashSet<K, BuildHasherDefault<PageHasher>>;
+type PageMap<K, V> = HashMap<K, V, BuildHasherDefault<PageHasher>>;
+
+/// The fields the watch reads of a record it needs.
+pub trait HitFields {
+    /// A sample's pid, ip and time.
+    fn sample(&mut self, sample: &[u8]) -> Option<(u32, u64, u64)>;
+    /// A record's time.
+    fn time(&mut self, record: &[u8], type_: RecordType) -> Option<u64>;
+}
+
+impl HitFields for FieldReader<'_> {
+    fn sample(&mut self, sample: &[u8]) -> Option<(u32, u64, u64)> {
+        let (pid, ip) = self.sample_pid_ip(sample)?;
+        Some((
+            pid,
+            ip,
+            FieldReader::time(self, sample, RecordType::SAMPLE)?,
+        ))
+    }
+
+    fn time(&mut self, record: &[u8], type_: RecordType) -> Option<u64> {
+        FieldReader::time(self, record, type_)
+    }
+}
+
+impl HitFields for SampleIdLayout {
+    fn sample(&mut self, sample: &[u8]) -> Option<(u32, u64, u64)> {
+        let (pid, ip) = self.sample_pid_ip(sample)?;
+        Some((
+            pid,
+            ip,
+            SampleIdLayout::time(self, sample, RecordType::SAMPLE)?,
+        ))
+    }
+
+    fn time(&mut self, record: &[u8], type_: RecordType) -> Option<u64> {
+        SampleIdLayout::time(self, record, type_)
+    }
+}
 
 #[derive(Default)]
 struct PageHasher(u64);
@@ -132,22 +183,20 @@ pub struct SliceHits {
     last_user_page: Option<(u32, u64)>,
     /// The pages of the last step of pages.
     last_pages: usize,
+    /// The last record's time that was known.
+    last_time: u64,
 }
 
 impl SliceHits {
-    /// Takes one record into account; `pid_ip` gives a sample's pid and
-    /// ip, asked for only for kernel and user samples.
-    pub fn observe(
-        &mut self,
-        header: RecordHeader,
-        record: &[u8],
-        pid_ip: impl FnOnce() -> Option<(u32, u64)>,
-    ) {
+    /// Takes one record into account, reading what it needs of it with
+    /// `fields` (a sample's pid, ip and time only for kernel and user
+    /// samples, a record's time only when it changes maps).
+    pub fn observe(&mut self, header: RecordHeader, record: &[u8], fields: &mut impl HitFields) {
         if header.type_ == RecordType::SAMPLE {
             match header.misc & CPUMODE_MASK {
                 CPUMODE_KERNEL => {
                     self.kernel_hit = true;
-                    if let Some((_, ip)) = pid_ip() {
+                    if let Some((_, ip, _)) = fields.sample(record) {
                         let page = ip & PAGE_MASK;
                         if self.last_kernel_page != Some(page) {
                             self.last_kernel_page = Some(page);
@@ -156,35 +205,81 @@ impl SliceHits {
                     }
                 }
                 CPUMODE_USER => {
-                    let Some((pid, ip)) = pid_ip() else { return };
-                    if !matches!(self.steps.last(), Some(Step::Pages(_))) {
-                        // As many pages as the last step's: growing each
-                        // step's set from nothing, its rehashes were a
-                        // tenth of the live merger's walk in a 16-vCPU
-                        // guest, where forks and execs end steps often.
-                        let pages =
-                            PageSet::with_capacity_and_hasher(self.last_pages, <_>::default());
-                        self.steps.push(Step::Pages(pages));
-                        self.last_user_page = None;
-                    }
-                    let key = (pid, ip & PAGE_MASK);
-                    if self.last_user_page == Some(key) {
+                    let Some((pid, ip, time)) = fields.sample(record) else {
                         return;
-                    }
-                    self.last_user_page = Some(key);
-                    if let Some(Step::Pages(pages)) = self.steps.last_mut() {
-                        pages.insert(key);
-                        self.last_pages = pages.len();
-                    }
+                    };
+                    self.user_sample(pid, ip & PAGE_MASK, time);
                 }
                 _ => {}
             }
         } else if changes_maps(header) {
-            self.steps.push(Step::Change(header, record.to_vec()));
+            let time = fields.time(record, header.type_);
+            let time = self.known_time(time);
+            self.steps.push(Step::Change(time, header, record.to_vec()));
         } else if is_kernel_map(header) {
             self.kernel_maps.push(record.to_vec());
         }
     }
+
+    /// A user sample of `pid` on `page` at `time`.
+    fn user_sample(&mut self, pid: u32, page: u64, time: u64) {
+        if !matches!(self.steps.last(), Some(Step::Pages(_))) {
+            // As many pages as the last step's: growing each step's set
+            // from nothing, its rehashes were a tenth of the live
+            // merger's walk in a 16-vCPU guest, where forks and execs end
+            // steps often.
+            let pages = PageMap::with_capacity_and_hasher(self.last_pages, <_>::default());
+            self.steps.push(Step::Pages(pages));
+            self.last_user_page = None;
+        }
+        let key = (pid, page);
+        if self.last_user_page == Some(key) {
+            // A run on one page, from one ring: later than its first.
+            return;
+        }
+        self.last_user_page = Some(key);
+        let time = self.known_time(Some(time));
+        if let Some(Step::Pages(pages)) = self.steps.last_mut() {
+            let first = pages.entry(key).or_insert(time);
+            *first = (*first).min(time);
+            self.last_pages = pages.len();
+        }
+    }
+
+    /// `time`, or where it is unknown the last known one, so the record
+    /// keeps its place in the file's order.
+    fn known_time(&mut self, time: Option<u64>) -> u64 {
+        if let Some(time) = time {
+            self.last_time = time;
+        }
+        self.last_time
+    }
+}
+
+/// What the replay takes, in time order.
+enum Replayed {
+    Change(RecordHeader, Vec<u8>),
+    Page(u32, u64),
+}
+
+/// `steps` by time, ties in the file's order (a stable sort: a merge
+/// sorted by time, or a live merge's round of CPUs that each are nearly,
+/// costs about one pass).
+fn in_time_order(steps: Vec<Step>) -> impl Iterator<Item = Replayed> {
+    let mut timed = Vec::new();
+    for step in steps {
+        match step {
+            Step::Change(time, header, record) => {
+                timed.push((time, Replayed::Change(header, record)));
+            }
+            Step::Pages(pages) => {
+                let pages = pages.into_iter();
+                timed.extend(pages.map(|((pid, page), time)| (time, Replayed::Page(pid, page))));
+            }
+        }
+    }
+    timed.sort_by_key(|(time, _)| *time);
+    timed.into_iter().map(|(_, replayed)| replayed)
 }
 
 impl DsoHits {
@@ -203,14 +298,12 @@ impl DsoHits {
                 }
             }
         }
-        for step in slice.steps {
-            match step {
-                Step::Change(header, record) => self.change(header, &record),
-                Step::Pages(pages) => {
-                    for (pid, page) in pages {
-                        if let Some(file) = self.find(pid, page) {
-                            self.hit.insert(file);
-                        }
+        for replayed in in_time_order(slice.steps) {
+            match replayed {
+                Replayed::Change(header, record) => self.change(header, &record),
+                Replayed::Page(pid, page) => {
+                    if let Some(file) = self.find(pid, page) {
+                        self.hit.insert(file);
                     }
                 }
             }
@@ -325,5 +418,91 @@ impl DsoHits {
             },
         );
         self.last = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shardrec_format::records::{self, Mapping};
+    use shardrec_format::sample_id::{IP, TID, TIME};
+    use shardrec_format::SampleId;
+
+    const LAYOUT: u64 = IP | TID | TIME;
+    const PID: u32 = 4242;
+
+    fn sample(ip: u64, time: u64) -> Vec<u8> {
+        let record = records::RecordBuilder::new(RecordType::SAMPLE, CPUMODE_USER);
+        let record = record.u64(ip).u32(PID).u32(PID).u64(time);
+        record.finish_untrailed().unwrap()
+    }
+
+    fn trailer(time: u64) -> SampleId {
+        SampleId {
+            pid: PID,
+            tid: PID,
+            time,
+            ..SampleId::default()
+        }
+    }
+
+    fn exec(time: u64) -> Vec<u8> {
+        let record = records::comm(PID, PID, b"workload", MISC_COMM_EXEC);
+        record
+            .finish(&SampleIdLayout::new(LAYOUT), &trailer(time))
+            .unwrap()
+    }
+
+    fn map(path: &[u8], start: u64, time: u64) -> Vec<u8> {
+        let mapping = Mapping {
+            start,
+            len: 0x1000,
+            filename: path,
+            inode: start,
+            ..Mapping::default()
+        };
+        let record = records::mmap2(PID, PID, &mapping, CPUMODE_USER);
+        record
+            .finish(&SampleIdLayout::new(LAYOUT), &trailer(time))
+            .unwrap()
+    }
+
+    fn hit_paths(file_order: &[Vec<u8>]) -> Vec<String> {
+        let mut slice = SliceHits::default();
+        let mut fields = SampleIdLayout::new(LAYOUT);
+        for record in file_order {
+            let header = RecordHeader::parse(record).unwrap();
+            slice.observe(header, record, &mut fields);
+        }
+        let mut hits = DsoHits::default();
+        hits.replay(slice);
+        hits.hit_files().map(|f| f.path.clone()).collect()
+    }
+
+    #[test]
+    fn a_sample_written_before_its_map_but_later_hits_it() {
+        // CPU 1's round first: the loop's samples; then CPU 0's: the exec
+        // and its maps, earlier than all of them.
+        let file_order = [
+            sample(0x5000_0010, 300),
+            sample(0x7000_0020, 310),
+            exec(100),
+            map(b"/bin/workload", 0x5000_0000, 110),
+            map(b"/lib/libc.so.6", 0x7000_0000, 120),
+        ];
+        assert_eq!(hit_paths(&file_order), ["/bin/workload", "/lib/libc.so.6"]);
+    }
+
+    #[test]
+    fn a_sample_before_an_exec_is_not_in_the_new_image() {
+        // The old image's sample, written after the exec that replaced it.
+        let file_order = [
+            map(b"/bin/old", 0x5000_0000, 10),
+            exec(100),
+            map(b"/bin/new", 0x6000_0000, 110),
+            sample(0x5000_0010, 50),
+            sample(0x6000_0010, 200),
+        ];
+        assert_eq!(hit_paths(&file_order), ["/bin/old", "/bin/new"]);
     }
 }
