@@ -5,7 +5,7 @@
 //! TIME; rings wake their writer at a watermark; KSYMBOL and BPF_EVENT
 //! come from the VIP's side-band event.
 
-use shardrec_sys::{abi, process::user_regs_mask, Attr, Flag};
+use shardrec_sys::{abi, process::user_regs_mask, ring, Attr, Flag};
 
 use crate::config::{AddressSpace, CallGraph, Sampling};
 use crate::plan::{Plan, Scope, FORMAT_ID, FORMAT_LOST};
@@ -116,7 +116,7 @@ fn set_clock_and_ring(attr: &mut Attr, plan: &Plan, ring_bytes: usize) {
     match plan.overwrite {
         // Never read as it fills: no wakeups, as perf's.
         true => attr.set_flag(Flag::WriteBackward, true),
-        false => attr.set_wakeup_watermark(wakeup_watermark(ring_bytes)),
+        false => attr.set_wakeup_watermark(ring::wakeup_watermark(ring_bytes)),
     }
 }
 
@@ -410,12 +410,6 @@ pub fn set_task_tracking(attr: &mut Attr, plan: &Plan) {
     // merge then needs no file, on this host or another, and a binary
     // replaced while recording keeps its own id.
     attr.set_flag(Flag::BuildId, plan.build_id_mmap);
-}
-
-/// Wake the writer at a quarter full: three quarters absorb the write's
-/// latency, and the writer writes in pieces of about this size.
-pub fn wakeup_watermark(ring_bytes: usize) -> u32 {
-    (ring_bytes / 4).max(1) as u32
 }
 
 #[cfg(test)]

@@ -1,23 +1,22 @@
-//! The VIP process: the side-band events of every CPU, and the one place
-//! `bpf(2)` is called (see the shardrec-vip crate).
+//! The coordinator's VIP: the process over every CPU's side-band event,
+//! the one place `bpf(2)` is called, forked and restarted here (its body
+//! is `shardrec_vip::process`).
 
 use std::fs::File;
-use std::io::{self, BufWriter};
+use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 
 use shardrec_control::restart::Helper;
-use shardrec_control::{Framed, Outcome, Report, Served, VipStats};
-use shardrec_filter::FilterProgram;
+use shardrec_control::{Outcome, VipStats};
 use shardrec_format::SampleIdLayout;
 use shardrec_shard::{RecordingDir, WindowCursor};
-use shardrec_sys::{process, PerfEvent, RingBuffer};
-use shardrec_vip::capture::Capturer;
-use shardrec_vip::kernel_capture::KernelCapture;
+use shardrec_sys::process;
 use shardrec_vip::off_cpu::OffCpuSetup;
-use shardrec_vip::{existing, SideBand, Vip, BUFFER};
+pub use shardrec_vip::process::VipPrograms;
+use shardrec_vip::process::{self as vip, VipEvents, VipFiles};
 
 use crate::helper_process::{self, HelperProcess};
-use crate::open::{SideBandEvents, SIDE_BAND_RING_PAGES as RING_PAGES};
+use crate::open::{SideBandEvents, SIDE_BAND_RING_PAGES};
 use crate::RecordError;
 
 /// The VIP process and what it reported.
@@ -34,19 +33,6 @@ pub struct VipProcess {
 
 /// A VIP that dies this often is not restarted again.
 pub const MAX_RESTARTS: usize = shardrec_control::restart::times(Helper::Vip);
-
-/// What a VIP runs besides the side band: the `--filter` programs it
-/// loads and hands over, and `--off-cpu`'s program.
-#[derive(Clone, Copy)]
-pub struct VipPrograms<'p> {
-    /// The `--filter` programs.
-    pub filters: &'p [FilterProgram],
-    /// `--off-cpu`'s program, as set up.
-    pub off_cpu: Option<&'p OffCpuSetup>,
-    /// Whether to start the capture program (not again where a VIP found
-    /// the kernel refuses it: trying costs a VIP tens of milliseconds).
-    pub capture_in_kernel: bool,
-}
 
 /// Forks the VIP over the side-band events, loading `programs`. Returns
 /// it once it has described the programs already loaded, with those
@@ -121,13 +107,17 @@ fn start(
     programs: VipPrograms<'_>,
     windows: Option<WindowCursor>,
 ) -> Result<(VipProcess, Vec<u8>, Vec<OwnedFd>), RecordError> {
-    let layout = SampleIdLayout::new(events.sample_type);
-    let first_id = events.events.first().map_or(0, |(_, _, id)| *id);
-    let fds: Vec<&PerfEvent> = events.events.iter().map(|(_, event, _)| event).collect();
+    let side_band = VipEvents {
+        events: events.events.iter().map(|(_, event, _)| event).collect(),
+        ring_pages: SIDE_BAND_RING_PAGES,
+        layout: SampleIdLayout::new(events.sample_type),
+        event_id: events.events.first().map_or(0, |(_, _, id)| *id),
+    };
     let (ours, theirs) = shardrec_sys::fds::socket_pair()
         .map_err(RecordError::system("making the VIP's descriptor socket"))?;
     let mut helper = HelperProcess::spawn("VIP".into(), move |control, mut report| {
-        let mut keep: Vec<RawFd> = fds.iter().map(|e| e.as_fd().as_raw_fd()).collect();
+        let fds = side_band.events.iter().map(|e| e.as_fd().as_raw_fd());
+        let mut keep: Vec<RawFd> = fds.collect();
         let outputs = programs.off_cpu.iter().flat_map(|s| &s.outputs);
         keep.extend(outputs.map(|(_, event)| event.as_raw_fd()));
         keep.extend([
@@ -142,12 +132,19 @@ fn start(
             bpf,
             control,
             filters: theirs,
-            windows,
         };
         // SAFETY: this forked child uses only the kept descriptors and
         // leaves through `exit_now`, never dropping what it inherited.
         let outcome = unsafe { process::close_fds_except(&keep) }
-            .and_then(|()| run(&fds, files, programs, &mut report, &layout, first_id))
+            .and_then(|()| {
+                vip::run(
+                    &side_band,
+                    files,
+                    programs,
+                    &mut report,
+                    next_files(windows),
+                )
+            })
             .map(Outcome::Vip);
         helper_process::finish(&mut report, outcome)
     })?;
@@ -170,17 +167,6 @@ fn start(
     ))
 }
 
-/// The files a VIP writes and reads.
-struct VipFiles {
-    shard: File,
-    bpf: File,
-    control: OwnedFd,
-    /// Where the loaded filters' descriptors go.
-    filters: OwnedFd,
-    /// With `--switch-output`: the window being written.
-    windows: Option<WindowCursor>,
-}
-
 impl VipProcess {
     /// Its process has exited: reads its final report.
     pub fn ended(&mut self) -> Result<VipStats, RecordError> {
@@ -195,87 +181,17 @@ impl VipProcess {
     }
 }
 
-/// The VIP's body: load the filters and hand them over, start the
-/// off-CPU program, map the rings, enable the side-band events (before
-/// the walk, so no program loads unseen between the two), describe the
-/// loaded programs, hand those records over, then watch.
-fn run(
-    events: &[&PerfEvent],
-    files: VipFiles,
-    programs: VipPrograms<'_>,
-    report: &mut File,
-    layout: &SampleIdLayout,
-    event_id: u64,
-) -> io::Result<VipStats> {
-    let VipFiles {
-        shard,
-        bpf,
-        control,
-        filters,
-        mut windows,
-    } = files;
-    if !programs.filters.is_empty() {
-        let loaded = programs
-            .filters
-            .iter()
-            .map(shardrec_vip::filters::load)
-            .collect::<io::Result<Vec<_>>>()?;
-        let fds: Vec<_> = loaded.iter().flat_map(|f| f.fds()).collect();
-        shardrec_sys::fds::send(filters.as_fd(), &fds)?;
+/// At a Switch, the next window's `vip.shard` and `bpf` file; without
+/// windows, none: the VIP goes on in the same ones.
+fn next_files(
+    mut windows: Option<WindowCursor>,
+) -> impl FnMut() -> io::Result<Option<(File, File)>> {
+    move || {
+        let Some(windows) = windows.as_mut() else {
+            return Ok(None);
+        };
+        let dir = windows.advance();
+        let create = |path: std::path::PathBuf| dir.create_file(&path).map_err(io::Error::other);
+        Ok(Some((create(dir.vip_path())?, create(dir.bpf_path())?)))
     }
-    drop(filters);
-    let mut storage = std::mem::MaybeUninit::uninit();
-    let off_cpu = programs
-        .off_cpu
-        .map(|setup| shardrec_vip::off_cpu::start(&mut storage, setup))
-        .transpose()?;
-    // A program may live a millisecond: the VIP must run as soon as it is
-    // woken, even when every CPU is busy.
-    process::prefer_wakeups();
-    let rings = events
-        .iter()
-        .map(|&event| {
-            Ok(SideBand {
-                event,
-                ring: RingBuffer::map_reader(event, RING_PAGES)?,
-            })
-        })
-        .collect::<io::Result<Vec<_>>>()?;
-    // Started before the side band: from its first record on, every
-    // program has been captured as it loaded.
-    let mut storage = shardrec_vip::kernel_capture::Storage::default();
-    let kernel = match programs.capture_in_kernel {
-        true => KernelCapture::start(&mut storage).ok(),
-        false => None,
-    };
-    for event in events {
-        event.enable()?;
-    }
-    let mut capturer = Capturer::new(BufWriter::with_capacity(BUFFER, bpf));
-    let (records, _) = existing::describe(&mut capturer, layout, event_id)?;
-    capturer.flush()?;
-    let capturing = kernel.is_some();
-    Report::Ready { records, capturing }.write_to(report)?;
-    let mut vip = Vip::new(rings, shard, capturer, kernel, File::from(control))?;
-    while vip.serve()? == Served::Switch {
-        // Without windows, a Switch goes on in the same files.
-        let mut records = Vec::new();
-        if let Some(windows) = windows.as_mut() {
-            let dir = windows.advance();
-            let create =
-                |path: std::path::PathBuf| dir.create_file(&path).map_err(io::Error::other);
-            let (shard, bpf) = (create(dir.vip_path())?, create(dir.bpf_path())?);
-            records = vip.switch_files(shard, bpf, layout, event_id)?;
-        }
-        Report::Switched { base: 0, records }.write_to(report)?;
-    }
-    if let (Some(off_cpu), Some(setup)) = (&off_cpu, programs.off_cpu) {
-        vip.append(&shardrec_vip::off_cpu::summed_records(off_cpu, setup)?)?;
-    }
-    let mut stats = vip.finish()?;
-    stats.off_cpu = off_cpu
-        .as_ref()
-        .map(shardrec_vip::off_cpu::stats)
-        .transpose()?;
-    Ok(stats)
 }

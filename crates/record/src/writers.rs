@@ -1,19 +1,23 @@
-//! Writer processes: one per CPU, pinned, each streaming its ring.
+//! The coordinator's writers: one per CPU, each its CPU's events and the
+//! process that streams their ring into the shard (forked here; its body
+//! is `shardrec_writer::process`), with what the coordinator does for it:
+//! flush a quiet ring, replace a dead process, account for what it left.
 
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::time::{Duration, Instant};
 
 use shardrec_control::restart::Helper;
-use shardrec_control::{Command, Framed, Outcome, Report, Served, WriterStats};
+use shardrec_control::{Command, Outcome, WriterStats};
 use shardrec_format::header::RecordType;
 use shardrec_format::layouts::{FieldReader, Layouts};
 use shardrec_format::walk::RecordWalker;
 use shardrec_shard::{RecordingDir, WindowCursor};
-use shardrec_sys::{cpu, file_writes, process, PerfEvent, RingBuffer};
-use shardrec_writer::{RingWriter, ShardWriter, ShardWrites, SnapshotWriter, WriterConfig};
+use shardrec_sys::{file_writes, process, PerfEvent};
+use shardrec_writer::process as writer;
+use shardrec_writer::{ShardWrites, WriterOptions, WriterSetup};
 
 use crate::helper_process::{self, HelperProcess};
 use crate::open::CpuEvents;
@@ -47,28 +51,6 @@ pub struct Writer {
 /// A writer that dies this often is not replaced again.
 pub const MAX_REPLACEMENTS: usize = shardrec_control::restart::times(Helper::Writer);
 
-/// How every writer runs.
-#[derive(Clone, Copy, Debug)]
-pub struct WriterOptions {
-    /// Enable the events at Start (not for a workload, whose events the
-    /// kernel enables at its exec).
-    pub enable: bool,
-    /// Ring size in pages.
-    pub ring_pages: usize,
-    /// Sync the shard at the end (when no merge follows).
-    pub sync_shard: bool,
-    /// `--overwrite`: the ring is read only at snapshots.
-    pub overwrite: bool,
-    /// `-r`: SCHED_FIFO at this priority; normal priority without it.
-    pub realtime: Option<i32>,
-    /// How the shards are written ([`shard_writes`]).
-    pub writes: ShardWrites,
-    /// The live merger takes each ring's bytes into the output first; the
-    /// writer spills into the shard what it has not taken once the ring is
-    /// half full (see `shardrec_sys::ring` on a ring's two readers).
-    pub merger_reads_first: bool,
-}
-
 /// How the writers write into `dir`, probed once per recording on a
 /// scratch file there, where every shard goes.
 pub fn shard_writes(dir: &RecordingDir) -> Result<ShardWrites, RecordError> {
@@ -83,26 +65,6 @@ pub fn shard_writes(dir: &RecordingDir) -> Result<ShardWrites, RecordError> {
     )))? {
         true => Ok(ShardWrites::IoUring),
         false => Ok(ShardWrites::Pwritev),
-    }
-}
-
-/// What a writer process is given.
-struct WriterSetup<'a> {
-    cpu: &'a CpuEvents,
-    side_band: Option<&'a PerfEvent>,
-    options: WriterOptions,
-    base: u64,
-    windows: Option<WindowCursor>,
-    /// It replaces one that died: the crashes a test injects stand for
-    /// one kill each, not for one in every replacement too.
-    replacing: bool,
-}
-
-impl WriterSetup<'_> {
-    /// Every event the writer disables at stop.
-    fn events(&self) -> Vec<&PerfEvent> {
-        let own = self.cpu.events.iter().map(|e| &e.event);
-        own.chain(self.side_band).collect()
     }
 }
 
@@ -199,29 +161,42 @@ impl Writer {
     ) -> Result<(), RecordError> {
         self.options = Some(options);
         let setup = WriterSetup {
-            cpu: &self.events,
+            cpu: self.events.cpu,
+            ring_owner: self.events.ring_owner(),
+            events: self.events.events.iter().map(|e| &e.event).collect(),
             side_band,
             options,
             base: self.base,
-            windows: self.windows.clone(),
-            replacing: !self.replaced_at.is_empty(),
+        };
+        let (cpu, mut windows) = (self.events.cpu, self.windows.clone());
+        let replacing = !self.replaced_at.is_empty();
+        // At a Switch, the next window's shard; without windows, none: the
+        // writer goes on in the same one.
+        let next_shard = move || -> io::Result<Option<File>> {
+            let Some(windows) = windows.as_mut() else {
+                return Ok(None);
+            };
+            let dir = windows.advance();
+            let next = dir.create_file(&dir.shard_path(cpu));
+            next.map(Some).map_err(io::Error::other)
         };
         let process = HelperProcess::spawn(
-            format!("writer of CPU {}", self.events.cpu),
+            format!("writer of CPU {cpu}"),
             move |control, mut report| {
                 let mut keep: Vec<RawFd> = setup
-                    .events()
+                    .events
                     .iter()
+                    .chain(&setup.side_band)
                     .map(|e| e.as_fd().as_raw_fd())
                     .collect();
                 keep.extend([shard.as_raw_fd(), control.as_raw_fd(), report.as_raw_fd()]);
-                if setup.replacing {
+                if replacing {
                     shardrec_control::fault::disarm_crashes();
                 }
                 // SAFETY: this forked child uses only the kept descriptors and
                 // leaves through `exit_now`, never dropping what it inherited.
                 let outcome = unsafe { process::close_fds_except(&keep) }
-                    .and_then(|()| run(&setup, shard, control, &mut report))
+                    .and_then(|()| writer::run(&setup, shard, control, &mut report, next_shard))
                     .map(Outcome::Writer);
                 helper_process::finish(&mut report, outcome)
             },
@@ -350,107 +325,4 @@ impl Writer {
         }
         samples
     }
-}
-
-/// The smallest ring whose writer leaves it to the live merger up to half
-/// full (see `run`).
-const SPILL_AT_HALF_FROM: usize = 1 << 20;
-
-fn run(
-    setup: &WriterSetup,
-    shard: File,
-    control: OwnedFd,
-    report: &mut File,
-) -> io::Result<WriterStats> {
-    cpu::pin_to(setup.cpu.cpu)?;
-    let owner = setup.cpu.ring_owner();
-    let start = File::from(control.try_clone()?);
-    if setup.options.overwrite {
-        // Read only at snapshots: no wakeups to serve in time.
-        let ring = RingBuffer::map_overwrite(owner, setup.options.ring_pages, true)?;
-        let writer = SnapshotWriter::new(&ring, owner, shard, control, ring.head())
-            .disabling_at_stop(setup.events());
-        return serve(setup, writer, start, report, &ring);
-    }
-    // Normal priority, as perf's reading thread: a writer at SCHED_FIFO
-    // preempts the workload on its CPU at every wakeup (under -F max it
-    // starved a 0.5 s workload for 33 s). The default ring absorbs a
-    // time slice's wait; -r is there for whoever wants perf's -r.
-    if let Some(priority) = setup.options.realtime {
-        process::realtime(priority).map_err(|e| {
-            io::Error::new(
-                e.kind(),
-                format!("cannot run at SCHED_FIFO priority {priority} (-r): {e}"),
-            )
-        })?;
-    }
-    let ring = RingBuffer::map_reader(owner, setup.options.ring_pages)?;
-    // Where the merger reads first, the writer spills only from half a
-    // ring on, in rings big enough for the merger's rounds to keep up; a
-    // smaller ring fills between two of them in a storm (a 64 KiB one at
-    // 33 MB/s in 2 ms), and is written from a quarter on, as without it.
-    let size = ring.data_size();
-    let batch_bytes = match setup.options.merger_reads_first && size >= SPILL_AT_HALF_FROM {
-        true => size as u64 / 2,
-        false => crate::attrs::wakeup_watermark(size) as u64,
-    };
-    let config = WriterConfig {
-        batch_bytes,
-        merger_reads_first: setup.options.merger_reads_first,
-        sync_shard: setup.options.sync_shard,
-        writes: setup.options.writes,
-        ..WriterConfig::default()
-    };
-    // The io_uring is set up before Ready, while nothing is recorded yet:
-    // set up by every writer at once after Start, it took a contended
-    // kernel lock inside the recording (1% of a 64-CPU guest's samples).
-    let writer = ShardWriter::new(&ring, owner, shard, control, config)?
-        .starting_at(setup.base)
-        .disabling_at_stop(setup.events());
-    serve(setup, writer, start, report, &ring)
-}
-
-/// Says Ready, waits for Start (on `start`, the control pipe), enables
-/// the CPU's events, says Started, then serves the ring from window to
-/// window until a stop.
-fn serve(
-    setup: &WriterSetup,
-    mut writer: impl RingWriter,
-    mut start: File,
-    report: &mut File,
-    ring: &RingBuffer,
-) -> io::Result<WriterStats> {
-    Report::Ready {
-        records: Vec::new(),
-        capturing: false,
-    }
-    .write_to(report)?;
-    // Anything but Start means the recording was abandoned before it began.
-    if Command::next_or_drain(&mut start)? != Command::Start {
-        return Ok(WriterStats::default());
-    }
-    drop(start);
-    if setup.options.enable {
-        // The side-band event is the VIP's to enable, before it lists
-        // the programs already loaded.
-        setup.cpu.events.iter().try_for_each(|e| e.event.enable())?;
-    }
-    Report::Started.write_to(report)?;
-    let mut windows = setup.windows.clone();
-    while writer.serve()? == Served::Switch {
-        // Without windows, a Switch goes on in the same shard.
-        if let Some(windows) = windows.as_mut() {
-            let dir = windows.advance();
-            let next = dir
-                .create_file(&dir.shard_path(setup.cpu.cpu))
-                .map_err(io::Error::other)?;
-            writer.switch_shard(next);
-        }
-        Report::Switched {
-            base: ring.tail(),
-            records: Vec::new(),
-        }
-        .write_to(report)?;
-    }
-    writer.finish()
 }

@@ -480,6 +480,13 @@ const DATA_TAIL: usize = offset_of!(perf_event_mmap_page, data_tail);
 const DATA_OFFSET: usize = offset_of!(perf_event_mmap_page, data_offset);
 const DATA_SIZE: usize = offset_of!(perf_event_mmap_page, data_size);
 
+/// Where a ring of `ring_bytes` wakes its reader: at a quarter full, so
+/// three quarters absorb the write's latency, and the reader writes in
+/// pieces of about this size.
+pub fn wakeup_watermark(ring_bytes: usize) -> u32 {
+    (ring_bytes / 4).max(1) as u32
+}
+
 /// The system page size.
 pub fn page_size() -> usize {
     // SAFETY: sysconf has no memory-safety preconditions.

@@ -8,7 +8,8 @@
 //! into the `bpf` file ([`capture`]) — a program may live only
 //! milliseconds. At start it describes the programs already loaded
 //! ([`existing`]). With `--off-cpu` it loads and runs the off-CPU program
-//! ([`off_cpu`]).
+//! ([`off_cpu`]). [`process`] is the VIP process's body, which the
+//! coordinator forks.
 
 pub mod capture;
 mod clock;
@@ -16,6 +17,7 @@ pub mod existing;
 pub mod filters;
 pub mod kernel_capture;
 pub mod off_cpu;
+pub mod process;
 mod sideband;
 
 pub use sideband::{SideBand, Vip, BUFFER};

@@ -26,12 +26,14 @@
 mod config;
 mod course;
 mod kernel_check;
+pub mod process;
 mod requests;
 mod shard_writer;
 mod snapshot_writer;
 
 pub use config::{ShardWrites, WriterConfig};
 pub use kernel_check::{check as check_kernel, IoUringUnavailable};
+pub use process::{WriterOptions, WriterSetup};
 pub use shard_writer::ShardWriter;
 pub use snapshot_writer::SnapshotWriter;
 

@@ -14,8 +14,9 @@ use crate::helper_process::HelperProcess;
 use crate::open::CpuEvents;
 use crate::plan::Plan;
 use crate::summary::CpuReport;
-use crate::writers::{Writer, WriterOptions, MAX_REPLACEMENTS};
+use crate::writers::{Writer, MAX_REPLACEMENTS};
 use crate::RecordError;
+use shardrec_writer::WriterOptions;
 
 /// How often the rings are looked at for data waiting below their
 /// watermark (a writer sleeps until its watermark or a command).
