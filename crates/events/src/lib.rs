@@ -2,6 +2,7 @@
 //! the command line is read, then resolved against this machine (tables,
 //! sysfs PMUs, tracefs) into [`EventSpec`]s when the plan is made.
 
+pub mod attrs;
 mod call_graph;
 mod cgroup;
 mod defaults;
@@ -9,17 +10,20 @@ mod error;
 pub mod grammar;
 pub mod modifiers;
 mod names;
+mod options;
 mod pmu;
 pub mod terms;
 
 use shardrec_sys::abi;
 use shardrec_sys::tracefs;
 
+pub use attrs::{AttrPlan, AttrScope};
 pub use call_graph::{CallGraph, DEFAULT_DWARF_STACK};
 pub use cgroup::Cgroup;
 pub use error::EventError;
 use grammar::{EventName, ParsedEvent, ParsedGroup};
 pub use modifiers::Modifiers;
+pub use options::{AddressSpace, SampleOptions, Sampling};
 use pmu::{Configs, Pmu};
 use terms::EventTerms;
 

@@ -248,7 +248,7 @@ mod tests {
     use super::*;
 
     fn u16_at(bytes: &[u8], at: usize) -> u16 {
-        u16::from_ne_bytes(bytes[at..at + 2].try_into().unwrap())
+        shardrec_format::u16_at(bytes, at).unwrap()
     }
 
     #[test]

@@ -31,7 +31,6 @@
 //! # Ok::<(), shardrec_record::RecordError>(())
 //! ```
 
-mod attrs;
 mod config;
 mod coordinator;
 mod error;

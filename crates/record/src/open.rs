@@ -74,7 +74,7 @@ pub const SIDE_BAND_RING_PAGES: usize = 16;
 /// permission for CPU-wide events (a workload recorded unprivileged).
 pub fn open_side_band(plan: &Plan) -> Result<SideBandEvents, SideBandUnavailable> {
     let mut attr = Attr::software(abi::PERF_COUNT_SW_DUMMY as u64);
-    attr.set_sample_type(crate::attrs::BASE_SAMPLE_TYPE);
+    attr.set_sample_type(shardrec_events::attrs::BASE_SAMPLE_TYPE);
     // The same read_format as the recorded events: perf checks that a
     // file's events agree on it.
     attr.set_read_format(match plan.lost_counts {
@@ -84,7 +84,7 @@ pub fn open_side_band(plan: &Plan) -> Result<SideBandEvents, SideBandUnavailable
     attr.set_sample_id_all();
     attr.set_bpf_tracking();
     if plan.side_band_tracking {
-        crate::attrs::set_task_tracking(&mut attr, plan);
+        shardrec_events::attrs::set_task_tracking(&mut attr, &plan.attr_plan());
     }
     attr.set_wakeup_watermark(1);
     if let Some(clockid) = plan.clockid {

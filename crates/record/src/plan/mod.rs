@@ -3,7 +3,7 @@
 
 mod resolve;
 
-use shardrec_events::EventSpec;
+use shardrec_events::{AttrPlan, AttrScope, EventSpec};
 use shardrec_sys::{abi, Attr};
 
 use crate::config::{AddressSpace, CallGraph, Delay, SampleOptions, Sampling};
@@ -83,6 +83,31 @@ pub struct Plan {
 const FIXED_FDS: u64 = 64;
 
 impl Plan {
+    /// What the events' attrs take from this plan.
+    pub fn attr_plan(&self) -> AttrPlan<'_> {
+        AttrPlan {
+            events: &self.events,
+            tracking: self.tracking,
+            scope: match self.scope {
+                Scope::SystemWide => AttrScope::SystemWide,
+                Scope::Threads(_) => AttrScope::Threads,
+                Scope::Workload => AttrScope::Workload,
+            },
+            delayed: self.delay.is_some(),
+            ring_pages: self.ring_pages,
+            sampling: self.sampling,
+            call_graph: self.call_graph,
+            clockid: self.clockid,
+            inherit: self.inherit,
+            all_in: self.all_in,
+            lost_counts: self.lost_counts,
+            sample: self.sample.clone(),
+            overwrite: self.overwrite,
+            build_id_mmap: self.build_id_mmap,
+            side_band_tracking: self.side_band_tracking,
+        }
+    }
+
     /// Whether the tasks are described at the end of each output (the
     /// flight recorder's records are its last moments; `--tail-synthesize`).
     pub fn synthesizes_at_end(&self) -> bool {
@@ -172,10 +197,7 @@ impl Plan {
     }
 }
 
-/// `PERF_FORMAT_LOST`, read_format bit 4.
-pub const FORMAT_LOST: u64 = 1 << 4;
-/// `PERF_FORMAT_ID`, read_format bit 2.
-pub const FORMAT_ID: u64 = 1 << 2;
+pub use shardrec_events::attrs::{FORMAT_ID, FORMAT_LOST};
 
 /// The threads of process `pid`, from `/proc/PID/task`.
 pub(crate) fn threads_of(pid: i32) -> Result<Vec<i32>, RecordError> {

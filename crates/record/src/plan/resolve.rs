@@ -73,7 +73,7 @@ impl Plan {
             off_cpu_threshold_ms: config.off_cpu_thresh_ms.unwrap_or(0),
             warnings,
         };
-        let mut attrs = crate::attrs::build(&plan);
+        let mut attrs = shardrec_events::attrs::build(&plan.attr_plan());
         crate::negotiate::negotiate(&mut plan, &mut attrs, config.verbose)?;
         plan.attrs = attrs;
         plan.check_sample_filters()?;

@@ -23,7 +23,7 @@ use crate::RecordError;
 use shardrec_events::{self as events, EventArg, EventError, EventSpec};
 
 /// What a trigger's sample carries: enough to tell whose hit it was.
-const SAMPLE_TYPE: u64 = crate::attrs::BASE_SAMPLE_TYPE;
+const SAMPLE_TYPE: u64 = shardrec_events::attrs::BASE_SAMPLE_TYPE;
 
 /// Data pages of each trigger's ring: a page holds dozens of samples, and
 /// the coordinator drains it at each wakeup.
@@ -181,7 +181,7 @@ fn sample_pid(sample: &[u8]) -> Option<i32> {
 /// A switch event's attr: the event as the user spelled it, sampling every
 /// hit (or its own `period=`), waking its reader at each sample.
 fn attr(plan: &Plan, spec: &EventSpec) -> Attr {
-    let mut attr = crate::attrs::event_attr(plan, spec);
+    let mut attr = shardrec_events::attrs::event_attr(&plan.attr_plan(), spec);
     attr.set_period(spec.terms.period.unwrap_or(1));
     attr.set_sample_type(SAMPLE_TYPE);
     attr.set_wakeup_events(1);

@@ -7,9 +7,59 @@
 
 use shardrec_sys::{abi, process::user_regs_mask, ring, Attr, Flag};
 
-use crate::config::{AddressSpace, CallGraph, Sampling};
-use crate::plan::{Plan, Scope, FORMAT_ID, FORMAT_LOST};
-use shardrec_events::EventSpec;
+use crate::{AddressSpace, CallGraph, EventSpec, SampleOptions, Sampling};
+
+/// Which tasks a recording follows, as its attrs see it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttrScope {
+    /// `-a`, `-C`: every task on the CPUs.
+    SystemWide,
+    /// `-p`, `-t`: tasks that already run.
+    Threads,
+    /// `-- cmd`: the workload, from its exec.
+    Workload,
+}
+
+/// What each event's attr takes from the recording: its events, and the
+/// options that shape every attr, as the recording's plan resolved them.
+#[derive(Clone, Debug)]
+pub struct AttrPlan<'a> {
+    /// The events, in order.
+    pub events: &'a [EventSpec],
+    /// The event that carries the side band (mmap, comm, task).
+    pub tracking: usize,
+    /// Which tasks are followed.
+    pub scope: AttrScope,
+    /// `-D`: the events start later, enabled by the recorder.
+    pub delayed: bool,
+    /// Each CPU's ring, in pages.
+    pub ring_pages: usize,
+    /// `-F`, `-c`.
+    pub sampling: Sampling,
+    /// `--call-graph`.
+    pub call_graph: CallGraph,
+    /// `-k`.
+    pub clockid: Option<i32>,
+    /// Children are followed (not `-i`).
+    pub inherit: bool,
+    /// `--all-user`, `--all-kernel`.
+    pub all_in: Option<AddressSpace>,
+    /// The kernel counts lost samples per event (`PERF_FORMAT_LOST`, 6.0+).
+    pub lost_counts: bool,
+    /// What each sample carries beyond its event's own.
+    pub sample: SampleOptions,
+    /// `--overwrite`.
+    pub overwrite: bool,
+    /// `--buildid-mmap`.
+    pub build_id_mmap: bool,
+    /// The side band's own tracking event carries the task records.
+    pub side_band_tracking: bool,
+}
+
+/// `PERF_FORMAT_LOST`, read_format bit 4.
+pub const FORMAT_LOST: u64 = 1 << 4;
+/// `PERF_FORMAT_ID`, read_format bit 2.
+pub const FORMAT_ID: u64 = 1 << 2;
 
 /// perf record's default frequency.
 const DEFAULT_HZ: u64 = 4000;
@@ -37,7 +87,7 @@ const LBR_BRANCHES: u64 = (abi::PERF_SAMPLE_BRANCH_USER
 /// The attr of each event in the plan, in order. The plan's tracking event
 /// (the first, or perf's dummy when system-wide) carries the side-band
 /// (mmap, comm, task), as in perf.
-pub fn build(plan: &Plan) -> Vec<Attr> {
+pub fn build(plan: &AttrPlan) -> Vec<Attr> {
     let ring_bytes = plan.ring_pages * shardrec_sys::ring::page_size();
     let mut attrs: Vec<Attr> = (0..plan.events.len())
         .map(|i| build_one(plan, i, ring_bytes))
@@ -53,7 +103,7 @@ pub fn build(plan: &Plan) -> Vec<Attr> {
 /// that is only read (Intel's topdown `slots`), the next member. The
 /// others only count, unless their own terms give them a period, and take
 /// the sampler's and the leader's sample layout.
-fn follow_group_sampler(plan: &Plan, attrs: &mut [Attr], index: usize) {
+fn follow_group_sampler(plan: &AttrPlan, attrs: &mut [Attr], index: usize) {
     let leader = plan.events[index].leader.unwrap_or(index);
     if !plan.events[leader].modifiers.sample_read {
         return;
@@ -77,7 +127,7 @@ fn follow_group_sampler(plan: &Plan, attrs: &mut [Attr], index: usize) {
 
 /// The event as the user spelled it: its type, config and modifiers,
 /// before what a recording adds (samples, tracking, enabling).
-pub fn event_attr(plan: &Plan, spec: &EventSpec) -> Attr {
+pub fn event_attr(plan: &AttrPlan, spec: &EventSpec) -> Attr {
     let mut attr = Attr::new(spec.type_, spec.config());
     attr.set_configs(spec.configs.config1, spec.configs.config2);
     attr.set_bp_type(spec.bp_type);
@@ -85,7 +135,7 @@ pub fn event_attr(plan: &Plan, spec: &EventSpec) -> Attr {
     attr
 }
 
-fn build_one(plan: &Plan, index: usize, ring_bytes: usize) -> Attr {
+fn build_one(plan: &AttrPlan, index: usize, ring_bytes: usize) -> Attr {
     let spec = &plan.events[index];
     if spec.is_off_cpu() {
         return off_cpu_attr(plan, index, ring_bytes);
@@ -108,7 +158,7 @@ fn build_one(plan: &Plan, index: usize, ring_bytes: usize) -> Attr {
 
 /// What every event of a CPU's ring shares: the trailer on every record,
 /// the clock and the ring's direction and wakeups.
-fn set_clock_and_ring(attr: &mut Attr, plan: &Plan, ring_bytes: usize) {
+fn set_clock_and_ring(attr: &mut Attr, plan: &AttrPlan, ring_bytes: usize) {
     attr.set_sample_id_all();
     if let Some(clockid) = plan.clockid {
         attr.set_clock(clockid);
@@ -123,7 +173,7 @@ fn set_clock_and_ring(attr: &mut Attr, plan: &Plan, ring_bytes: usize) {
 /// `--off-cpu`'s output event on a CPU: every wait the program writes is
 /// a sample; it follows no task (the program picks the tasks), and is
 /// enabled with the CPU's other events, into whose ring it writes.
-fn off_cpu_attr(plan: &Plan, index: usize, ring_bytes: usize) -> Attr {
+fn off_cpu_attr(plan: &AttrPlan, index: usize, ring_bytes: usize) -> Attr {
     let mut attr = event_attr(plan, &plan.events[index]);
     attr.set_period(1);
     // The wait itself is raw data, which the merge makes perf's sample
@@ -137,7 +187,7 @@ fn off_cpu_attr(plan: &Plan, index: usize, ring_bytes: usize) -> Attr {
 }
 
 /// The events in the group of event `index` (1 for an event alone).
-fn group_size(plan: &Plan, index: usize) -> usize {
+fn group_size(plan: &AttrPlan, index: usize) -> usize {
     let leader = plan.events[index].leader.unwrap_or(index);
     1 + plan
         .events
@@ -149,7 +199,7 @@ fn group_size(plan: &Plan, index: usize) -> usize {
 /// What `read()` (and a sample's READ) returns: ids, the lost count where
 /// the kernel keeps one, a whole group for `:S`, times for `-s` and
 /// `--running-time`.
-fn set_read_format(attr: &mut Attr, plan: &Plan, index: usize, mut sample_type: u64) -> u64 {
+fn set_read_format(attr: &mut Attr, plan: &AttrPlan, index: usize, mut sample_type: u64) -> u64 {
     let mut read_format = FORMAT_ID;
     if plan.lost_counts {
         read_format |= FORMAT_LOST;
@@ -177,18 +227,18 @@ fn set_read_format(attr: &mut Attr, plan: &Plan, index: usize, mut sample_type: 
 /// Group members follow their leader: only the leader is disabled and
 /// enabled (at the workload's exec, unless -D delays it). The tracking
 /// dummy runs at once system-wide, else from the exec even with -D.
-fn set_enabling(attr: &mut Attr, plan: &Plan, spec: &EventSpec) {
+fn set_enabling(attr: &mut Attr, plan: &AttrPlan, spec: &EventSpec) {
     let leads = spec.leader.is_none();
     let dummy = spec.is_tracking_dummy();
-    let immediate = dummy && plan.scope == Scope::SystemWide;
-    let at_exec = plan.scope == Scope::Workload && (plan.delay.is_none() || dummy);
+    let immediate = dummy && plan.scope == AttrScope::SystemWide;
+    let at_exec = plan.scope == AttrScope::Workload && (!plan.delayed || dummy);
     attr.set_flag(Flag::Disabled, leads && !immediate);
     attr.set_flag(Flag::EnableOnExec, leads && !immediate && at_exec);
 }
 
 /// The modifiers' exclusions and constraints, with `--all-user` and
 /// `--all-kernel` winning over them as in perf.
-fn set_modifiers(attr: &mut Attr, plan: &Plan, spec: &EventSpec) {
+fn set_modifiers(attr: &mut Attr, plan: &AttrPlan, spec: &EventSpec) {
     let m = &spec.modifiers;
     let (exclude_user, exclude_kernel) = match plan.all_in {
         Some(AddressSpace::User) => (false, true),
@@ -216,7 +266,7 @@ fn is_dummy(spec: &EventSpec) -> bool {
 
 /// The registers `-I` and `--user-regs` (with arm64's link register) add
 /// to an event's samples: none to a dummy's, as in perf.
-fn asked_regs(plan: &Plan, spec: &EventSpec) -> (u64, u64) {
+fn asked_regs(plan: &AttrPlan, spec: &EventSpec) -> (u64, u64) {
     match is_dummy(spec) {
         true => (0, 0),
         false => (plan.sample.intr_regs, user_regs(plan)),
@@ -226,7 +276,7 @@ fn asked_regs(plan: &Plan, spec: &EventSpec) -> (u64, u64) {
 /// The user registers asked for: `--user-regs`, and on arm64 with
 /// frame-pointer callchains the link register, which perf samples to find
 /// a leaf function's caller (`arch__add_leaf_frame_record_opts`).
-fn user_regs(plan: &Plan) -> u64 {
+fn user_regs(plan: &AttrPlan) -> u64 {
     let arm64 = cfg!(target_arch = "aarch64");
     plan.sample.user_regs | leaf_frame_regs(arm64, plan.call_graph)
 }
@@ -262,7 +312,7 @@ fn weight_bit(x86: bool) -> u32 {
 }
 
 /// The sample bits the sample options and the event's kind add.
-fn sample_bits(plan: &Plan, spec: &EventSpec) -> u64 {
+fn sample_bits(plan: &AttrPlan, spec: &EventSpec) -> u64 {
     let s = &plan.sample;
     let dwarf = matches!(call_graph(plan, spec), CallGraph::Dwarf(_));
     let (intr_regs, user_regs) = asked_regs(plan, spec);
@@ -290,7 +340,7 @@ fn sample_bits(plan: &Plan, spec: &EventSpec) -> u64 {
 }
 
 /// The registers and branch filter the sample options ask for.
-fn set_sample_contents(attr: &mut Attr, plan: &Plan, spec: &EventSpec) {
+fn set_sample_contents(attr: &mut Attr, plan: &AttrPlan, spec: &EventSpec) {
     let (intr_regs, user_regs) = asked_regs(plan, spec);
     if intr_regs != 0 {
         attr.set_intr_regs(intr_regs);
@@ -307,7 +357,7 @@ fn set_sample_contents(attr: &mut Attr, plan: &Plan, spec: &EventSpec) {
 /// event's own default (every hit, for tracepoints and breakpoints), and
 /// whether samples carry their period (perf: with frequency sampling, or
 /// with `-P`; a `period=` term drops it).
-fn set_sampling(attr: &mut Attr, plan: &Plan, spec: &EventSpec, mut sample_type: u64) -> u64 {
+fn set_sampling(attr: &mut Attr, plan: &AttrPlan, spec: &EventSpec, mut sample_type: u64) -> u64 {
     // A `:S` group's members are made to count by follow_group_sampler.
     let every_hit = spec.is_tracepoint() || spec.is_breakpoint() || spec.is_tracking_dummy();
     let sampling = match (spec.terms.period, spec.terms.freq, plan.sampling) {
@@ -340,11 +390,11 @@ fn set_sampling(attr: &mut Attr, plan: &Plan, spec: &EventSpec, mut sample_type:
 }
 
 /// The event's call graph: its `call-graph=` term, else the command line's.
-fn call_graph(plan: &Plan, spec: &EventSpec) -> CallGraph {
+fn call_graph(plan: &AttrPlan, spec: &EventSpec) -> CallGraph {
     spec.terms.call_graph.unwrap_or(plan.call_graph)
 }
 
-fn set_call_graph(attr: &mut Attr, plan: &Plan, spec: &EventSpec, mut sample_type: u64) -> u64 {
+fn set_call_graph(attr: &mut Attr, plan: &AttrPlan, spec: &EventSpec, mut sample_type: u64) -> u64 {
     let callchain = abi::PERF_SAMPLE_CALLCHAIN as u64;
     match call_graph(plan, spec) {
         CallGraph::None => {}
@@ -385,7 +435,7 @@ fn set_call_graph(attr: &mut Attr, plan: &Plan, spec: &EventSpec, mut sample_typ
 /// the tasks' records go to the VIP's side-band events instead
 /// ([`set_task_tracking`]); context switches, as many as the samples,
 /// stay with them.
-fn set_tracking(attr: &mut Attr, plan: &Plan) {
+fn set_tracking(attr: &mut Attr, plan: &AttrPlan) {
     if !plan.side_band_tracking {
         set_task_tracking(attr, plan);
     }
@@ -394,7 +444,7 @@ fn set_tracking(attr: &mut Attr, plan: &Plan) {
 
 /// The records that say which tasks exist and what they map: MMAP/MMAP2,
 /// COMM, FORK/EXIT, namespaces, cgroups.
-pub fn set_task_tracking(attr: &mut Attr, plan: &Plan) {
+pub fn set_task_tracking(attr: &mut Attr, plan: &AttrPlan) {
     attr.set_tracking();
     let s = &plan.sample;
     let dwarf = plan
@@ -415,21 +465,23 @@ pub fn set_task_tracking(attr: &mut Attr, plan: &Plan) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use shardrec_events::{resolve, EventArg};
+    use crate::{resolve, EventArg};
 
-    /// A plan for `-e EVENTS` with perf's defaults, system-wide (so with
-    /// perf's tracking dummy last).
-    fn plan(events: &str) -> Plan {
+    /// The events of `-e EVENTS` with perf's defaults, system-wide (so
+    /// with perf's tracking dummy last).
+    fn events(events: &str) -> Vec<EventSpec> {
         let mut events = resolve(&[EventArg::parse(events).unwrap()], &[]).unwrap();
         events.push(EventSpec::tracking_dummy());
-        Plan {
-            tracking: events.len() - 1,
-            switch_events: Vec::new(),
+        events
+    }
+
+    /// A plan for `events` with perf's defaults, system-wide.
+    fn plan(events: &[EventSpec]) -> AttrPlan<'_> {
+        AttrPlan {
             events,
-            cpus: vec![0],
-            scope: Scope::SystemWide,
-            pids: Vec::new(),
-            pids_are_processes: false,
+            tracking: events.len() - 1,
+            scope: AttrScope::SystemWide,
+            delayed: false,
             ring_pages: 1,
             sampling: Sampling::Frequency(DEFAULT_HZ),
             call_graph: CallGraph::None,
@@ -438,15 +490,9 @@ mod tests {
             all_in: None,
             lost_counts: true,
             sample: Default::default(),
-            attrs: Vec::new(),
-            delay: None,
             overwrite: false,
-            realtime: None,
-            synthesis: Default::default(),
             build_id_mmap: false,
             side_band_tracking: false,
-            off_cpu_threshold_ms: 0,
-            warnings: Vec::new(),
         }
     }
 
@@ -456,7 +502,8 @@ mod tests {
 
     #[test]
     fn the_dummy_is_asked_for_no_registers() {
-        let mut plan = plan("cpu-clock");
+        let events = events("cpu-clock");
+        let mut plan = plan(&events);
         plan.sample.intr_regs = 0xff;
         plan.sample.user_regs = 0x1;
         let attrs = build(&plan);
@@ -468,7 +515,8 @@ mod tests {
 
     #[test]
     fn dwarf_with_chosen_registers_adds_only_ip_and_sp() {
-        let mut plan = plan("cpu-clock");
+        let events = events("cpu-clock");
+        let mut plan = plan(&events);
         plan.call_graph = CallGraph::Dwarf(8192);
         let full = build(&plan);
         plan.sample.user_regs = 0x1;
@@ -482,7 +530,8 @@ mod tests {
 
     #[test]
     fn lbr_gives_way_to_a_branch_stack_and_to_kernel_only_events() {
-        let mut plan = plan("cpu-clock,cpu-clock:k");
+        let events = events("cpu-clock,cpu-clock:k");
+        let mut plan = plan(&events);
         plan.call_graph = CallGraph::Lbr;
         let attrs = build(&plan);
         assert_eq!(attrs[0].branch_sample_type(), LBR_BRANCHES);
@@ -504,7 +553,8 @@ mod tests {
 
     #[test]
     fn a_read_group_samples_through_its_leader() {
-        let plan = plan("{cpu-clock:S,task-clock,cs/period=100/}");
+        let events = events("{cpu-clock:S,task-clock,cs/period=100/}");
+        let plan = plan(&events);
         let attrs = build(&plan);
         assert!(attrs[0].flag(Flag::Freq) && attrs[0].samples());
         assert!(!attrs[1].flag(Flag::Freq) && !attrs[1].samples());
@@ -515,7 +565,7 @@ mod tests {
 
     #[test]
     fn group_members_are_not_pinned_by_the_groups_letters() {
-        let attrs = build(&plan("{cpu-clock,task-clock}:D"));
+        let attrs = build(&plan(&events("{cpu-clock,task-clock}:D")));
         assert!(attrs[0].flag(Flag::Pinned) && !attrs[1].flag(Flag::Pinned));
     }
 }
