@@ -34,6 +34,7 @@ mod report;
 mod shard_set;
 mod slice_writer;
 mod slices;
+pub mod switched;
 pub mod time_spec;
 pub mod window;
 

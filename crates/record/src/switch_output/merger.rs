@@ -1,16 +1,17 @@
-//! The merger: one process, forked at the start with the other helpers (so
-//! tracepoints leave it out with them), at the least CPU priority and with
-//! one thread, which carries out the coordinator's jobs one after the
-//! other: merge a window (or several, joined) into an output. [`Job`]s come
-//! on a pipe; when it ends, the merger reports the [`Outputs`] it kept and
+//! The coordinator's window merger: one process, forked at the start with
+//! the other helpers (so tracepoints leave it out with them), at the least
+//! CPU priority and with one thread, which carries out the coordinator's
+//! jobs one after the other (its body is `shardrec_merge::switched`):
+//! merge a window (or several, joined) into an output. [`Job`]s go down a
+//! pipe; when it ends, the merger reports the [`Outputs`] it kept and
 //! those it could not write, and exits. Both go in control's one framing.
 
-use std::io::{BufRead, BufReader};
-use std::path::Path;
+use std::io::BufReader;
 
 use nix::unistd::Pid;
 use shardrec_control::{Framed, Helper, HelperEnds};
-use shardrec_shard::{Meta, RecordingDir};
+use shardrec_merge::switched::{self, Merged, WindowMerges};
+use shardrec_shard::RecordingDir;
 use shardrec_sys::process;
 
 use crate::config::SwitchOutput;
@@ -41,7 +42,14 @@ impl Merger {
                 mut reports,
                 ..
             } = ends;
-            let outputs = serve(&root, &settings, BufReader::new(orders));
+            let merges = WindowMerges {
+                max_files: settings.max_files,
+                merge: settings.merge.clone(),
+                keep_shards: settings.keep_shards,
+                keep_windows: settings.keep_last.is_some(),
+            };
+            let said = |merged: Merged| say_merged(merged, settings.quiet);
+            let outputs = switched::serve(&root, &merges, BufReader::new(orders), said);
             i32::from(outputs.write_to(&mut reports).is_err())
         })
         .map_err(RecordError::system("starting the merge process"))?;
@@ -68,107 +76,25 @@ impl Merger {
     }
 }
 
-/// The merger's loop: carries out each job, keeping to
-/// `--switch-max-files`, until the job pipe ends.
-fn serve(root: &RecordingDir, settings: &SwitchOutput, mut jobs: impl BufRead) -> Outputs {
-    let mut outputs = Outputs {
-        max_files: settings.max_files,
-        ..Outputs::default()
-    };
-    while let Some(Job {
-        root: from,
-        windows,
-        output,
-    }) = Job::read_from(&mut jobs).ok().flatten()
-    {
-        let staged = from != root.path();
-        let from = RecordingDir::open(from);
-        let merged = merge_windows(&from, &windows, &output, settings);
-        if staged {
-            let _ = std::fs::remove_dir_all(from.path());
+/// What the merger says of each job, as it is done: perf's "Dump" line,
+/// or why an output could not be written.
+fn say_merged(merged: Merged, quiet: bool) {
+    match merged {
+        Merged::Written(output) if !quiet => {
+            say::note(&format!("[ shardrec record: Dump {} ]", output.display()));
         }
-        match merged {
-            Ok(()) => outputs.add(output),
-            Err(error) => {
-                say::error(&format!(
-                    "cannot write {} (the shards are kept in {}): {}",
-                    output.display(),
-                    root.path().display(),
-                    shardrec_shard::with_causes(&error)
-                ));
-                outputs.failed.push(output);
-            }
-        }
+        Merged::Written(_) => {}
+        Merged::Failed {
+            output,
+            kept_in,
+            error,
+        } => say::error(&format!(
+            "cannot write {} (the shards are kept in {}): {}",
+            output.display(),
+            kept_in.display(),
+            shardrec_shard::with_causes(error)
+        )),
     }
-    outputs
-}
-
-/// Merges window `windows[0]` alone (then removes it, unless the shards
-/// are kept or the windows are kept for later snapshots), or several
-/// windows joined into a directory of their own (then removed).
-fn merge_windows(
-    root: &RecordingDir,
-    windows: &[u32],
-    output: &Path,
-    settings: &SwitchOutput,
-) -> Result<(), shardrec_merge::MergeError> {
-    match windows {
-        [window] if settings.keep_last.is_none() => {
-            let dir = root.window(*window);
-            merge(&dir, output, settings, !settings.keep_shards)?;
-            if !settings.keep_shards {
-                let _ = std::fs::remove_dir_all(dir.path());
-            }
-            Ok(())
-        }
-        _ => {
-            let last = windows.last().copied().unwrap_or_default();
-            let joined = RecordingDir::open(root.path().join(format!("joined{last:06}")));
-            let _ = std::fs::remove_dir_all(joined.path());
-            let dirs: Vec<RecordingDir> = windows.iter().map(|&w| root.window(w)).collect();
-            let result = RecordingDir::create(joined.path())
-                .and_then(|dir| dir.join_windows(&dirs))
-                .map_err(shardrec_merge::MergeError::from)
-                .and_then(|()| merge(&joined, output, settings, true));
-            let _ = std::fs::remove_dir_all(joined.path());
-            result
-        }
-    }
-}
-
-/// Merges the recording in `dir`: walks its shards, completes its meta,
-/// merges into a hidden file renamed to the output when whole (a reader
-/// never sees half a file); `consume` frees the shards as it goes (they
-/// are removed after).
-fn merge(
-    dir: &RecordingDir,
-    output: &Path,
-    settings: &SwitchOutput,
-    consume: bool,
-) -> Result<(), shardrec_merge::MergeError> {
-    let mut meta: Meta = dir.read_surviving_meta()?.0;
-    // One thread: the tracepoints leave this process out by its pid, which
-    // new threads would not have.
-    // An index that cannot be written costs a merge of a time window its
-    // walk, and this window is merged now: nothing to say.
-    let accounted = shardrec_shard::accounting::account(dir, &mut meta, 1, None)?;
-    dir.release_meta_room();
-    dir.write_meta(&meta)?;
-    let name = output.file_name().unwrap_or_default().to_string_lossy();
-    let partial = output.with_file_name(format!(".{name}.partial"));
-    let options = shardrec_merge::MergeOptions {
-        progress: false,
-        threads: Some(1),
-        consume,
-        ..settings.merge.clone()
-    };
-    let target = shardrec_shard::output::Output::resolve(&partial)?;
-    shardrec_merge::merge_scanned(dir.path(), &target, &options, accounted.scanned)?;
-    std::fs::rename(&partial, output).map_err(shardrec_shard::Error::io(output))?;
-    if !settings.quiet {
-        say::note(&format!("[ shardrec record: Dump {} ]", output.display()));
-    }
-    Ok(())
 }
 
 #[cfg(test)]
