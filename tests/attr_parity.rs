@@ -77,6 +77,10 @@ const CORPUS: &[&str] = &[
     "-e syscalls:sys_enter_read --filter fd==0",
     "-e sched:sched_process_exec -c 2",
     "-e raw_syscalls:sys_enter,sched:sched_switch",
+    // perf's tools that record, their words then the user's.
+    "sched record",
+    "sched record -g",
+    "sched record -e sched:sched_process_exec -m 256",
     // Groups.
     "-e {cpu-clock,task-clock}",
     "-e {cpu-clock,task-clock}:S",
@@ -310,6 +314,10 @@ impl Drop for Stopped {
     }
 }
 
+/// perf's tools whose `record` shardrec takes, as a corpus line's first
+/// word.
+const TOOLS: &[&str] = &["sched"];
+
 /// Runs both recorders on `line`, with `{pid}` standing for `target` and
 /// `{cgroup}` for the test's cgroup.
 fn run_both(
@@ -321,17 +329,23 @@ fn run_both(
         .replace("{pid}", &target.to_string())
         .replace("{cgroup}", CGROUP);
     let args: Vec<&str> = line.split_whitespace().collect();
+    // `TOOL record ARGS`: perf's tool against shardrec's.
+    let (command, args) = match args.as_slice() {
+        [tool, "record", rest @ ..] if TOOLS.contains(tool) => (vec![*tool, "record"], rest),
+        _ => (vec!["record"], &args[..]),
+    };
     let mut perf = std::process::Command::new("perf");
-    perf.arg("record")
+    perf.args(&command)
         .arg("-vv")
         .arg("-o")
         .arg(scratch.0.join("perf.data"))
-        .args(&args)
+        .args(args)
         .args(["--", "true"]);
     let mut ours = shardrec();
-    ours.args(["record", "-vv", "-o"])
+    ours.args(&command)
+        .args(["-vv", "-o"])
         .arg(scratch.0.join("shardrec.data"))
-        .args(&args)
+        .args(args)
         .args(["--", "true"]);
     let perf = run(perf);
     let ours = run(ours);

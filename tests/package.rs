@@ -86,6 +86,7 @@ fn the_package_installs_into_a_fresh_debian_records_and_has_its_man_page() {
         "./usr/bin/shardrec",
         "./usr/share/man/man1/shardrec.1.gz",
         "./usr/share/man/man1/shardrec-record.1.gz",
+        "./usr/share/man/man1/shardrec-sched.1.gz",
         "./usr/share/man/man1/shardrec-merge.1.gz",
         "./usr/share/man/man1/shardrec-archive.1.gz",
         "./usr/share/bash-completion/completions/shardrec",

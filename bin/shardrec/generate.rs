@@ -14,7 +14,11 @@ use crate::flags::{self, Generated};
 const SEE_ALSO: &[(&str, &str)] = &[
     (
         "shardrec",
-        "shardrec-record(1), shardrec-merge(1), shardrec-archive(1), perf(1)",
+        "shardrec-record(1), shardrec-sched(1), shardrec-merge(1), shardrec-archive(1), perf(1)",
+    ),
+    (
+        "shardrec-sched",
+        "shardrec-record(1), perf-sched(1), perf-record(1)",
     ),
     (
         "shardrec-record",

@@ -9,7 +9,7 @@ mod record_summary;
 use std::path::Path;
 use std::process::ExitCode;
 
-use flags::{Action, MergeArgs, Parsed, RecordArgs};
+use flags::{Action, MergeArgs, Parsed, RecordArgs, Tool, ToolArgs, ToolCommand};
 use messages::Messages;
 use shardrec_merge::MergeError;
 use shardrec_record::{Exit, RecordError, Reporter};
@@ -62,6 +62,7 @@ fn main() -> ExitCode {
     }
     let result = match cli.action {
         Action::Record(args) => record(*args, &command_line),
+        Action::Sched(args) => tool_record(Tool::Sched, args, &command_line),
         Action::Merge(args) => merge(&args),
         Action::Archive(args) => archive(&args),
         Action::Generate(args) => generate(&args),
@@ -99,6 +100,29 @@ fn record(args: RecordArgs, command_line: &[String]) -> Result<ExitCode, Error> 
     match shardrec_record::record(config, command_line, messages)? {
         Exit::Status(code) => Ok(ExitCode::from(code)),
         Exit::ReaderLeft => shardrec_record::die_of_sigpipe(),
+    }
+}
+
+/// `shardrec TOOL record ARGS`: `shardrec record` with the tool's words
+/// before `ARGS`, read as any record command line (help, usage errors
+/// and all); the header keeps the command line as typed, as perf's does.
+fn tool_record(tool: Tool, args: ToolArgs, command_line: &[String]) -> Result<ExitCode, Error> {
+    let ToolCommand::Record { args } = args.command;
+    let program = command_line.first().map_or("shardrec", String::as_str);
+    let words = tool.record_command_line(program, &args);
+    match flags::parse(words) {
+        Parsed::Run(cli) => match cli.action {
+            Action::Record(args) => record(*args, command_line),
+            _ => unreachable!("a tool's words are a record command line"),
+        },
+        Parsed::Print(message) => {
+            let _ = message.print();
+            Ok(ExitCode::from(message.exit_code() as u8))
+        }
+        Parsed::Refused(message) => {
+            messages::error(&format!("{} record: {message}", tool.name()));
+            Ok(ExitCode::from(USAGE))
+        }
     }
 }
 

@@ -7,9 +7,11 @@ mod perf_only;
 mod record;
 mod samples;
 mod synthesis;
+mod tools;
 mod values;
 
 pub use record::RecordArgs;
+pub use tools::{Tool, ToolArgs, ToolCommand};
 
 use std::path::PathBuf;
 
@@ -32,6 +34,10 @@ pub enum Action {
     ///
     /// Exit status: the command's own (as perf), 0 for a recording without one, 1 when it was cut (a full disk: what was written merges), 2 for a usage error, 255 for any other failure (one line on stderr says which).
     Record(Box<RecordArgs>),
+    /// Record as perf sched record does (shardrec sched record [options] [-- cmd]), for perf sched latency, map and timehist to read.
+    ///
+    /// The events and options of perf 6.1's perf sched record (every CPU, raw samples, 4 MiB rings, each scheduler event counted: sched_switch, sched_stat_runtime, sched_process_fork, sched_wakeup_new, sched_migrate_task, sched_waking or sched_wakeup, and the schedstat events where the kernel has them), then perf record's options and the command given, as perf passes them on.
+    Sched(ToolArgs),
     /// Merge a recording's shards (DIR, e.g. perf.data.shards) into one perf.data.
     Merge(MergeArgs),
     /// As perf archive: FILE.tar.bz2 with the build-id cache's files of FILE's build ids, to unpack into ~/.debug where the profile is read.
@@ -125,6 +131,10 @@ pub enum Parsed {
 /// known (those shardrec leaves to perf are refused or noted, never taken
 /// for the command); an unknown option is a usage error naming it.
 pub fn parse(args: impl IntoIterator<Item = String>) -> Parsed {
+    let args: Vec<String> = args.into_iter().collect();
+    if let Some(refused) = tools::other_than_record(&args) {
+        return Parsed::Refused(refused);
+    }
     let matches = match command().try_get_matches_from(args) {
         Ok(matches) => matches,
         Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => {
@@ -163,9 +173,14 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Parsed {
 }
 
 /// The whole command line: shardrec's options, and the rest of perf
-/// record's, each refused or noted.
+/// record's, each refused or noted. An option given twice takes the
+/// last value, as perf's parser does (`shardrec sched record -m 256`
+/// after the tool's own `-m 1024`).
 pub fn command() -> clap::Command {
-    let record = |c: clap::Command| c.args(perf_only::OPTIONS.iter().map(|o| o.arg()));
+    let record = |c: clap::Command| {
+        c.args(perf_only::OPTIONS.iter().map(|o| o.arg()))
+            .args_override_self(true)
+    };
     Cli::command().mut_subcommand("record", record)
 }
 
