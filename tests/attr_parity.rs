@@ -81,6 +81,14 @@ const CORPUS: &[&str] = &[
     "sched record",
     "sched record -g",
     "sched record -e sched:sched_process_exec -m 256",
+    "lock record",
+    "lock record -g",
+    "kmem record",
+    "kmem --page record",
+    "kmem --slab --page record",
+    "kwork record",
+    "kwork -k softirq,irq record",
+    "kwork -k workqueue record -c 2",
     // Groups.
     "-e {cpu-clock,task-clock}",
     "-e {cpu-clock,task-clock}:S",
@@ -104,6 +112,8 @@ const CORPUS: &[&str] = &[
     "--call-graph dwarf",
     "--call-graph dwarf,4096",
     "--call-graph fp",
+    "--call-graph fp,8",
+    "-e cpu-clock --call-graph fp,4",
     "--call-graph lbr",
     "-e cpu-clock -g",
     "-e cpu-clock -d",
@@ -316,7 +326,7 @@ impl Drop for Stopped {
 
 /// perf's tools whose `record` shardrec takes, as a corpus line's first
 /// word.
-const TOOLS: &[&str] = &["sched"];
+const TOOLS: &[&str] = &["sched", "lock", "kmem", "kwork"];
 
 /// Runs both recorders on `line`, with `{pid}` standing for `target` and
 /// `{cgroup}` for the test's cgroup.
@@ -329,9 +339,10 @@ fn run_both(
         .replace("{pid}", &target.to_string())
         .replace("{cgroup}", CGROUP);
     let args: Vec<&str> = line.split_whitespace().collect();
-    // `TOOL record ARGS`: perf's tool against shardrec's.
-    let (command, args) = match args.as_slice() {
-        [tool, "record", rest @ ..] if TOOLS.contains(tool) => (vec![*tool, "record"], rest),
+    // `TOOL [its options] record ARGS`: perf's tool against shardrec's.
+    let record = args.iter().position(|&a| a == "record");
+    let (command, args) = match (args.first(), record) {
+        (Some(tool), Some(at)) if TOOLS.contains(tool) => (args[..=at].to_vec(), &args[at + 1..]),
         _ => (vec!["record"], &args[..]),
     };
     let mut perf = std::process::Command::new("perf");

@@ -1,7 +1,7 @@
-//! perf's tools that record: `shardrec sched record` against `perf sched
-//! record` over the same workload, read back with `perf sched`'s own
-//! reports. The attrs are compared field by field with perf's in
-//! tests/attr_parity.rs (its `sched record` lines).
+//! perf's tools that record: `shardrec sched|lock|kmem|kwork record`
+//! against perf's own over the same workload, read back with the tools'
+//! own reports. The attrs are compared field by field with perf's in
+//! tests/attr_parity.rs (its `TOOL record` lines).
 
 mod common;
 
@@ -18,28 +18,31 @@ const MESSAGING: &[&str] = &["perf", "bench", "sched", "messaging", "-g", "2", "
 /// The task the workload runs as, in `perf sched latency`.
 const TASK: &str = "sched-messaging";
 
-/// Records the workload with `perf sched record` into `perf.data` and
-/// with `shardrec sched record` into `shardrec.data`.
-fn record_both(scratch: &Scratch) -> (std::path::PathBuf, std::path::PathBuf) {
+/// Records the workload with perf's `tool` (its words up to `record`)
+/// into `perf.data` and with shardrec's into `shardrec.data`.
+fn record_both(scratch: &Scratch, tool: &[&str]) -> (std::path::PathBuf, std::path::PathBuf) {
     let (theirs, ours) = (scratch.0.join("perf.data"), scratch.0.join("shardrec.data"));
-    let mut perf_sched = Command::new("perf");
-    perf_sched
-        .args(["sched", "record", "-o"])
+    let mut perf_tool = Command::new("perf");
+    perf_tool
+        .args(tool)
+        .arg("-o")
         .arg(&theirs)
         .arg("--")
         .args(MESSAGING);
-    let output = run(perf_sched);
-    assert!(output.status.success(), "perf sched record: {output:?}");
-    let mut shardrec_sched = shardrec();
-    shardrec_sched
-        .args(["sched", "record", "-o"])
+    let output = run(perf_tool);
+    assert!(output.status.success(), "perf {tool:?}: {output:?}");
+    let mut shardrec_tool = shardrec();
+    shardrec_tool
+        .args(tool)
+        .arg("-o")
         .arg(&ours)
         .arg("--")
         .args(MESSAGING);
-    let output = run(shardrec_sched);
+    let output = run(shardrec_tool);
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "shardrec sched record: {stderr}");
+    assert!(output.status.success(), "shardrec {tool:?}: {stderr}");
     assert!(!stderr.contains("shardrec:"), "{stderr}");
+    assert_eq!(event_names(&ours, true), event_names(&theirs, false));
     (theirs, ours)
 }
 
@@ -87,8 +90,7 @@ fn sched_record_is_perfs_and_perf_sched_reads_it() {
     let Some((_serial, scratch)) = recording_test("tools-sched") else {
         return;
     };
-    let (theirs, ours) = record_both(&scratch);
-    assert_eq!(event_names(&ours, true), event_names(&theirs, false));
+    let (theirs, ours) = record_both(&scratch, &["sched", "record"]);
     let (their_tasks, _) = latency(&theirs);
     let (our_tasks, info) = latency(&ours);
     assert_eq!(their_tasks.get(TASK), Some(&81), "{their_tasks:?}");
@@ -112,15 +114,62 @@ fn sched_record_is_perfs_and_perf_sched_reads_it() {
     assert!(header.contains("sched record -o"), "{header}");
 }
 
+/// `perf kmem stat`'s allocations: how many there were.
+fn kmem_allocations(file: &Path) -> u64 {
+    let output = Command::new("perf")
+        .args(["kmem", "-i"])
+        .arg(file)
+        .args(["--force", "stat"])
+        .output()
+        .expect("perf runs");
+    let text = String::from_utf8_lossy(&output.stdout);
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix("Cross CPU allocations: "));
+    let total = line.and_then(|l| l.split_once('/')).map(|(_, n)| n.trim());
+    total
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("perf kmem stat: {text}"))
+}
+
+#[test]
+fn lock_kmem_and_kwork_record_as_perfs_and_their_reports_read_them() {
+    let Some((_serial, scratch)) = recording_test("tools-others") else {
+        return;
+    };
+    // perf lock: the contention events (this kernel has no lockdep),
+    // read by perf lock contention.
+    let (_, ours) = record_both(&scratch, &["lock", "record"]);
+    // (perf lock prints its report on standard error.)
+    let contention = perf(&["lock", "contention"], &ours);
+    let text = String::from_utf8_lossy(&contention.stderr);
+    assert!(text.contains("contended"), "perf lock contention: {text}");
+    // perf kmem: the slab's allocations and frees, counted by perf kmem
+    // stat; --page adds the page allocator's.
+    let (theirs, ours) = record_both(&scratch, &["kmem", "record"]);
+    assert!(kmem_allocations(&theirs) > 0);
+    assert!(kmem_allocations(&ours) > 0);
+    record_both(&scratch, &["kmem", "--page", "record"]);
+    // perf kwork: softirqs and interrupts in the order asked, read by
+    // perf kwork report.
+    let (_, ours) = record_both(&scratch, &["kwork", "-k", "softirq,irq", "record"]);
+    let report = perf(&["kwork", "report"], &ours);
+    let text = String::from_utf8_lossy(&report.stdout);
+    assert!(text.contains("Kwork Name"), "perf kwork report: {text}");
+}
+
 #[test]
 fn a_tools_bad_option_or_command_is_one_line() {
     let Some((_serial, scratch)) = recording_test("tools-bad") else {
         return;
     };
-    let cases: [(&[&str], &str); 3] = [
+    let cases: [(&[&str], &str); 6] = [
         (&["sched", "record", "--bogus", "--", "true"], "'--bogus'"),
         (&["sched", "record", "-m", "nope", "--", "true"], "nope"),
         (&["sched", "latency"], "'latency'"),
+        (&["lock", "report"], "perf lock report"),
+        (&["kwork", "-k", "bogus", "record", "--", "true"], "'bogus'"),
+        (&["kmem", "--bogus", "record", "--", "true"], "'--bogus'"),
     ];
     for (args, named) in cases {
         let mut command = shardrec();

@@ -14,12 +14,15 @@ use crate::flags::{self, Generated};
 const SEE_ALSO: &[(&str, &str)] = &[
     (
         "shardrec",
-        "shardrec-record(1), shardrec-sched(1), shardrec-merge(1), shardrec-archive(1), perf(1)",
+        "shardrec-record(1), shardrec-sched(1), shardrec-lock(1), shardrec-kmem(1), shardrec-kwork(1), shardrec-merge(1), shardrec-archive(1), perf(1)",
     ),
     (
         "shardrec-sched",
         "shardrec-record(1), perf-sched(1), perf-record(1)",
     ),
+    ("shardrec-lock", "shardrec-record(1), perf-lock(1), perf-record(1)"),
+    ("shardrec-kmem", "shardrec-record(1), perf-kmem(1), perf-record(1)"),
+    ("shardrec-kwork", "shardrec-record(1), perf-kwork(1), perf-record(1)"),
     (
         "shardrec-record",
         "shardrec-merge(1), perf-record(1), perf-report(1), perf-script(1)",

@@ -9,7 +9,7 @@ mod record_summary;
 use std::path::Path;
 use std::process::ExitCode;
 
-use flags::{Action, MergeArgs, Parsed, RecordArgs, Tool, ToolArgs, ToolCommand};
+use flags::{Action, MergeArgs, Parsed, RecordArgs, Tool};
 use messages::Messages;
 use shardrec_merge::MergeError;
 use shardrec_record::{Exit, RecordError, Reporter};
@@ -62,7 +62,10 @@ fn main() -> ExitCode {
     }
     let result = match cli.action {
         Action::Record(args) => record(*args, &command_line),
-        Action::Sched(args) => tool_record(Tool::Sched, args, &command_line),
+        Action::Sched(args) => tool_record(Tool::Sched, args.command.record_args(), &command_line),
+        Action::Lock(args) => tool_record(Tool::Lock, args.command.record_args(), &command_line),
+        Action::Kmem(args) => tool_record(args.tool(), args.command.record_args(), &command_line),
+        Action::Kwork(args) => tool_record(args.tool(), args.command.record_args(), &command_line),
         Action::Merge(args) => merge(&args),
         Action::Archive(args) => archive(&args),
         Action::Generate(args) => generate(&args),
@@ -106,10 +109,15 @@ fn record(args: RecordArgs, command_line: &[String]) -> Result<ExitCode, Error> 
 /// `shardrec TOOL record ARGS`: `shardrec record` with the tool's words
 /// before `ARGS`, read as any record command line (help, usage errors
 /// and all); the header keeps the command line as typed, as perf's does.
-fn tool_record(tool: Tool, args: ToolArgs, command_line: &[String]) -> Result<ExitCode, Error> {
-    let ToolCommand::Record { args } = args.command;
+fn tool_record(tool: Tool, args: &[String], command_line: &[String]) -> Result<ExitCode, Error> {
     let program = command_line.first().map_or("shardrec", String::as_str);
-    let words = tool.record_command_line(program, &args);
+    let words = match tool.record_command_line(program, args) {
+        Ok(words) => words,
+        Err(why) => {
+            messages::error(&format!("{} record: {why}", tool.name()));
+            return Ok(ExitCode::from(255));
+        }
+    };
     match flags::parse(words) {
         Parsed::Run(cli) => match cli.action {
             Action::Record(args) => record(*args, command_line),

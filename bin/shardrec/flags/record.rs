@@ -416,6 +416,7 @@ impl RecordArgs {
             // The shards go once merged: free them as the merge goes.
             consume: !output.keep_shards,
         };
+        let (call_graph, max_stack) = sampling.call_graph()?;
         Ok(RecordConfig {
             events: events.parsed()?,
             cgroups: events.cgroups(),
@@ -434,13 +435,13 @@ impl RecordArgs {
             // one ring per CPU (per-thread rings would bypass its writers).
             inherit: !targets.no_inherit && !targets.per_thread,
             sampling: sampling.sampling()?,
-            call_graph: sampling.call_graph()?,
+            call_graph,
             strict_freq: sampling.strict_freq,
             clockid: parsed(&sampling.clockid, options::parse_clockid)?,
             no_bpf_event: sampling.no_bpf_event,
             off_cpu: sampling.off_cpu,
             off_cpu_thresh_ms: sampling.off_cpu_thresh,
-            sample: self.sample.into_options()?,
+            sample: self.sample.into_options(max_stack)?,
             synthesis: self.synthesis.synthesis()?,
             ring_pages: output
                 .mmap_pages
@@ -514,11 +515,12 @@ impl SamplingArgs {
         })
     }
 
-    fn call_graph(&self) -> Result<CallGraph, String> {
+    /// `--call-graph` or `-g`, with `fp,FRAMES`'s most frames.
+    fn call_graph(&self) -> Result<(CallGraph, Option<u16>), String> {
         Ok(match (&self.call_graph, self.g) {
             (Some(mode), _) => options::parse_call_graph(mode)?,
-            (None, true) => CallGraph::FramePointer,
-            (None, false) => CallGraph::None,
+            (None, true) => (CallGraph::FramePointer, None),
+            (None, false) => (CallGraph::None, None),
         })
     }
 }

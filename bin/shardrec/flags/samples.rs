@@ -78,7 +78,9 @@ pub struct SampleArgs {
 }
 
 impl SampleArgs {
-    pub fn into_options(self) -> Result<SampleOptions, String> {
+    /// What each sample carries, with `--call-graph fp,FRAMES`'s
+    /// `max_stack`.
+    pub fn into_options(self, max_stack: Option<u16>) -> Result<SampleOptions, String> {
         // perf: `--user-regs` and `-I` without a value take the default set.
         let registers = |option, text: Option<String>| match text.as_deref() {
             None => Ok(0),
@@ -113,6 +115,7 @@ impl SampleArgs {
                 _ => None,
             },
             no_samples: self.no_samples,
+            max_stack,
             build_id_mmap: match (self.buildid_mmap, self.no_buildid_mmap) {
                 (true, _) => Some(true),
                 (_, true) => Some(false),

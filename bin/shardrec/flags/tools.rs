@@ -1,23 +1,93 @@
-//! perf's tools that record: `perf sched record` runs perf record with
-//! its own words before the user's, as perf's builtin passes them on, so
-//! `shardrec sched record ARGS` is `shardrec record WORDS ARGS`, read by
-//! the one parser of record's options. Only what a tool records is
-//! shardrec's: perf's own `perf sched latency` (and the others) read the
-//! file.
+//! perf's tools that record: `perf sched record` (and `lock`, `kmem`,
+//! `kwork`) runs perf record with its own words before the user's, as
+//! perf's builtin passes them on, so `shardrec TOOL record ARGS` is
+//! `shardrec record WORDS ARGS`, read by the one parser of record's
+//! options. Only what a tool records is shardrec's: perf's own reports
+//! (`perf sched latency`, `perf lock report` ...) read the file.
 
 use clap::{Args, Subcommand};
 use shardrec_sys::tracefs;
 
-/// A perf tool whose `record` shardrec takes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// A perf tool whose `record` shardrec takes, with the tool's own options
+/// (given before `record`, as perf's tool reads them).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Tool {
     /// `perf sched record`.
     Sched,
+    /// `perf lock record`.
+    Lock,
+    /// `perf kmem [--slab] [--page] record`.
+    Kmem { slab: bool, page: bool },
+    /// `perf kwork [-k CLASSES] record`: the classes' tracepoints, in the
+    /// order given (every class without `-k`).
+    Kwork { classes: Vec<KworkClass> },
 }
 
-/// `shardrec TOOL ...`: the tool's one subcommand shardrec takes.
+/// The tools by name, as typed.
+pub const NAMES: &[&str] = &["sched", "lock", "kmem", "kwork"];
+
+/// A class of kernel work `perf kwork` follows (perf 6.1's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KworkClass {
+    Irq,
+    Softirq,
+    Workqueue,
+}
+
+impl KworkClass {
+    const ALL: [KworkClass; 3] = [KworkClass::Irq, KworkClass::Softirq, KworkClass::Workqueue];
+
+    fn name(self) -> &'static str {
+        match self {
+            KworkClass::Irq => "irq",
+            KworkClass::Softirq => "softirq",
+            KworkClass::Workqueue => "workqueue",
+        }
+    }
+
+    fn tracepoints(self) -> &'static [&'static str] {
+        match self {
+            KworkClass::Irq => &["irq:irq_handler_entry", "irq:irq_handler_exit"],
+            KworkClass::Softirq => &["irq:softirq_raise", "irq:softirq_entry", "irq:softirq_exit"],
+            KworkClass::Workqueue => &[
+                "workqueue:workqueue_activate_work",
+                "workqueue:workqueue_execute_start",
+                "workqueue:workqueue_execute_end",
+            ],
+        }
+    }
+}
+
+/// `shardrec sched|lock ...`: the tool's one subcommand shardrec takes.
 #[derive(Args)]
 pub struct ToolArgs {
+    #[command(subcommand)]
+    pub command: ToolCommand,
+}
+
+/// `shardrec kmem [--slab] [--page] record ...`.
+#[derive(Args)]
+pub struct KmemArgs {
+    /// Record the slab allocator's events (the default)
+    #[arg(long = "slab")]
+    pub slab: bool,
+    /// Record the page allocator's events
+    #[arg(long = "page")]
+    pub page: bool,
+    #[command(subcommand)]
+    pub command: ToolCommand,
+}
+
+/// `-k`'s classes, in the order given.
+#[derive(Clone, Debug)]
+pub struct KworkList(Vec<KworkClass>);
+
+/// `shardrec kwork [-k CLASSES] record ...`.
+#[derive(Args)]
+pub struct KworkArgs {
+    /// The kernel work to record: irq, softirq, workqueue (comma-separated; default: all)
+    #[arg(short = 'k', long = "kwork", value_name = "kwork", value_parser = kwork_classes)]
+    pub kwork: Option<KworkList>,
     #[command(subcommand)]
     pub command: ToolCommand,
 }
@@ -38,33 +108,84 @@ pub enum ToolCommand {
     },
 }
 
+impl ToolCommand {
+    /// What follows `record`.
+    pub fn record_args(&self) -> &[String] {
+        let ToolCommand::Record { args } = self;
+        args
+    }
+}
+
+impl KmemArgs {
+    /// The tool, as perf's `cmd_kmem` reads its options: the slab's
+    /// events when neither is asked for.
+    pub fn tool(&self) -> Tool {
+        Tool::Kmem {
+            slab: self.slab || !self.page,
+            page: self.page,
+        }
+    }
+}
+
+impl KworkArgs {
+    /// The tool with the classes asked for, in their order.
+    pub fn tool(&self) -> Tool {
+        let classes = self.kwork.clone().map(|c| c.0).filter(|c| !c.is_empty());
+        Tool::Kwork {
+            classes: classes.unwrap_or_else(|| KworkClass::ALL.to_vec()),
+        }
+    }
+}
+
+/// `-k`: class names split at commas or spaces, as perf's `strtok_r(", ")`.
+fn kwork_classes(text: &str) -> Result<KworkList, String> {
+    let words = text.split([',', ' ']).filter(|w| !w.is_empty());
+    let classes = words.map(|word| {
+        let class = KworkClass::ALL.into_iter().find(|c| c.name() == word);
+        class.ok_or_else(|| format!("unknown kwork '{word}' (irq, softirq, workqueue)"))
+    });
+    classes.collect::<Result<_, _>>().map(KworkList)
+}
+
 impl Tool {
     /// The tool's name, as typed.
-    pub fn name(self) -> &'static str {
+    pub fn name(&self) -> &'static str {
         match self {
             Tool::Sched => "sched",
+            Tool::Lock => "lock",
+            Tool::Kmem { .. } => "kmem",
+            Tool::Kwork { .. } => "kwork",
         }
     }
 
     /// The words `perf TOOL record` puts before the user's (perf 6.1's
-    /// `builtin-*.c`), with the events this kernel has.
-    pub fn record_words(self) -> Vec<String> {
+    /// `builtin-*.c`), with the events this kernel has; or why the tool
+    /// cannot record here, as perf says it.
+    pub fn record_words(&self) -> Result<Vec<String>, String> {
         let exists = Tracepoints::read();
-        let words: Vec<&str> = match self {
+        let words = match self {
             Tool::Sched => sched_words(&exists),
+            Tool::Lock => lock_words(&exists)?,
+            Tool::Kmem { slab, page } => kmem_words(&exists, *slab, *page),
+            Tool::Kwork { classes } => kwork_words(classes),
         };
-        words.into_iter().map(String::from).collect()
+        Ok(words.into_iter().map(String::from).collect())
     }
 
     /// The command line that records as the tool does: `shardrec record`,
     /// the tool's words, then `args`.
-    pub fn record_command_line(self, program: &str, args: &[String]) -> Vec<String> {
+    pub fn record_command_line(
+        &self,
+        program: &str,
+        args: &[String],
+    ) -> Result<Vec<String>, String> {
         let head = [program.to_string(), "record".to_string()];
-        let words = self.record_words();
-        head.into_iter()
+        let words = self.record_words()?;
+        Ok(head
+            .into_iter()
             .chain(words)
             .chain(args.iter().cloned())
-            .collect()
+            .collect())
     }
 }
 
@@ -72,21 +193,28 @@ impl Tool {
 /// `record` (`perf sched latency` reads a file: shardrec only records
 /// it): the one line that says so.
 pub fn other_than_record(args: &[String]) -> Option<String> {
-    let [_, tool, command, ..] = args else {
-        return None;
+    let at = args.iter().skip(1).position(|a| !a.starts_with('-'))? + 1;
+    let tool = NAMES.iter().find(|&&name| name == args[at])?;
+    // The first word after the tool's own options (`kwork -k irq`).
+    let mut rest = args[at + 1..].iter();
+    let command = loop {
+        let word = rest.next()?;
+        match word.as_str() {
+            "-k" | "--kwork" => drop(rest.next()),
+            _ if word.starts_with('-') => {}
+            _ => break word,
+        }
     };
-    let tool = [Tool::Sched].into_iter().find(|t| t.name() == tool)?;
-    if command.starts_with('-') || ["record", "help"].contains(&command.as_str()) {
+    if ["record", "help"].contains(&command.as_str()) {
         return None;
     }
     Some(format!(
-        "{tool} takes only 'record' here: '{command}' is perf's, to read what it records (perf {tool} {command} -i FILE)",
-        tool = tool.name()
+        "{tool} takes only 'record' here: '{command}' is perf's, to read what it records (perf {tool} {command} -i FILE)"
     ))
 }
 
 /// Which tracepoints the kernel has, for the tools that choose by them
-/// as perf does (`trace_event__tp_format`).
+/// as perf does (`trace_event__tp_format`, `is_valid_tracepoint`).
 struct Tracepoints(Option<std::path::PathBuf>);
 
 impl Tracepoints {
@@ -96,7 +224,11 @@ impl Tracepoints {
         Tracepoints(tracefs::root().ok())
     }
 
-    fn has(&self, system: &str, name: &str) -> bool {
+    /// Whether tracepoint `system:name` exists.
+    fn has(&self, event: &str) -> bool {
+        let Some((system, name)) = event.split_once(':') else {
+            return false;
+        };
         let dir = self
             .0
             .as_ref()
@@ -105,43 +237,102 @@ impl Tracepoints {
     }
 }
 
+/// `-e EVENT` for each of `events`.
+fn each_event<'a>(events: &[&'a str]) -> Vec<&'a str> {
+    events.iter().flat_map(|&event| ["-e", event]).collect()
+}
+
 /// `perf sched record`: every CPU, raw samples, 4 MiB rings (1024
 /// pages), every event counted; `sched_waking` where the kernel has it,
 /// else `sched_wakeup`; the schedstat events only where the kernel
 /// exposes them (`CONFIG_SCHEDSTATS`).
 fn sched_words(tracepoints: &Tracepoints) -> Vec<&'static str> {
-    let mut words = vec![
-        "-a",
-        "-R",
-        "-m",
-        "1024",
-        "-c",
-        "1",
-        "-e",
+    let mut words = vec!["-a", "-R", "-m", "1024", "-c", "1"];
+    words.extend(each_event(&[
         "sched:sched_switch",
-        "-e",
         "sched:sched_stat_runtime",
-        "-e",
         "sched:sched_process_fork",
-        "-e",
         "sched:sched_wakeup_new",
-        "-e",
         "sched:sched_migrate_task",
-        "-e",
-    ];
-    words.push(match tracepoints.has("sched", "sched_waking") {
+    ]));
+    words.extend(each_event(&[match tracepoints.has("sched:sched_waking") {
         true => "sched:sched_waking",
         false => "sched:sched_wakeup",
-    });
-    if tracepoints.has("sched", "sched_stat_wait") {
-        words.extend([
-            "-e",
+    }]));
+    if tracepoints.has("sched:sched_stat_wait") {
+        words.extend(each_event(&[
             "sched:sched_stat_wait",
-            "-e",
             "sched:sched_stat_sleep",
-            "-e",
             "sched:sched_stat_iowait",
-        ]);
+        ]));
+    }
+    words
+}
+
+/// lockdep's events (`CONFIG_LOCKDEP`, `CONFIG_LOCK_STAT`).
+const LOCKDEP: [&str; 4] = [
+    "lock:lock_acquire",
+    "lock:lock_acquired",
+    "lock:lock_contended",
+    "lock:lock_release",
+];
+
+/// The contention events every kernel since 5.19 has.
+const CONTENTION: [&str; 2] = ["lock:contention_begin", "lock:contention_end"];
+
+/// `perf lock record`: raw samples, 4 MiB rings, every event counted,
+/// only the tasks synthesized; lockdep's events where the kernel has all
+/// of them, else the contention events with their callers (frame
+/// pointers, 8 deep: perf's `CONTENTION_STACK_DEPTH`).
+fn lock_words(tracepoints: &Tracepoints) -> Result<Vec<&'static str>, String> {
+    let mut words = vec!["-R", "-m", "1024", "-c", "1", "--synth", "task"];
+    if LOCKDEP.iter().all(|e| tracepoints.has(e)) {
+        words.extend(each_event(&LOCKDEP));
+        return Ok(words);
+    }
+    if let Some(missing) = CONTENTION.iter().find(|e| !tracepoints.has(e)) {
+        return Err(format!(
+            "tracepoint {missing} is not enabled (the kernel has neither lockdep's lock events nor the contention ones)"
+        ));
+    }
+    words.extend(each_event(&CONTENTION));
+    words.extend(["--call-graph", "fp,8"]);
+    Ok(words)
+}
+
+/// `perf kmem record`: every CPU, raw samples, every event counted; the
+/// slab's events (with the `_node` ones of kernels before 6.1 where they
+/// exist), the page allocator's with `--page`, and then callchains for
+/// every event (perf's `-g`, for the page allocator's callers).
+fn kmem_words(tracepoints: &Tracepoints, slab: bool, page: bool) -> Vec<&'static str> {
+    let mut words = vec!["-a", "-R", "-c", "1"];
+    if slab {
+        words.extend(each_event(&[
+            "kmem:kmalloc",
+            "kmem:kfree",
+            "kmem:kmem_cache_alloc",
+            "kmem:kmem_cache_free",
+        ]));
+        if tracepoints.has("kmem:kmalloc_node") {
+            words.extend(each_event(&[
+                "kmem:kmalloc_node",
+                "kmem:kmem_cache_alloc_node",
+            ]));
+        }
+    }
+    if page {
+        words.push("-g");
+        words.extend(each_event(&["kmem:mm_page_alloc", "kmem:mm_page_free"]));
+    }
+    words
+}
+
+/// `perf kwork record`: every CPU, raw samples, 4 MiB rings, every event
+/// counted; each class's tracepoints in turn.
+fn kwork_words(classes: &[KworkClass]) -> Vec<&'static str> {
+    let mut words = vec!["-a", "-R", "-m", "1024", "-c", "1"];
+    for class in classes {
+        words.extend(each_event(class.tracepoints()));
     }
     words
 }
@@ -150,21 +341,83 @@ fn sched_words(tracepoints: &Tracepoints) -> Vec<&'static str> {
 mod tests {
     use super::*;
 
+    /// A tracefs of just these events, in its own directory.
+    struct FakeTracefs(std::path::PathBuf);
+
+    impl FakeTracefs {
+        fn with(name: &str, events: &[&str]) -> FakeTracefs {
+            let dir =
+                std::env::temp_dir().join(format!("shardrec-tools-{name}-{}", std::process::id()));
+            for event in events {
+                let (system, name) = event.split_once(':').unwrap();
+                let event = dir.join("events").join(system).join(name);
+                std::fs::create_dir_all(&event).unwrap();
+                std::fs::write(event.join("format"), "").unwrap();
+            }
+            FakeTracefs(dir)
+        }
+
+        fn tracepoints(&self) -> Tracepoints {
+            Tracepoints(Some(self.0.clone()))
+        }
+    }
+
+    impl Drop for FakeTracefs {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
     #[test]
     fn sched_takes_waking_and_the_schedstat_events_where_they_exist() {
-        let none = Tracepoints(None);
-        let words = sched_words(&none);
+        let words = sched_words(&Tracepoints(None));
         assert_eq!(words.last(), Some(&"sched:sched_wakeup"));
         assert_eq!(words.iter().filter(|w| **w == "-e").count(), 6);
-        let dir = std::env::temp_dir().join(format!("shardrec-tools-{}", std::process::id()));
-        for name in ["sched_waking", "sched_stat_wait"] {
-            let event = dir.join("events/sched").join(name);
-            std::fs::create_dir_all(&event).unwrap();
-            std::fs::write(event.join("format"), "").unwrap();
-        }
-        let words = sched_words(&Tracepoints(Some(dir.clone())));
-        std::fs::remove_dir_all(&dir).unwrap();
+        let both = ["sched:sched_waking", "sched:sched_stat_wait"];
+        let words = sched_words(&FakeTracefs::with("sched", &both).tracepoints());
         assert!(words.contains(&"sched:sched_waking"));
         assert!(words.ends_with(&["-e", "sched:sched_stat_iowait"]));
+    }
+
+    #[test]
+    fn lock_takes_lockdep_whole_else_contention_else_refuses() {
+        let lockdep = FakeTracefs::with("lockdep", &[&LOCKDEP[..], &CONTENTION].concat());
+        let words = lock_words(&lockdep.tracepoints()).unwrap();
+        assert!(words.ends_with(&["-e", "lock:lock_release"]));
+        let partial = FakeTracefs::with("partial", &[LOCKDEP[0], CONTENTION[0], CONTENTION[1]]);
+        let words = lock_words(&partial.tracepoints()).unwrap();
+        assert!(words.ends_with(&["-e", "lock:contention_end", "--call-graph", "fp,8"]));
+        let error = lock_words(&Tracepoints(None)).unwrap_err();
+        assert!(error.contains("lock:contention_begin"), "{error}");
+    }
+
+    #[test]
+    fn kmem_and_kwork_take_their_options() {
+        let none = Tracepoints(None);
+        let slab = kmem_words(&none, true, false);
+        assert_eq!(slab.iter().filter(|w| **w == "-e").count(), 4);
+        let page = kmem_words(&none, false, true);
+        assert!(page.ends_with(&["-e", "kmem:mm_page_free"]) && page.contains(&"-g"));
+        assert_eq!(
+            kwork_classes("softirq, irq").unwrap().0,
+            [KworkClass::Softirq, KworkClass::Irq]
+        );
+        assert!(kwork_classes("irq,bogus").unwrap_err().contains("'bogus'"));
+        let words = kwork_words(&[KworkClass::Workqueue]);
+        assert!(words.ends_with(&["-e", "workqueue:workqueue_execute_end"]));
+    }
+
+    #[test]
+    fn another_command_of_a_tool_is_refused_with_perfs() {
+        let words = |line: &str| {
+            line.split_whitespace()
+                .map(String::from)
+                .collect::<Vec<_>>()
+        };
+        let said = other_than_record(&words("shardrec kwork -k irq report")).unwrap();
+        assert!(said.contains("perf kwork report -i FILE"), "{said}");
+        assert!(other_than_record(&words("shardrec kwork -k irq record")).is_none());
+        assert!(other_than_record(&words("shardrec record -e sched:sched_switch")).is_none());
+        assert!(other_than_record(&words("shardrec -q sched latency")).is_some());
     }
 }

@@ -419,7 +419,13 @@ fn set_call_graph(attr: &mut Attr, plan: &AttrPlan, spec: &EventSpec, mut sample
             attr.set_branch_sample_type(LBR_BRANCHES);
         }
     }
-    if let Some(frames) = spec.terms.max_stack {
+    // A term's max-stack, else `--call-graph fp,FRAMES`'s for an event
+    // that walks frame pointers as `--call-graph` says.
+    let global = match (spec.terms.call_graph, plan.call_graph) {
+        (None, CallGraph::FramePointer) => plan.sample.max_stack,
+        _ => None,
+    };
+    if let Some(frames) = spec.terms.max_stack.or(global) {
         attr.set_max_stack(frames);
     }
     // --kernel-callchains leaves user frames out, --user-callchains kernel ones.

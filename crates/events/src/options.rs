@@ -62,6 +62,10 @@ pub struct SampleOptions {
     pub running_time: bool,
     /// `--kernel-callchains` / `--user-callchains`: only that side.
     pub callchain_side: Option<AddressSpace>,
+    /// `--call-graph fp,FRAMES`: at most FRAMES in each callchain
+    /// (`sample_max_stack`), for the events that take the global call
+    /// graph.
+    pub max_stack: Option<u16>,
     /// `-n`: count only, no samples.
     pub no_samples: bool,
     /// `--buildid-mmap` (`Some(true)`), `--no-buildid-mmap` (`Some(false)`):

@@ -79,16 +79,31 @@ pub fn parse_frequency(text: &str) -> Result<Sampling, String> {
 
 pub use shardrec_record::DEFAULT_DWARF_STACK;
 
-/// Parses `--call-graph`'s value: `fp`, `dwarf` or `dwarf,SIZE`.
-pub fn parse_call_graph(text: &str) -> Result<CallGraph, String> {
-    call_graph(text).map_err(|e| format!("--call-graph: {e}"))
+/// Parses `--call-graph`'s value: `fp`, `fp,FRAMES`, `dwarf`,
+/// `dwarf,SIZE` or `lbr`; with `fp,FRAMES`, the most frames a callchain
+/// holds (`sample_max_stack`), where it is below the kernel's
+/// `perf_event_max_stack` (perf passes over a larger one).
+pub fn parse_call_graph(text: &str) -> Result<(CallGraph, Option<u16>), String> {
+    let limit = shardrec_sys::sysctl::read_sysctl("perf_event_max_stack").unwrap_or(127);
+    call_graph(text, limit).map_err(|e| format!("--call-graph: {e}"))
 }
 
-fn call_graph(text: &str) -> Result<CallGraph, String> {
+fn call_graph(text: &str, max_stack_limit: u64) -> Result<(CallGraph, Option<u16>), String> {
     let (mode, size) = match text.split_once(',') {
         Some((mode, size)) => (mode, Some(size)),
         None => (text, None),
     };
+    if let ("fp", Some(frames)) = (mode, size) {
+        let frames: u64 = frames
+            .parse()
+            .map_err(|_| format!("'{frames}' is not a number of frames"))?;
+        let max_stack = (frames < max_stack_limit).then_some(frames as u16);
+        return Ok((CallGraph::FramePointer, max_stack));
+    }
+    call_graph_mode(mode, size, text).map(|mode| (mode, None))
+}
+
+fn call_graph_mode(mode: &str, size: Option<&str>, text: &str) -> Result<CallGraph, String> {
     match (mode, size) {
         ("fp", None) => Ok(CallGraph::FramePointer),
         ("lbr", None) => Ok(CallGraph::Lbr),
@@ -106,7 +121,7 @@ fn call_graph(text: &str) -> Result<CallGraph, String> {
             Ok(CallGraph::Dwarf(size))
         }
         _ => Err(format!(
-            "'{text}' is not a call-graph mode (fp, dwarf, dwarf,SIZE or lbr)"
+            "'{text}' is not a call-graph mode (fp, fp,FRAMES, dwarf, dwarf,SIZE or lbr)"
         )),
     }
 }
@@ -327,12 +342,23 @@ mod tests {
 
     #[test]
     fn call_graph_modes() {
-        assert_eq!(parse_call_graph("fp"), Ok(CallGraph::FramePointer));
-        assert_eq!(parse_call_graph("dwarf"), Ok(CallGraph::Dwarf(8192)));
-        assert_eq!(parse_call_graph("dwarf,4096"), Ok(CallGraph::Dwarf(4096)));
-        assert!(parse_call_graph("dwarf,7").is_err());
-        assert_eq!(parse_call_graph("lbr"), Ok(CallGraph::Lbr));
-        assert!(parse_call_graph("lbr,1").is_err());
+        let mode = |text| call_graph(text, 127).map(|(mode, _)| mode);
+        assert_eq!(mode("fp"), Ok(CallGraph::FramePointer));
+        assert_eq!(mode("dwarf"), Ok(CallGraph::Dwarf(8192)));
+        assert_eq!(mode("dwarf,4096"), Ok(CallGraph::Dwarf(4096)));
+        assert!(mode("dwarf,7").is_err());
+        assert_eq!(mode("lbr"), Ok(CallGraph::Lbr));
+        assert!(mode("lbr,1").is_err());
+        // fp,FRAMES: at most FRAMES, where the kernel allows more.
+        assert_eq!(
+            call_graph("fp,8", 127),
+            Ok((CallGraph::FramePointer, Some(8)))
+        );
+        assert_eq!(
+            call_graph("fp,200", 127),
+            Ok((CallGraph::FramePointer, None))
+        );
+        assert!(call_graph("fp,x", 127).is_err());
     }
 
     #[test]
