@@ -89,6 +89,8 @@ const CORPUS: &[&str] = &[
     "kwork record",
     "kwork -k softirq,irq record",
     "kwork -k workqueue record -c 2",
+    "trace record",
+    "trace record -g",
     // Groups.
     "-e {cpu-clock,task-clock}",
     "-e {cpu-clock,task-clock}:S",
@@ -326,7 +328,7 @@ impl Drop for Stopped {
 
 /// perf's tools whose `record` shardrec takes, as a corpus line's first
 /// word.
-const TOOLS: &[&str] = &["sched", "lock", "kmem", "kwork"];
+const TOOLS: &[&str] = &["sched", "lock", "kmem", "kwork", "trace"];
 
 /// Runs both recorders on `line`, with `{pid}` standing for `target` and
 /// `{cgroup}` for the test's cgroup.

@@ -159,17 +159,67 @@ fn lock_kmem_and_kwork_record_as_perfs_and_their_reports_read_them() {
 }
 
 #[test]
+fn trace_and_timechart_record_as_perfs_and_perf_reads_them() {
+    let Some((_serial, scratch)) = recording_test("tools-trace") else {
+        return;
+    };
+    // perf trace: every system call, replayed by perf trace -i with the
+    // workload's name (perf cuts it to 15 characters).
+    let (_, ours) = record_both(&scratch, &["trace", "record"]);
+    // (perf trace prints on standard error.)
+    let replay = Command::new("perf")
+        .arg("trace")
+        .arg("-i")
+        .arg(&ours)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&replay.stderr);
+    let calls = text.lines().filter(|l| l.contains("): sched-messagin/"));
+    assert!(calls.count() > 100, "perf trace -i: {text}");
+    // perf timechart record takes no -o: each writes perf.data where it
+    // runs (standard output not a pipe, which would take perf's pipe
+    // format).
+    let record = |mut command: Command, dir: &str| {
+        let dir = scratch.0.join(dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        command
+            .current_dir(&dir)
+            .args(["timechart", "record", "-T", "-g", "--"])
+            .args(MESSAGING);
+        let output = common::run_with_stdout(command, std::process::Stdio::null());
+        assert!(output.status.success(), "{output:?}");
+        dir.join("perf.data")
+    };
+    let theirs = record(Command::new("perf"), "perf");
+    let ours = record(shardrec(), "shardrec");
+    assert_eq!(event_names(&ours, true), event_names(&theirs, false));
+    let svg = scratch.0.join("timechart.svg");
+    let chart = Command::new("perf")
+        .args(["timechart", "-i"])
+        .arg(&ours)
+        .arg("-o")
+        .arg(&svg)
+        .output()
+        .unwrap();
+    assert!(chart.status.success(), "perf timechart: {chart:?}");
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    assert!(svg.contains("sched-messaging"), "no workload in the chart");
+}
+
+#[test]
 fn a_tools_bad_option_or_command_is_one_line() {
     let Some((_serial, scratch)) = recording_test("tools-bad") else {
         return;
     };
-    let cases: [(&[&str], &str); 6] = [
+    let cases: [(&[&str], &str); 8] = [
         (&["sched", "record", "--bogus", "--", "true"], "'--bogus'"),
         (&["sched", "record", "-m", "nope", "--", "true"], "nope"),
         (&["sched", "latency"], "'latency'"),
         (&["lock", "report"], "perf lock report"),
         (&["kwork", "-k", "bogus", "record", "--", "true"], "'bogus'"),
         (&["kmem", "--bogus", "record", "--", "true"], "'--bogus'"),
+        (&["timechart", "record", "-I", "--", "true"], "-I"),
+        (&["timechart", "record", "-o", "x", "--", "true"], "'-o'"),
     ];
     for (args, named) in cases {
         let mut command = shardrec();

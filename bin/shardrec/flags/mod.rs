@@ -11,7 +11,7 @@ mod tools;
 mod values;
 
 pub use record::RecordArgs;
-pub use tools::{KmemArgs, KworkArgs, Tool, ToolArgs};
+pub use tools::{KmemArgs, KworkArgs, TimechartArgs, Tool, ToolArgs};
 
 use std::path::PathBuf;
 
@@ -50,6 +50,14 @@ pub enum Action {
     ///
     /// The events and options of perf 6.1's perf kwork record (every CPU, raw samples, 4 MiB rings, each event counted; the tracepoints of each class of kernel work asked for, in that order), then perf record's options and the command given, as perf passes them on.
     Kwork(KworkArgs),
+    /// Record as perf trace record does (shardrec trace record [options] [-- cmd]), for perf trace -i to read.
+    ///
+    /// The events and options of perf 6.1's perf trace record (raw samples, 4 MiB rings, each event counted, every system call's entry and exit), then perf record's options and the command given, as perf passes them on.
+    Trace(ToolArgs),
+    /// Record as perf timechart record does (shardrec timechart record [-P|-T] [-g] [-- cmd]), for perf timechart to read.
+    ///
+    /// The events and options of perf 6.1's perf timechart record (every CPU, raw samples, each event counted; the scheduler's wakeups and switches unless -P, the CPUs' frequency and idle states unless -T, callchains with -g). As perf's, it takes no other option of perf record.
+    Timechart(TimechartArgs),
     /// Merge a recording's shards (DIR, e.g. perf.data.shards) into one perf.data.
     Merge(MergeArgs),
     /// As perf archive: FILE.tar.bz2 with the build-id cache's files of FILE's build ids, to unpack into ~/.debug where the profile is read.

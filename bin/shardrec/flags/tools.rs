@@ -21,10 +21,21 @@ pub enum Tool {
     /// `perf kwork [-k CLASSES] record`: the classes' tracepoints, in the
     /// order given (every class without `-k`).
     Kwork { classes: Vec<KworkClass> },
+    /// `perf trace record`: the system calls.
+    Trace,
+    /// `perf timechart record [-P|-T] [-g]`.
+    Timechart {
+        /// `-P`: the power events only.
+        power_only: bool,
+        /// `-T`: the tasks' events only.
+        tasks_only: bool,
+        /// `-g`: callchains.
+        callchain: bool,
+    },
 }
 
 /// The tools by name, as typed.
-pub const NAMES: &[&str] = &["sched", "lock", "kmem", "kwork"];
+pub const NAMES: &[&str] = &["sched", "lock", "kmem", "kwork", "trace", "timechart"];
 
 /// A class of kernel work `perf kwork` follows (perf 6.1's).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -92,6 +103,59 @@ pub struct KworkArgs {
     pub command: ToolCommand,
 }
 
+/// `shardrec timechart record [-P|-T] [-g] [--] [cmd]`: timechart's own
+/// options after `record`, as perf reads them, then the command.
+#[derive(Args)]
+pub struct TimechartArgs {
+    #[command(subcommand)]
+    pub command: TimechartCommand,
+}
+
+/// What `shardrec timechart` is asked to do.
+#[derive(Subcommand)]
+pub enum TimechartCommand {
+    /// Record as perf timechart record does: every CPU, raw samples, the scheduler's wakeups and switches and the CPUs' frequency and idle states; perf timechart reads the file.
+    Record {
+        /// Record the power events only
+        #[arg(short = 'P', long = "power-only", conflicts_with = "tasks_only")]
+        power_only: bool,
+        /// Record the tasks' events only
+        #[arg(short = 'T', long = "tasks-only")]
+        tasks_only: bool,
+        /// Record callchains
+        #[arg(short = 'g', long = "callchain")]
+        callchain: bool,
+        /// Record only IO data (not taken yet)
+        #[arg(short = 'I', long = "io-only")]
+        io_only: bool,
+        /// The command, and perf record's options after `--` only where perf takes them (none: perf timechart record takes no other)
+        #[arg(value_name = "COMMAND", trailing_var_arg = true)]
+        command: Vec<String>,
+    },
+}
+
+impl TimechartArgs {
+    /// The tool and the command, or why `-I` is not taken.
+    pub fn tool(&self) -> Result<(Tool, &[String]), String> {
+        let TimechartCommand::Record {
+            power_only,
+            tasks_only,
+            callchain,
+            io_only,
+            command,
+        } = &self.command;
+        if *io_only {
+            return Err("-I (--io-only) is not supported by shardrec yet".into());
+        }
+        let tool = Tool::Timechart {
+            power_only: *power_only,
+            tasks_only: *tasks_only,
+            callchain: *callchain,
+        };
+        Ok((tool, command))
+    }
+}
+
 /// What a tool is asked to do.
 #[derive(Subcommand)]
 pub enum ToolCommand {
@@ -155,6 +219,8 @@ impl Tool {
             Tool::Lock => "lock",
             Tool::Kmem { .. } => "kmem",
             Tool::Kwork { .. } => "kwork",
+            Tool::Trace => "trace",
+            Tool::Timechart { .. } => "timechart",
         }
     }
 
@@ -168,6 +234,12 @@ impl Tool {
             Tool::Lock => lock_words(&exists)?,
             Tool::Kmem { slab, page } => kmem_words(&exists, *slab, *page),
             Tool::Kwork { classes } => kwork_words(classes),
+            Tool::Trace => trace_words(&exists)?,
+            Tool::Timechart {
+                power_only,
+                tasks_only,
+                callchain,
+            } => timechart_words(!*power_only, !*tasks_only, *callchain),
         };
         Ok(words.into_iter().map(String::from).collect())
     }
@@ -337,6 +409,39 @@ fn kwork_words(classes: &[KworkClass]) -> Vec<&'static str> {
     words
 }
 
+/// `perf trace record`: raw samples, 4 MiB rings, every event counted;
+/// every system call's entry and exit (`raw_syscalls`, or `syscalls` on
+/// kernels that name them so). perf's filter of its own pid is shardrec's
+/// own: its processes are left out of tracepoints already.
+fn trace_words(tracepoints: &Tracepoints) -> Result<Vec<&'static str>, String> {
+    let mut words = vec!["-R", "-m", "1024", "-c", "1", "-e"];
+    words.push(match () {
+        () if tracepoints.has("raw_syscalls:sys_enter") => {
+            "raw_syscalls:sys_enter,raw_syscalls:sys_exit"
+        }
+        () if tracepoints.has("syscalls:sys_enter") => "syscalls:sys_enter,syscalls:sys_exit",
+        () => return Err("neither raw_syscalls nor syscalls events exist".into()),
+    });
+    Ok(words)
+}
+
+/// `perf timechart record`: every CPU, raw samples, every event counted;
+/// callchains with `-g`; the tasks' wakeups and switches (not with
+/// `-P`), the CPUs' frequency and idle states (not with `-T`).
+fn timechart_words(tasks: bool, power: bool, callchain: bool) -> Vec<&'static str> {
+    let mut words = vec!["-a", "-R", "-c", "1"];
+    if callchain {
+        words.push("-g");
+    }
+    if tasks {
+        words.extend(each_event(&["sched:sched_wakeup", "sched:sched_switch"]));
+    }
+    if power {
+        words.extend(each_event(&["power:cpu_frequency", "power:cpu_idle"]));
+    }
+    words
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -405,6 +510,23 @@ mod tests {
         assert!(kwork_classes("irq,bogus").unwrap_err().contains("'bogus'"));
         let words = kwork_words(&[KworkClass::Workqueue]);
         assert!(words.ends_with(&["-e", "workqueue:workqueue_execute_end"]));
+    }
+
+    #[test]
+    fn trace_and_timechart_take_their_events() {
+        let raw = FakeTracefs::with("raw", &["raw_syscalls:sys_enter"]);
+        let words = trace_words(&raw.tracepoints()).unwrap();
+        assert_eq!(
+            words.last(),
+            Some(&"raw_syscalls:sys_enter,raw_syscalls:sys_exit")
+        );
+        assert!(trace_words(&Tracepoints(None)).is_err());
+        let tasks = timechart_words(true, false, true);
+        assert_eq!(
+            tasks[4..],
+            ["-g", "-e", "sched:sched_wakeup", "-e", "sched:sched_switch"]
+        );
+        assert!(timechart_words(true, true, false).ends_with(&["-e", "power:cpu_idle"]));
     }
 
     #[test]
