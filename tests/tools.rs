@@ -99,6 +99,16 @@ fn sched_record_is_perfs_and_perf_sched_reads_it() {
         !info.iter().any(|l| l.contains("lost")),
         "perf sched latency: {info:?}"
     );
+    // The recorder's own switches are there, as perf records its own:
+    // left out, a CPU's switches would not chain (each switch after one
+    // away from a recorder process a "context switch bug").
+    let script = perf(&["script", "-F", "comm,event"], &ours);
+    let script = String::from_utf8_lossy(&script.stdout);
+    let own = script.lines().filter(|l| {
+        let l = l.trim_start();
+        l.starts_with("shardrec ") && l.contains("sched:sched_switch")
+    });
+    assert!(own.count() > 0, "no switch away from a shardrec process");
     // The other reports read it too, naming the workload.
     for report in [&["sched", "timehist"][..], &["sched", "map"]] {
         let output = perf(report, &ours);

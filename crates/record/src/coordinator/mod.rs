@@ -261,10 +261,15 @@ impl<'a> Recording<'a> {
         Ok(())
     }
 
-    /// Sets each tracepoint's filter: the user's `--filter`, and the
-    /// recorder's own processes left out, so a syscall tracepoint does not
-    /// record the writers' own io_uring calls (nor a switch trigger the
-    /// switch's own).
+    /// Sets each tracepoint's filter: the user's `--filter`, and, in the
+    /// tracepoints the recorder's own writing would feed (the system
+    /// calls', io_uring's: [`FED_BY_THE_RECORDER`]), the recorder's own
+    /// processes left out, so a syscall tracepoint does not record the
+    /// writers' own io_uring calls (nor a switch trigger the switch's
+    /// own). Elsewhere the recorder is recorded as perf records itself:
+    /// left out of `sched_switch`, a CPU's switches would not chain (a
+    /// switch away from a writer missing, `perf sched latency` counted
+    /// each next one a context switch bug).
     fn exclude_recorder(&self) -> Result<(), RecordError> {
         let own = self
             .output
@@ -280,12 +285,15 @@ impl<'a> Recording<'a> {
         for cpu in self.pool.cpus() {
             for event in &cpu.events {
                 let spec = &self.plan.events[event.spec];
-                if !spec.is_tracepoint() {
+                let Some((system, _)) = spec.tracepoint() else {
                     continue;
-                }
-                let filter = match &spec.filter {
-                    Some(user) => format!("({user}) && {own}"),
-                    None => own.clone(),
+                };
+                let fed = FED_BY_THE_RECORDER.contains(&system.as_str());
+                let filter = match (&spec.filter, fed) {
+                    (Some(user), true) => format!("({user}) && {own}"),
+                    (None, true) => own.clone(),
+                    (Some(user), false) => user.clone(),
+                    (None, false) => continue,
                 };
                 event
                     .event
@@ -355,6 +363,10 @@ impl<'a> Recording<'a> {
         let _ = std::io::stderr().flush();
     }
 }
+
+/// The tracepoint systems the recorder's own work would feed, each of its
+/// writes a record: the recorder's processes are left out of these.
+const FED_BY_THE_RECORDER: &[&str] = &["raw_syscalls", "syscalls", "io_uring"];
 
 /// What the live merger watches: every CPU's ring (of `pages` data
 /// pages), with its claim where it `reads_first`, and the side band's.
