@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
 
-use common::{perf, recording_test, run, shardrec, Scratch};
+use common::{perf, perfs, recording_test, run, shardrec, Perf, Scratch};
 
 /// The scheduler storm of perf's own benchmark, small: 2 groups of 20
 /// senders and 20 receivers, 20 messages each (81 tasks with the parent).
@@ -63,10 +63,15 @@ fn event_names(file: &Path, side_band: bool) -> Vec<String> {
     names
 }
 
-/// `perf sched latency`'s rows: each task name with its task count, and
-/// the INFO lines.
+/// `perf sched latency`'s rows (by Debian's perf): each task name with
+/// its task count, and the INFO lines.
 fn latency(file: &Path) -> (BTreeMap<String, u64>, Vec<String>) {
-    let output = perf(&["sched", "latency"], file);
+    latency_by(&Perf::debian(), file)
+}
+
+/// [`latency`] by `perf`.
+fn latency_by(perf: &Perf, file: &Path) -> (BTreeMap<String, u64>, Vec<String>) {
+    let output = perf.run(&["sched", "latency"], file);
     let text = String::from_utf8_lossy(&output.stdout);
     let mut tasks = BTreeMap::new();
     for line in text.lines() {
@@ -95,6 +100,16 @@ fn sched_record_is_perfs_and_perf_sched_reads_it() {
     let (our_tasks, info) = latency(&ours);
     assert_eq!(their_tasks.get(TASK), Some(&81), "{their_tasks:?}");
     assert_eq!(our_tasks.get(TASK), their_tasks.get(TASK), "{our_tasks:?}");
+    // The newer perf users read with reads it alike.
+    for newer in perfs().iter().skip(1) {
+        let (tasks, _) = latency_by(newer, &ours);
+        assert_eq!(
+            tasks.get(TASK),
+            their_tasks.get(TASK),
+            "{}: {tasks:?}",
+            newer.name
+        );
+    }
     assert!(
         !info.iter().any(|l| l.contains("lost")),
         "perf sched latency: {info:?}"
