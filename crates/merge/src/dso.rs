@@ -104,22 +104,18 @@ enum Step {
 type PageSet<K> = HashSet<K, BuildHasherDefault<PageHasher>>;
 type PageMap<K, V> = HashMap<K, V, BuildHasherDefault<PageHasher>>;
 
-/// The fields the watch reads of a record it needs.
+/// The fields the watch reads of a record it needs: a sample's layout, or
+/// the recording's layouts of every record.
 pub trait HitFields {
-    /// A sample's pid, ip and time.
-    fn sample(&mut self, sample: &[u8]) -> Option<(u32, u64, u64)>;
+    /// A sample's pid and ip.
+    fn pid_ip(&mut self, sample: &[u8]) -> Option<(u32, u64)>;
     /// A record's time.
     fn time(&mut self, record: &[u8], type_: RecordType) -> Option<u64>;
 }
 
 impl HitFields for FieldReader<'_> {
-    fn sample(&mut self, sample: &[u8]) -> Option<(u32, u64, u64)> {
-        let (pid, ip) = self.sample_pid_ip(sample)?;
-        Some((
-            pid,
-            ip,
-            FieldReader::time(self, sample, RecordType::SAMPLE)?,
-        ))
+    fn pid_ip(&mut self, sample: &[u8]) -> Option<(u32, u64)> {
+        self.sample_pid_ip(sample)
     }
 
     fn time(&mut self, record: &[u8], type_: RecordType) -> Option<u64> {
@@ -128,13 +124,8 @@ impl HitFields for FieldReader<'_> {
 }
 
 impl HitFields for SampleIdLayout {
-    fn sample(&mut self, sample: &[u8]) -> Option<(u32, u64, u64)> {
-        let (pid, ip) = self.sample_pid_ip(sample)?;
-        Some((
-            pid,
-            ip,
-            SampleIdLayout::time(self, sample, RecordType::SAMPLE)?,
-        ))
+    fn pid_ip(&mut self, sample: &[u8]) -> Option<(u32, u64)> {
+        self.sample_pid_ip(sample)
     }
 
     fn time(&mut self, record: &[u8], type_: RecordType) -> Option<u64> {
@@ -196,7 +187,7 @@ impl SliceHits {
             match header.misc & CPUMODE_MASK {
                 CPUMODE_KERNEL => {
                     self.kernel_hit = true;
-                    if let Some((_, ip, _)) = fields.sample(record) {
+                    if let Some((_, ip)) = fields.pid_ip(record) {
                         let page = ip & PAGE_MASK;
                         if self.last_kernel_page != Some(page) {
                             self.last_kernel_page = Some(page);
@@ -205,10 +196,12 @@ impl SliceHits {
                     }
                 }
                 CPUMODE_USER => {
-                    let Some((pid, ip, time)) = fields.sample(record) else {
+                    let Some((pid, ip)) = fields.pid_ip(record) else {
                         return;
                     };
-                    self.user_sample(pid, ip & PAGE_MASK, time);
+                    self.user_sample(pid, ip & PAGE_MASK, || {
+                        fields.time(record, RecordType::SAMPLE)
+                    });
                 }
                 _ => {}
             }
@@ -221,8 +214,9 @@ impl SliceHits {
         }
     }
 
-    /// A user sample of `pid` on `page` at `time`.
-    fn user_sample(&mut self, pid: u32, page: u64, time: u64) {
+    /// A user sample of `pid` on `page`; its `time` is read only for the
+    /// first of a run on one page.
+    fn user_sample(&mut self, pid: u32, page: u64, time: impl FnOnce() -> Option<u64>) {
         if !matches!(self.steps.last(), Some(Step::Pages(_))) {
             // As many pages as the last step's: growing each step's set
             // from nothing, its rehashes were a tenth of the live
@@ -238,7 +232,7 @@ impl SliceHits {
             return;
         }
         self.last_user_page = Some(key);
-        let time = self.known_time(Some(time));
+        let time = self.known_time(time());
         if let Some(Step::Pages(pages)) = self.steps.last_mut() {
             let first = pages.entry(key).or_insert(time);
             *first = (*first).min(time);
