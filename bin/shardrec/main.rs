@@ -62,15 +62,10 @@ fn main() -> ExitCode {
     }
     let result = match cli.action {
         Action::Record(args) => record(*args, &command_line),
-        Action::Sched(args) => tool_record(Tool::Sched, args.command.record_args(), &command_line),
-        Action::Lock(args) => tool_record(Tool::Lock, args.command.record_args(), &command_line),
-        Action::Kmem(args) => tool_record(args.tool(), args.command.record_args(), &command_line),
-        Action::Kwork(args) => tool_record(args.tool(), args.command.record_args(), &command_line),
-        Action::Trace(args) => tool_record(Tool::Trace, args.command.record_args(), &command_line),
-        Action::Timechart(args) => match args.tool() {
-            Ok((tool, command)) => tool_record(tool, &with_dashes(command), &command_line),
+        Action::Tool(action) => match action.tool() {
+            Ok((tool, args)) => tool_record(tool, &args, &command_line),
             Err(why) => {
-                messages::error(&format!("timechart record: {why}"));
+                messages::error(&why);
                 Ok(ExitCode::from(USAGE))
             }
         },
@@ -111,17 +106,6 @@ fn record(args: RecordArgs, command_line: &[String]) -> Result<ExitCode, Error> 
     match shardrec_record::record(config, command_line, messages)? {
         Exit::Status(code) => Ok(ExitCode::from(code)),
         Exit::ReaderLeft => shardrec_record::die_of_sigpipe(),
-    }
-}
-
-/// `command` as a command after `--`, for a tool that takes no record
-/// option of the user's (`perf timechart record`).
-fn with_dashes(command: &[String]) -> Vec<String> {
-    match command.is_empty() {
-        true => Vec::new(),
-        false => std::iter::once("--".to_string())
-            .chain(command.iter().cloned())
-            .collect(),
     }
 }
 

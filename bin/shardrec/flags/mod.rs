@@ -11,7 +11,7 @@ mod tools;
 mod values;
 
 pub use record::RecordArgs;
-pub use tools::{KmemArgs, KworkArgs, TimechartArgs, Tool, ToolArgs};
+pub use tools::{Tool, ToolAction};
 
 use std::path::PathBuf;
 
@@ -34,30 +34,9 @@ pub enum Action {
     ///
     /// Exit status: the command's own (as perf), 0 for a recording without one, 1 when it was cut (a full disk: what was written merges), 2 for a usage error, 255 for any other failure (one line on stderr says which).
     Record(Box<RecordArgs>),
-    /// Record as perf sched record does (shardrec sched record [options] [-- cmd]), for perf sched latency, map and timehist to read.
-    ///
-    /// The events and options of perf 6.1's perf sched record (every CPU, raw samples, 4 MiB rings, each scheduler event counted: sched_switch, sched_stat_runtime, sched_process_fork, sched_wakeup_new, sched_migrate_task, sched_waking or sched_wakeup, and the schedstat events where the kernel has them), then perf record's options and the command given, as perf passes them on.
-    Sched(ToolArgs),
-    /// Record as perf lock record does (shardrec lock record [options] [-- cmd]), for perf lock report and perf lock contention to read.
-    ///
-    /// The events and options of perf 6.1's perf lock record (raw samples, 4 MiB rings, each event counted, only the tasks synthesized; lockdep's lock events where the kernel has them all, else lock:contention_begin and lock:contention_end), then perf record's options and the command given, as perf passes them on.
-    Lock(ToolArgs),
-    /// Record as perf kmem record does (shardrec kmem [--slab] [--page] record [options] [-- cmd]), for perf kmem stat to read.
-    ///
-    /// The events and options of perf 6.1's perf kmem record (every CPU, raw samples, each event counted; the slab allocator's events, and the page allocator's with --page), then perf record's options and the command given, as perf passes them on.
-    Kmem(KmemArgs),
-    /// Record as perf kwork record does (shardrec kwork [-k irq,softirq,workqueue] record [options] [-- cmd]), for perf kwork report, latency and timehist to read.
-    ///
-    /// The events and options of perf 6.1's perf kwork record (every CPU, raw samples, 4 MiB rings, each event counted; the tracepoints of each class of kernel work asked for, in that order), then perf record's options and the command given, as perf passes them on.
-    Kwork(KworkArgs),
-    /// Record as perf trace record does (shardrec trace record [options] [-- cmd]), for perf trace -i to read.
-    ///
-    /// The events and options of perf 6.1's perf trace record (raw samples, 4 MiB rings, each event counted, every system call's entry and exit), then perf record's options and the command given, as perf passes them on.
-    Trace(ToolArgs),
-    /// Record as perf timechart record does (shardrec timechart record [-P|-T] [-g] [-- cmd]), for perf timechart to read.
-    ///
-    /// The events and options of perf 6.1's perf timechart record (every CPU, raw samples, each event counted; the scheduler's wakeups and switches unless -P, the CPUs' frequency and idle states unless -T, callchains with -g). As perf's, it takes no other option of perf record.
-    Timechart(TimechartArgs),
+    /// perf's tools that record: `shardrec sched|lock|kmem|kwork|trace|timechart record`.
+    #[command(flatten)]
+    Tool(ToolAction),
     /// Merge a recording's shards (DIR, e.g. perf.data.shards) into one perf.data.
     Merge(MergeArgs),
     /// As perf archive: FILE.tar.bz2 with the build-id cache's files of FILE's build ids, to unpack into ~/.debug where the profile is read.

@@ -69,6 +69,51 @@ impl KworkClass {
     }
 }
 
+/// A tool's command line, as `shardrec TOOL ...` reads it.
+#[derive(Subcommand)]
+pub enum ToolAction {
+    /// Record as perf sched record does (shardrec sched record [options] [-- cmd]), for perf sched latency, map and timehist to read.
+    ///
+    /// The events and options of perf 6.1's perf sched record (every CPU, raw samples, 4 MiB rings, each scheduler event counted: sched_switch, sched_stat_runtime, sched_process_fork, sched_wakeup_new, sched_migrate_task, sched_waking or sched_wakeup, and the schedstat events where the kernel has them), then perf record's options and the command given, as perf passes them on.
+    Sched(ToolArgs),
+    /// Record as perf lock record does (shardrec lock record [options] [-- cmd]), for perf lock report and perf lock contention to read.
+    ///
+    /// The events and options of perf 6.1's perf lock record (raw samples, 4 MiB rings, each event counted, only the tasks synthesized; lockdep's lock events where the kernel has them all, else lock:contention_begin and lock:contention_end), then perf record's options and the command given, as perf passes them on.
+    Lock(ToolArgs),
+    /// Record as perf kmem record does (shardrec kmem [--slab] [--page] record [options] [-- cmd]), for perf kmem stat to read.
+    ///
+    /// The events and options of perf 6.1's perf kmem record (every CPU, raw samples, each event counted; the slab allocator's events, and the page allocator's with --page), then perf record's options and the command given, as perf passes them on.
+    Kmem(KmemArgs),
+    /// Record as perf kwork record does (shardrec kwork [-k irq,softirq,workqueue] record [options] [-- cmd]), for perf kwork report, latency and timehist to read.
+    ///
+    /// The events and options of perf 6.1's perf kwork record (every CPU, raw samples, 4 MiB rings, each event counted; the tracepoints of each class of kernel work asked for, in that order), then perf record's options and the command given, as perf passes them on.
+    Kwork(KworkArgs),
+    /// Record as perf trace record does (shardrec trace record [options] [-- cmd]), for perf trace -i to read.
+    ///
+    /// The events and options of perf 6.1's perf trace record (raw samples, 4 MiB rings, each event counted, every system call's entry and exit), then perf record's options and the command given, as perf passes them on.
+    Trace(ToolArgs),
+    /// Record as perf timechart record does (shardrec timechart record [-P|-T] [-g] [-- cmd]), for perf timechart to read.
+    ///
+    /// The events and options of perf 6.1's perf timechart record (every CPU, raw samples, each event counted; the scheduler's wakeups and switches unless -P, the CPUs' frequency and idle states unless -T, callchains with -g). As perf's, it takes no other option of perf record.
+    Timechart(TimechartArgs),
+}
+
+impl ToolAction {
+    /// The tool, with its own options, and what follows its `record` as
+    /// `shardrec record` takes it; or why the tool's options are refused.
+    pub fn tool(&self) -> Result<(Tool, Vec<String>), String> {
+        let plain = |tool, args: &ToolArgs| Ok((tool, args.command.record_args().to_vec()));
+        match self {
+            ToolAction::Sched(args) => plain(Tool::Sched, args),
+            ToolAction::Lock(args) => plain(Tool::Lock, args),
+            ToolAction::Trace(args) => plain(Tool::Trace, args),
+            ToolAction::Kmem(args) => Ok((args.tool(), args.command.record_args().to_vec())),
+            ToolAction::Kwork(args) => Ok((args.tool(), args.command.record_args().to_vec())),
+            ToolAction::Timechart(args) => args.tool(),
+        }
+    }
+}
+
 /// `shardrec sched|lock ...`: the tool's one subcommand shardrec takes.
 #[derive(Args)]
 pub struct ToolArgs {
@@ -135,8 +180,9 @@ pub enum TimechartCommand {
 }
 
 impl TimechartArgs {
-    /// The tool and the command, or why `-I` is not taken.
-    pub fn tool(&self) -> Result<(Tool, &[String]), String> {
+    /// The tool and the command (after `--`: perf timechart record takes
+    /// no record option of the user's), or why `-I` is not taken.
+    pub fn tool(&self) -> Result<(Tool, Vec<String>), String> {
         let TimechartCommand::Record {
             power_only,
             tasks_only,
@@ -145,14 +191,18 @@ impl TimechartArgs {
             command,
         } = &self.command;
         if *io_only {
-            return Err("-I (--io-only) is not supported by shardrec yet".into());
+            return Err("timechart record: -I (--io-only) is not supported by shardrec yet".into());
         }
         let tool = Tool::Timechart {
             power_only: *power_only,
             tasks_only: *tasks_only,
             callchain: *callchain,
         };
-        Ok((tool, command))
+        let dashes = (!command.is_empty()).then(|| "--".to_string());
+        Ok((
+            tool,
+            dashes.into_iter().chain(command.iter().cloned()).collect(),
+        ))
     }
 }
 

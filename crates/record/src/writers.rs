@@ -162,7 +162,6 @@ impl Writer {
         self.options = Some(options);
         let setup = WriterSetup {
             cpu: self.events.cpu,
-            ring_owner: self.events.ring_owner(),
             events: self.events.events.iter().map(|e| &e.event).collect(),
             side_band,
             options,

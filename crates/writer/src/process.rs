@@ -40,10 +40,8 @@ pub struct WriterOptions {
 pub struct WriterSetup<'a> {
     /// Its CPU.
     pub cpu: u32,
-    /// The event whose fd the ring belongs to.
-    pub ring_owner: &'a PerfEvent,
-    /// The CPU's events: enabled at Start (with `options.enable`),
-    /// disabled at the stop.
+    /// The CPU's events, the first the ring's owner: enabled at Start
+    /// (with `options.enable`), disabled at the stop.
     pub events: Vec<&'a PerfEvent>,
     /// The CPU's side-band event, which the VIP enabled: disabled at the
     /// stop with the rest.
@@ -55,6 +53,11 @@ pub struct WriterSetup<'a> {
 }
 
 impl WriterSetup<'_> {
+    /// The event whose fd the ring belongs to.
+    fn ring_owner(&self) -> &PerfEvent {
+        self.events[0]
+    }
+
     /// Every event the writer disables at the stop.
     fn disabled_at_stop(&self) -> Vec<&PerfEvent> {
         self.events.iter().copied().chain(self.side_band).collect()
@@ -88,7 +91,7 @@ pub fn run(
     next_shard: impl FnMut() -> io::Result<Option<File>>,
 ) -> io::Result<WriterStats> {
     cpu::pin_to(setup.cpu)?;
-    let owner = setup.ring_owner;
+    let owner = setup.ring_owner();
     let start = File::from(control.try_clone()?);
     if setup.options.overwrite {
         // Read only at snapshots: no wakeups to serve in time.
