@@ -1,5 +1,6 @@
 //! perf's tools that record: `perf sched record` (and `lock`, `kmem`,
-//! `kwork`) runs perf record with its own words before the user's, as
+//! `kwork`, `trace`, `timechart`) runs perf record with its own words
+//! before the user's, as
 //! perf's builtin passes them on, so `shardrec TOOL record ARGS` is
 //! `shardrec record WORDS ARGS`, read by the one parser of record's
 //! options. Only what a tool records is shardrec's: perf's own reports
