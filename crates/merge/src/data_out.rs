@@ -158,15 +158,24 @@ impl RecordSink for PositionedSink<'_> {
     }
 }
 
-/// Records into a sink as they are, or (`-z`) gathered a round at a time
-/// and written as `PERF_RECORD_COMPRESSED` records, as perf record
-/// compresses what it reads from its rings. Rounds stay outside,
-/// uncompressed, as perf writes them.
+/// Records into a sink as they are, or (`-z`) gathered and written as
+/// `PERF_RECORD_COMPRESSED` records, as perf record compresses what it
+/// reads from its rings. Rounds stay outside, uncompressed, as perf
+/// writes them; the zstd frame goes on across them, as perf's one frame
+/// does (a frame per round cost 5 to 7% more zstd time and a quarter
+/// more bytes), and ends only where a merge may take the output up
+/// ([`end_frame`](Self::end_frame)) and at the end.
 pub struct DataOut<S> {
     sink: S,
     compressor: Option<RecordCompressor>,
+    /// Records gathered, not yet compressed.
     pending: Vec<u8>,
-    scratch: Vec<u8>,
+    /// The last compression's COMPRESSED records, not yet in the sink,
+    /// and the FINISHED_ROUNDs that follow them: the frame can still end
+    /// in the last of those records, at `held_last`.
+    held: Vec<u8>,
+    held_last: Option<usize>,
+    held_rounds: usize,
 }
 
 impl<S: RecordSink> DataOut<S> {
@@ -176,7 +185,9 @@ impl<S: RecordSink> DataOut<S> {
             sink,
             compressor: level.map(RecordCompressor::new).transpose()?,
             pending: Vec::new(),
-            scratch: Vec::new(),
+            held: Vec::new(),
+            held_last: None,
+            held_rounds: 0,
         })
     }
 
@@ -223,9 +234,9 @@ impl<S: RecordSink> DataOut<S> {
             run = &run[whole..];
         }
         // A long run is compressed where it lies but for its last record,
-        // which stays gathered to end the frame with: gathered whole, a
-        // DWARF storm's runs were copied once more (53 of the merger's
-        // 1,553 samples in a profile under -z).
+        // which stays gathered: gathered whole, a DWARF storm's runs were
+        // copied once more (53 of the merger's 1,553 samples in a profile
+        // under -z).
         let last = last_record_at(run);
         if last >= GATHER_BELOW {
             self.compress_pending(false)?;
@@ -236,39 +247,63 @@ impl<S: RecordSink> DataOut<S> {
         Ok(())
     }
 
-    /// Ends the compressed frame, if one is open, with what is gathered:
-    /// the output then reads whole up to here, without what follows (a
-    /// checkpoint's). A frame open holds records gathered and not yet
-    /// compressed: every round ends its frame, and what goes in between
-    /// leaves its last records gathered (perf takes a COMPRESSED record
-    /// that decodes to nothing, a frame's end alone, as broken).
+    /// Ends the compressed frame, if one is open, and puts everything
+    /// taken into the sink: the output then reads whole up to here,
+    /// without what follows (a checkpoint's, which a merger taken up
+    /// from it follows with a frame of its own).
     pub fn end_frame(&mut self) -> io::Result<()> {
-        self.compress_pending(true)?;
+        self.end_frame_if_held()?;
         match self.compressor.as_ref().is_some_and(|c| c.frame_open()) {
             true => Err(io::Error::other(
-                "a compressed frame is open with nothing gathered to end it",
+                "a compressed frame is open with no record of it held to end it",
             )),
             false => Ok(()),
         }
     }
 
-    /// A `PERF_RECORD_FINISHED_ROUND`, which ends the compressed frame:
-    /// a live merger is taken up from a checkpoint with a frame of its
-    /// own.
-    pub fn end_round(&mut self) -> io::Result<()> {
-        self.compress_pending(true)?;
-        self.sink.put(&marker(RecordType::FINISHED_ROUND))
+    /// Everything taken into the sink, the frame left open: a pipe's
+    /// reader gets each round as it ends. The frame cannot end in what
+    /// went before ([`finish`](Self::finish) leaves it open, as perf
+    /// leaves its own).
+    pub fn hand_over(&mut self) -> io::Result<()> {
+        self.compress_pending(false)?;
+        self.put_held()
     }
 
-    /// Ends the compressed frame; the sink and what was compressed.
+    /// A `PERF_RECORD_FINISHED_ROUND`, after the records before it.
+    pub fn end_round(&mut self) -> io::Result<()> {
+        match self.compressor {
+            None => self.sink.put(&marker(RecordType::FINISHED_ROUND)),
+            Some(_) => {
+                self.compress_pending(false)?;
+                self.held_rounds += 1;
+                Ok(())
+            }
+        }
+    }
+
+    /// Ends the compressed frame where it can; the sink and what was
+    /// compressed.
     pub fn finish(mut self) -> io::Result<(S, Totals)> {
-        self.end_frame()?;
+        self.end_frame_if_held()?;
         let totals = self
             .compressor
             .as_ref()
             .map(RecordCompressor::totals)
             .unwrap_or_default();
         Ok((self.sink, totals))
+    }
+
+    /// Ends the frame with what is gathered, or in the last record held,
+    /// and puts everything into the sink.
+    fn end_frame_if_held(&mut self) -> io::Result<()> {
+        self.compress_pending(true)?;
+        if let (Some(compressor), Some(last)) = (self.compressor.as_mut(), self.held_last) {
+            if compressor.frame_open() {
+                compressor.end_frame_in(&mut self.held, last)?;
+            }
+        }
+        self.put_held()
     }
 
     fn compress_pending(&mut self, end_frame: bool) -> io::Result<()> {
@@ -282,14 +317,29 @@ impl<S: RecordSink> DataOut<S> {
         compressed
     }
 
-    /// `records` compressed into the sink.
+    /// `records` compressed; the last compression's output (and rounds
+    /// after it) into the sink, this one's held.
     fn compress(&mut self, records: &[u8], end_frame: bool) -> io::Result<()> {
-        let Some(compressor) = self.compressor.as_mut() else {
+        if self.compressor.is_none() {
             return Ok(());
-        };
-        self.scratch.clear();
-        compressor.compress(records, &mut self.scratch, end_frame)?;
-        self.sink.put(&self.scratch)
+        }
+        self.put_held()?;
+        if let Some(compressor) = self.compressor.as_mut() {
+            self.held_last = compressor.compress(records, &mut self.held, end_frame)?;
+        }
+        Ok(())
+    }
+
+    fn put_held(&mut self) -> io::Result<()> {
+        self.held_last = None;
+        if !self.held.is_empty() {
+            self.sink.put(&self.held)?;
+            self.held.clear();
+        }
+        for _ in 0..std::mem::take(&mut self.held_rounds) {
+            self.sink.put(&marker(RecordType::FINISHED_ROUND))?;
+        }
+        Ok(())
     }
 }
 
@@ -557,6 +607,48 @@ mod tests {
         assert!(rest.is_empty());
         assert_eq!(back.len(), data.len());
         assert!(back == data, "records changed or reordered");
+    }
+
+    /// The records and rounds `data` carries, compressed or not.
+    fn carried(data: &[u8]) -> Vec<u8> {
+        let mut back = Vec::new();
+        let rest = compressed::each_record(data, |record| {
+            back.extend_from_slice(record);
+            Ok(())
+        })
+        .unwrap();
+        assert!(rest.is_empty());
+        back
+    }
+
+    #[test]
+    fn the_frame_goes_on_across_rounds_and_ends_at_a_checkpoint() {
+        let (first, second) = (records(200), records(50));
+        let round = marker(RecordType::FINISHED_ROUND);
+        let mut out = DataOut::new(Vec::new(), Some(1)).unwrap();
+        out.records(&[&first]).unwrap();
+        out.end_round().unwrap();
+        out.records(&[&second]).unwrap();
+        out.end_round().unwrap();
+        // A checkpoint with nothing gathered: the frame ends in the last
+        // COMPRESSED record, before the round after it.
+        out.end_frame().unwrap();
+        let cut = out.sink_mut().len();
+        out.records(&[&first]).unwrap();
+        out.end_round().unwrap();
+        let (written, totals) = out.finish().unwrap();
+        assert_eq!(totals.bytes_in as usize, 2 * first.len() + second.len());
+        // Read whole, the output is one stream; read from the cut, a frame
+        // of its own starts there, as a merger taken up from a checkpoint
+        // writes. (Had the first frame not ended, the second's start
+        // would read as a broken block of the first.)
+        let all = [&first[..], &round[..], &second[..], &round[..]].concat();
+        assert!(
+            carried(&written[..cut]) == all,
+            "every record before the cut"
+        );
+        assert!(carried(&written) == [&all[..], &first[..], &round[..]].concat());
+        assert!(carried(&written[cut..]) == [&first[..], &round[..]].concat());
     }
 
     #[test]

@@ -58,7 +58,9 @@ impl RecordCompressor {
 
     /// `records` (whole records, at most [`MAX_INPUT`] bytes) as
     /// COMPRESSED records, appended to `into`; with `end_frame`, the
-    /// frame ends with them.
+    /// frame ends with them. Returns where in `into` the last of them
+    /// starts (none for no records), which, without `end_frame`,
+    /// [`end_frame_in`](Self::end_frame_in) can end the frame in later.
     ///
     /// Each COMPRESSED record holds what the stream gives, flushed, for
     /// as much input as is sure to fit ([`feed`]): perf
@@ -70,12 +72,12 @@ impl RecordCompressor {
         records: &[u8],
         into: &mut Vec<u8>,
         end_frame: bool,
-    ) -> io::Result<()> {
+    ) -> io::Result<Option<usize>> {
         assert!(
             records.len() <= MAX_INPUT,
             "a call compresses at most MAX_INPUT"
         );
-        let mut at = 0;
+        let (mut at, mut last) = (0, None);
         loop {
             let mut output = OutBuffer::around(&mut self.out[..MAX_PAYLOAD]);
             at += feed(&mut self.encoder, &records[at..], &mut output)?;
@@ -86,6 +88,7 @@ impl RecordCompressor {
             };
             let payload = output.as_slice();
             if !payload.is_empty() {
+                last = Some(into.len());
                 let size = (payload.len() + 8) as u16;
                 into.extend_from_slice(&RECORD_COMPRESSED.to_ne_bytes());
                 into.extend_from_slice(&0u16.to_ne_bytes());
@@ -102,6 +105,44 @@ impl RecordCompressor {
         }
         self.frame_open = !end_frame && (self.frame_open || !records.is_empty());
         self.bytes_in += records.len() as u64;
+        Ok(last)
+    }
+
+    /// Ends the frame in the COMPRESSED record at `last` in `records`, the
+    /// last one there and the last [`compress`](Self::compress) gave: a
+    /// frame's end goes in a record with data before it, as perf takes
+    /// one that decodes to nothing as broken. So a frame can stay open
+    /// across rounds, as perf's one frame does, and still end at a
+    /// checkpoint with nothing new to compress.
+    pub fn end_frame_in(&mut self, records: &mut Vec<u8>, last: usize) -> io::Result<()> {
+        let header = RecordHeader::parse(&records[last..]);
+        if header.is_none_or(|h| {
+            h.type_ != RecordType::COMPRESSED || last + usize::from(h.size) != records.len()
+        }) {
+            return Err(io::Error::other(
+                "a compressed frame ends only in the last COMPRESSED record",
+            ));
+        }
+        // After a flush the end is an empty last block: a few bytes.
+        let mut end = [0u8; 64];
+        let mut output = OutBuffer::around(&mut end[..]);
+        if self.encoder.finish(&mut output, true)? != 0 {
+            return Err(io::Error::other(
+                "a zstd frame's end took more than 64 bytes",
+            ));
+        }
+        let end = output.as_slice();
+        let size = records.len() + end.len() - last;
+        if size > usize::from(u16::MAX) {
+            return Err(io::Error::other(
+                "a COMPRESSED record outgrew its size field",
+            ));
+        }
+        records.extend_from_slice(end);
+        shardrec_format::views::set_size(&mut records[last..], size as u16);
+        self.bytes_out += end.len() as u64;
+        self.encoder.reinit()?;
+        self.frame_open = false;
         Ok(())
     }
 
@@ -378,6 +419,38 @@ mod tests {
         }
         assert!(count > 1, "the payload takes several records");
         assert!(back == records);
+    }
+
+    #[test]
+    fn a_frame_ends_later_in_its_last_record() {
+        let mut compressor = RecordCompressor::new(1).unwrap();
+        let (first, second) = (records(40), records(20));
+        let round = [3u8, 0, 0, 0, 0, 0, 8, 0];
+        let mut data = Vec::new();
+        compressor.compress(&first, &mut data, false).unwrap();
+        data.extend_from_slice(&round);
+        let last = compressor.compress(&second, &mut data, false).unwrap();
+        let last = last.expect("records give a COMPRESSED record");
+        let before = data.len();
+        assert!(
+            compressor.end_frame_in(&mut data, 0).is_err(),
+            "only the last record can take the end"
+        );
+        compressor.end_frame_in(&mut data, last).unwrap();
+        assert!(!compressor.frame_open());
+        assert!(data.len() > before, "the frame's end was added");
+        let size = usize::from(RecordHeader::parse(&data[last..]).unwrap().size);
+        assert_eq!(last + size, data.len(), "the record's size grew with it");
+        // A frame of its own follows, as a merger taken up from here writes.
+        compressor.compress(&first, &mut data, true).unwrap();
+        let mut back = Vec::new();
+        let rest = each_record(&data, |record| {
+            back.extend_from_slice(record);
+            Ok(())
+        })
+        .unwrap();
+        assert!(rest.is_empty());
+        assert!(back == [&first[..], &round[..], &second[..], &first[..]].concat());
     }
 
     #[test]

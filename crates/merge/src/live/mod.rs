@@ -177,9 +177,10 @@ impl<'a> LiveMerge<'a> {
             return Ok(round);
         }
         self.walk_for_hits(false)?;
-        if let Sink::Pipe(stream) = self.records.out.sink_mut() {
+        if self.records.out.sink_mut().is_pipe() {
             // The reader follows the recording: each round reaches it now.
-            stream.flush()?;
+            self.records.out.hand_over()?;
+            self.records.out.sink_mut().flush()?;
         }
         self.rounds.reached_output();
         Ok(round)

@@ -92,6 +92,19 @@ impl Sink {
         }
     }
 
+    /// Whether this is perf's pipe format, into a stream.
+    pub fn is_pipe(&self) -> bool {
+        matches!(self, Sink::Pipe(_))
+    }
+
+    /// Everything written so far, out of the buffers.
+    pub fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Sink::File { writer, .. } => writer.flush(),
+            Sink::Pipe(stream) => stream.flush(),
+        }
+    }
+
     /// Removes the file of a merge given up on (a stream keeps what it
     /// was sent).
     pub fn discard(&self) {
