@@ -454,3 +454,135 @@ fn attrs_equal_perfs_for_the_corpus() {
         failures.join("\n")
     );
 }
+
+/// `perf mem record` and `perf c2c record` lines, compared where this
+/// machine's CPU seems to have the memory-sampling PMU its vendor's
+/// perf looks for (see [`FAKE_MEMORY_PMU`]).
+const MEMORY_TOOLS: &[&str] = &[
+    "mem record",
+    "mem -p --data-page-size record",
+    "mem -C 0 record",
+    "mem record -K",
+    "mem record --ldlat 50",
+    "c2c record",
+    "c2c record -u",
+    "c2c record -k",
+];
+
+/// Runs `$3...` in a mount namespace of its own where sysfs shows a
+/// memory-sampling PMU this VM has not (`$2`: `amd`, IBS's `ibs_op`, or
+/// Intel's `cpu` with `mem-loads` and `mem-stores`), made in `$1`: the
+/// real devices bound in, the PMU's type and formats written. Nothing
+/// outside the namespace sees it. The kernel refuses the PMU's events
+/// (their type is no PMU's), after perf and shardrec print their attrs.
+const FAKE_MEMORY_PMU: &str = r#"set -e
+dir=$1; vendor=$2; shift 2
+mkdir -p "$dir/devices" "$dir/event_source"
+for e in /sys/devices/*; do
+    mkdir -p "$dir/devices/${e##*/}"
+    mount --rbind "$e" "$dir/devices/${e##*/}"
+done
+cp -P /sys/bus/event_source/devices/* "$dir/event_source/"
+pmu() {
+    mkdir -p "$dir/devices/$1/format" "$dir/devices/$1/events"
+    echo "$2" > "$dir/devices/$1/type"
+    ln -s "../../../devices/$1" "$dir/event_source/$1"
+}
+if [ "$vendor" = amd ]; then
+    pmu ibs_op 11
+    echo config:19 > "$dir/devices/ibs_op/format/cnt_ctl"
+else
+    pmu cpu 4
+    echo event=0xcd,umask=0x1,ldlat=3 > "$dir/devices/cpu/events/mem-loads"
+    echo event=0xd0,umask=0x82 > "$dir/devices/cpu/events/mem-stores"
+    echo config:0-7 > "$dir/devices/cpu/format/event"
+    echo config:8-15 > "$dir/devices/cpu/format/umask"
+    echo config1:0-15 > "$dir/devices/cpu/format/ldlat"
+fi
+mount --rbind "$dir/devices" /sys/devices
+mount --bind "$dir/event_source" /sys/bus/event_source/devices
+exec "$@"
+"#;
+
+/// `program args` run with the faked PMU of this CPU's vendor, in `dir`.
+fn with_fake_memory_pmu(
+    dir: &std::path::Path,
+    program: &str,
+    args: &[&str],
+) -> std::process::Command {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let vendor = match cpuinfo.contains("AuthenticAMD") {
+        true => "amd",
+        false => "intel",
+    };
+    let mut command = std::process::Command::new("unshare");
+    command
+        .args([
+            "-m",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            FAKE_MEMORY_PMU,
+            "fake-pmu",
+        ])
+        .arg(dir)
+        .args([vendor, program])
+        .args(args);
+    command
+}
+
+#[test]
+fn memory_tools_attrs_equal_perfs_where_the_pmu_is() {
+    let Some((_serial, scratch)) = recording_test("attr-parity-memory") else {
+        return;
+    };
+    // Without the PMU, both refuse in one line, as perf 6.1 words it.
+    for tool in ["mem", "c2c"] {
+        let mut ours = shardrec();
+        ours.args([tool, "record", "-o"])
+            .arg(scratch.0.join("refused.data"))
+            .args(["--", "true"]);
+        let ours = run(ours);
+        let mut perf = std::process::Command::new("perf");
+        perf.args([tool, "record", "-o"])
+            .arg(scratch.0.join("refused.data"))
+            .args(["--", "true"]);
+        let perf = run(perf);
+        let said = String::from_utf8_lossy(&ours.stderr);
+        assert_eq!(perf.status.code(), Some(255), "perf {tool} record here");
+        assert_eq!(ours.status.code(), Some(255), "{said}");
+        assert_eq!(said.lines().count(), 1, "{said}");
+        assert!(
+            said.contains("failed: memory events not supported"),
+            "{said}"
+        );
+        assert!(!scratch.0.join("refused.data").exists());
+    }
+    let shardrec_bin = env!("CARGO_BIN_EXE_shardrec");
+    let mut problems = Vec::new();
+    for (i, line) in MEMORY_TOOLS.iter().enumerate() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let output = |name: &str| scratch.0.join(format!("{name}{i}.data"));
+        let (perf_out, our_out) = (output("perf"), output("shardrec"));
+        let mut both = Vec::new();
+        for (program, out) in [("perf", &perf_out), (shardrec_bin, &our_out)] {
+            let dir = scratch.0.join(format!("fake{i}-{}", both.len()));
+            let out = out.to_str().unwrap();
+            let args: Vec<&str> = [&words[..], &["-vv", "-o", out, "--", "true"]].concat();
+            both.push(run(with_fake_memory_pmu(&dir, program, &args)));
+        }
+        let (perf, ours) = (compared(&both[0].stderr), compared(&both[1].stderr));
+        let mut found = differences(&perf, &ours);
+        if perf.is_empty() {
+            found.push(format!(
+                "perf printed no attr: {}",
+                String::from_utf8_lossy(&both[0].stderr)
+            ));
+        }
+        if !found.is_empty() {
+            problems.push(format!("`{line}`:\n    {}", found.join("\n    ")));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}

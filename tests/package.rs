@@ -91,6 +91,8 @@ fn the_package_installs_into_a_fresh_debian_records_and_has_its_man_page() {
         "./usr/share/man/man1/shardrec-kmem.1.gz",
         "./usr/share/man/man1/shardrec-kwork.1.gz",
         "./usr/share/man/man1/shardrec-trace.1.gz",
+        "./usr/share/man/man1/shardrec-mem.1.gz",
+        "./usr/share/man/man1/shardrec-c2c.1.gz",
         "./usr/share/man/man1/shardrec-timechart.1.gz",
         "./usr/share/man/man1/shardrec-merge.1.gz",
         "./usr/share/man/man1/shardrec-archive.1.gz",

@@ -14,7 +14,7 @@ use crate::flags::{self, Generated};
 const SEE_ALSO: &[(&str, &str)] = &[
     (
         "shardrec",
-        "shardrec-record(1), shardrec-sched(1), shardrec-lock(1), shardrec-kmem(1), shardrec-kwork(1), shardrec-trace(1), shardrec-timechart(1), shardrec-merge(1), shardrec-archive(1), perf(1)",
+        "shardrec-record(1), shardrec-sched(1), shardrec-lock(1), shardrec-kmem(1), shardrec-kwork(1), shardrec-trace(1), shardrec-mem(1), shardrec-c2c(1), shardrec-timechart(1), shardrec-merge(1), shardrec-archive(1), perf(1)",
     ),
     (
         "shardrec-sched",
@@ -24,6 +24,8 @@ const SEE_ALSO: &[(&str, &str)] = &[
     ("shardrec-kmem", "shardrec-record(1), perf-kmem(1), perf-record(1)"),
     ("shardrec-kwork", "shardrec-record(1), perf-kwork(1), perf-record(1)"),
     ("shardrec-trace", "shardrec-record(1), perf-trace(1), perf-record(1)"),
+    ("shardrec-mem", "shardrec-record(1), perf-mem(1), perf-record(1)"),
+    ("shardrec-c2c", "shardrec-record(1), perf-c2c(1), perf-record(1)"),
     ("shardrec-timechart", "shardrec-record(1), perf-timechart(1), perf-record(1)"),
     (
         "shardrec-record",

@@ -3,6 +3,7 @@
 //! value into a typed one (`values`), so the recorder is
 //! given only typed configuration.
 
+mod memory;
 mod perf_only;
 mod record;
 mod samples;

@@ -9,6 +9,8 @@
 use clap::{Args, Subcommand};
 use shardrec_sys::tracefs;
 
+use super::memory::{self, MemoryEvents};
+
 /// A perf tool whose `record` shardrec takes, with the tool's own options
 /// (given before `record`, as perf's tool reads them).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -24,6 +26,11 @@ pub enum Tool {
     Kwork { classes: Vec<KworkClass> },
     /// `perf trace record`: the system calls.
     Trace,
+    /// `perf mem [-t load,store] [-p] [--data-page-size] [-C CPUS]
+    /// record [--ldlat N] [-U] [-K]`.
+    Mem(MemRecord),
+    /// `perf c2c record [--ldlat N] [-u] [-k]`.
+    C2c(MemRecord),
     /// `perf timechart record [-P|-T] [-g]`.
     Timechart {
         /// `-P`: the power events only.
@@ -36,7 +43,35 @@ pub enum Tool {
 }
 
 /// The tools by name, as typed.
-pub const NAMES: &[&str] = &["sched", "lock", "kmem", "kwork", "trace", "timechart"];
+pub const NAMES: &[&str] = &[
+    "sched",
+    "lock",
+    "kmem",
+    "kwork",
+    "trace",
+    "mem",
+    "c2c",
+    "timechart",
+];
+
+/// What `perf mem record` and `perf c2c record` are asked for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemRecord {
+    /// `-t`: the operations sampled (c2c: both).
+    pub operations: memory::Operations,
+    /// `-p`: physical addresses too (c2c: always).
+    pub phys_data: bool,
+    /// `--data-page-size`.
+    pub data_page_size: bool,
+    /// `-C`: the CPUs.
+    pub cpus: Option<String>,
+    /// `--ldlat`: the least latency of a load sampled, in cycles.
+    pub ldlat: u32,
+    /// `-U` (c2c: `-u`): user space only.
+    pub all_user: bool,
+    /// `-K` (c2c: `-k`): the kernel only.
+    pub all_kernel: bool,
+}
 
 /// A class of kernel work `perf kwork` follows (perf 6.1's).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -93,6 +128,14 @@ pub enum ToolAction {
     ///
     /// The events and options of perf 6.1's perf trace record (raw samples, 4 MiB rings, each event counted, every system call's entry and exit), then perf record's options and the command given, as perf passes them on.
     Trace(ToolArgs),
+    /// Record as perf mem record does (shardrec mem [-t load,store] [-p] [--data-page-size] [-C CPUS] record [--ldlat N] [-U] [-K] [options] [-- cmd]), for perf mem report to read.
+    ///
+    /// The events and options of perf 6.1's perf mem record: the memory-sampling events of this CPU (AMD's ibs_op//, Intel's cpu/mem-loads,ldlat=30/P and cpu/mem-stores/P), each sample's weight and data address; then perf record's options and the command given, as perf passes them on. Where the CPU has none, it fails as perf does: memory events not supported.
+    Mem(MemArgs),
+    /// Record as perf c2c record does (shardrec c2c record [--ldlat N] [-u] [-k] [options] [-- cmd]), for perf c2c report to read.
+    ///
+    /// The events and options of perf 6.1's perf c2c record: loads and stores sampled by this CPU's memory-sampling events, with weights, data and physical addresses and the CPU of each sample; then perf record's options and the command given, as perf passes them on. Where the CPU has none, it fails as perf does: memory events not supported.
+    C2c(C2cArgs),
     /// Record as perf timechart record does (shardrec timechart record [-P|-T] [-g] [-- cmd]), for perf timechart to read.
     ///
     /// The events and options of perf 6.1's perf timechart record (every CPU, raw samples, each event counted; the scheduler's wakeups and switches unless -P, the CPUs' frequency and idle states unless -T, callchains with -g). As perf's, it takes no other option of perf record.
@@ -110,6 +153,8 @@ impl ToolAction {
             ToolAction::Trace(args) => plain(Tool::Trace, args),
             ToolAction::Kmem(args) => Ok((args.tool(), args.command.record_args().to_vec())),
             ToolAction::Kwork(args) => Ok((args.tool(), args.command.record_args().to_vec())),
+            ToolAction::Mem(args) => args.tool(),
+            ToolAction::C2c(args) => Ok(args.tool()),
             ToolAction::Timechart(args) => args.tool(),
         }
     }
@@ -147,6 +192,125 @@ pub struct KworkArgs {
     pub kwork: Option<KworkList>,
     #[command(subcommand)]
     pub command: ToolCommand,
+}
+
+/// `shardrec mem [-t TYPES] [-p] [--data-page-size] [-C CPUS] record ...`.
+#[derive(Args)]
+pub struct MemArgs {
+    /// The memory operations to sample: load, store (comma-separated; default: both)
+    #[arg(short = 't', long = "type", value_name = "type", value_parser = memory::operations)]
+    pub operations: Option<memory::Operations>,
+    /// Record each sample's physical data address too
+    #[arg(short = 'p', long = "phys-data")]
+    pub phys_data: bool,
+    /// Record the page size of each sample's data address
+    #[arg(long = "data-page-size")]
+    pub data_page_size: bool,
+    /// The CPUs to record on (perf's list: 0-3,7)
+    #[arg(short = 'C', long = "cpu", value_name = "cpu")]
+    pub cpus: Option<String>,
+    #[command(subcommand)]
+    pub command: MemCommand,
+}
+
+/// `shardrec c2c record ...`.
+#[derive(Args)]
+pub struct C2cArgs {
+    #[command(subcommand)]
+    pub command: C2cCommand,
+}
+
+/// What `shardrec mem` is asked to do.
+#[derive(Subcommand)]
+pub enum MemCommand {
+    /// Record as perf mem record does: this CPU's memory-sampling events, each sample's weight and data address, then perf record's options and the command (shardrec record -h lists them). perf mem report reads the file.
+    Record {
+        /// The least latency of a load sampled, in cycles (Intel's mem-loads)
+        #[arg(long = "ldlat", value_name = "n", default_value_t = memory::LDLAT)]
+        ldlat: u32,
+        /// Sample user space only (perf 6.1 takes -U here but drops it: shardrec does what it says)
+        #[arg(short = 'U', long = "all-user")]
+        all_user: bool,
+        /// Sample the kernel only
+        #[arg(short = 'K', long = "all-kernel")]
+        all_kernel: bool,
+        /// perf record's options and the command, as shardrec record takes them
+        #[arg(
+            value_name = "RECORD OPTIONS",
+            trailing_var_arg = true,
+            allow_hyphen_values = true
+        )]
+        args: Vec<String>,
+    },
+}
+
+/// What `shardrec c2c` is asked to do.
+#[derive(Subcommand)]
+pub enum C2cCommand {
+    /// Record as perf c2c record does: loads and stores by this CPU's memory-sampling events, with weights, data and physical addresses and each sample's CPU, then perf record's options and the command (shardrec record -h lists them). perf c2c report reads the file.
+    Record {
+        /// The least latency of a load sampled, in cycles (Intel's mem-loads)
+        #[arg(long = "ldlat", value_name = "n", default_value_t = memory::LDLAT)]
+        ldlat: u32,
+        /// Sample user space only
+        #[arg(short = 'u', long = "all-user")]
+        all_user: bool,
+        /// Sample the kernel only
+        #[arg(short = 'k', long = "all-kernel")]
+        all_kernel: bool,
+        /// perf record's options and the command, as shardrec record takes them
+        #[arg(
+            value_name = "RECORD OPTIONS",
+            trailing_var_arg = true,
+            allow_hyphen_values = true
+        )]
+        args: Vec<String>,
+    },
+}
+
+impl MemArgs {
+    /// The tool, with what follows its `record`.
+    pub fn tool(&self) -> Result<(Tool, Vec<String>), String> {
+        let MemCommand::Record {
+            ldlat,
+            all_user,
+            all_kernel,
+            args,
+        } = &self.command;
+        let mem = MemRecord {
+            operations: self.operations.unwrap_or(memory::Operations::ALL),
+            phys_data: self.phys_data,
+            data_page_size: self.data_page_size,
+            cpus: self.cpus.clone(),
+            ldlat: *ldlat,
+            all_user: *all_user,
+            all_kernel: *all_kernel,
+        };
+        Ok((Tool::Mem(mem), args.clone()))
+    }
+}
+
+impl C2cArgs {
+    /// The tool, with what follows its `record`: loads and stores, with
+    /// physical addresses, on every CPU the user's options say.
+    pub fn tool(&self) -> (Tool, Vec<String>) {
+        let C2cCommand::Record {
+            ldlat,
+            all_user,
+            all_kernel,
+            args,
+        } = &self.command;
+        let c2c = MemRecord {
+            operations: memory::Operations::ALL,
+            phys_data: true,
+            data_page_size: false,
+            cpus: None,
+            ldlat: *ldlat,
+            all_user: *all_user,
+            all_kernel: *all_kernel,
+        };
+        (Tool::C2c(c2c), args.clone())
+    }
 }
 
 /// `shardrec timechart record [-P|-T] [-g] [--] [cmd]`: timechart's own
@@ -271,6 +435,8 @@ impl Tool {
             Tool::Kmem { .. } => "kmem",
             Tool::Kwork { .. } => "kwork",
             Tool::Trace => "trace",
+            Tool::Mem(_) => "mem",
+            Tool::C2c(_) => "c2c",
             Tool::Timechart { .. } => "timechart",
         }
     }
@@ -286,6 +452,8 @@ impl Tool {
             Tool::Kmem { slab, page } => kmem_words(&exists, *slab, *page),
             Tool::Kwork { classes } => kwork_words(classes),
             Tool::Trace => trace_words(&exists)?,
+            Tool::Mem(mem) => return mem_words(mem, &MemoryEvents::here()),
+            Tool::C2c(c2c) => return c2c_words(c2c, &MemoryEvents::here()),
             Tool::Timechart {
                 power_only,
                 tasks_only,
@@ -318,12 +486,13 @@ impl Tool {
 pub fn other_than_record(args: &[String]) -> Option<String> {
     let at = args.iter().skip(1).position(|a| !a.starts_with('-'))? + 1;
     let tool = NAMES.iter().find(|&&name| name == args[at])?;
-    // The first word after the tool's own options (`kwork -k irq`).
+    // The first word after the tool's own options (`kwork -k irq`,
+    // `mem -t load`).
     let mut rest = args[at + 1..].iter();
     let command = loop {
         let word = rest.next()?;
         match word.as_str() {
-            "-k" | "--kwork" => drop(rest.next()),
+            "-k" | "--kwork" | "-t" | "--type" | "-C" | "--cpu" => drop(rest.next()),
             _ if word.starts_with('-') => {}
             _ => break word,
         }
@@ -448,6 +617,45 @@ fn kmem_words(tracepoints: &Tracepoints, slab: bool, page: bool) -> Vec<&'static
         words.extend(each_event(&["kmem:mm_page_alloc", "kmem:mm_page_free"]));
     }
     words
+}
+
+/// `perf mem record`: `-W` where loads are sampled, `-d`, the physical
+/// address and page size where asked, the memory events, user or kernel
+/// only, and the CPUs (perf 6.1's `__cmd_record` order).
+fn mem_words(mem: &MemRecord, events: &MemoryEvents) -> Result<Vec<String>, String> {
+    let sampled = events.sampled(mem.operations, mem.ldlat)?;
+    let mut words: Vec<String> = sampled.weight.then(|| "-W".into()).into_iter().collect();
+    words.push("-d".into());
+    words.extend(mem.phys_data.then(|| "--phys-data".into()));
+    words.extend(mem.data_page_size.then(|| "--data-page-size".into()));
+    words.extend(sampled.event_words());
+    words.extend(privilege_words(mem));
+    if let Some(cpus) = &mem.cpus {
+        words.extend(["-C".into(), cpus.clone()]);
+    }
+    Ok(words)
+}
+
+/// `perf c2c record`: loads and stores with their weights, data and
+/// physical addresses and each sample's CPU, user or kernel only (perf
+/// 6.1's `perf_c2c__record`).
+fn c2c_words(c2c: &MemRecord, events: &MemoryEvents) -> Result<Vec<String>, String> {
+    let sampled = events.sampled(c2c.operations, c2c.ldlat)?;
+    let mut words: Vec<String> = sampled.weight.then(|| "-W".into()).into_iter().collect();
+    // perf's `--sample-cpu` too: shardrec's samples carry their CPU
+    // always, so the attrs are the same without it (and without the note
+    // that says so to whoever asks for it).
+    words.extend(["-d", "--phys-data"].map(String::from));
+    words.extend(sampled.event_words());
+    words.extend(privilege_words(c2c));
+    Ok(words)
+}
+
+/// `--all-user`, `--all-kernel`, as asked.
+fn privilege_words(record: &MemRecord) -> impl Iterator<Item = String> {
+    let user = record.all_user.then(|| "--all-user".to_string());
+    user.into_iter()
+        .chain(record.all_kernel.then(|| "--all-kernel".to_string()))
 }
 
 /// `perf kwork record`: every CPU, raw samples, 4 MiB rings, every event

@@ -13,6 +13,10 @@ pub struct ParsedEvent {
     pub name: EventName,
     /// `/key=value,flag/`, in order.
     pub terms: Vec<Term>,
+    /// Whether a term list in slashes followed the name, if only an empty
+    /// one (`ibs_op//`, as `perf mem` names AMD's IBS): the name is then
+    /// a PMU's.
+    pub slashed: bool,
     /// The modifier letters (`u`, `pp`, `S`...), without the colon.
     pub modifiers: String,
 }
@@ -151,6 +155,7 @@ fn parse_event(text: &str) -> Result<ParsedEvent, String> {
     if let Some(rest) = text.strip_prefix("mem:") {
         return parse_breakpoint(text, rest);
     }
+    let slashed = text.contains('/');
     let (body, terms, modifiers) = match text.find('/') {
         Some(open) => {
             let close = open + 1 + text[open + 1..].find('/').expect("split checked it");
@@ -167,6 +172,7 @@ fn parse_event(text: &str) -> Result<ParsedEvent, String> {
         text: text.to_string(),
         name: parse_name(body, text)?,
         terms,
+        slashed,
         modifiers: modifiers.to_string(),
     })
 }
@@ -283,6 +289,7 @@ fn parse_breakpoint(text: &str, rest: &str) -> Result<ParsedEvent, String> {
         text: text.to_string(),
         name: EventName::Breakpoint { addr, len, access },
         terms: Vec::new(),
+        slashed: false,
         modifiers: modifiers.to_string(),
     })
 }
@@ -303,6 +310,15 @@ mod tests {
         let groups = parse(text).unwrap();
         assert_eq!(groups.len(), 1);
         groups[0].events[0].clone()
+    }
+
+    #[test]
+    fn an_empty_term_list_still_names_a_pmu() {
+        let ibs = one("ibs_op//");
+        assert_eq!(ibs.name, EventName::Word("ibs_op".into()));
+        assert!(ibs.terms.is_empty() && ibs.slashed);
+        assert!(!one("cycles:u").slashed);
+        assert!(one("msr/tsc/").slashed);
     }
 
     #[test]

@@ -321,7 +321,7 @@ fn resolve_event(event: &ParsedEvent) -> Result<Vec<EventSpec>, EventError> {
         EventName::Numeric(type_, config) => EventSpec::new(event.text.clone(), *type_, *config),
         EventName::Word(word) => match symbol(word) {
             Some((type_, config)) => EventSpec::new(event.text.clone(), type_, config),
-            None if !event.terms.is_empty() => {
+            None if event.slashed => {
                 let pmu = Pmu::find(word).ok_or_else(|| unknown(None))?;
                 let mut spec = EventSpec::new(event.text.clone(), pmu.type_, 0);
                 pmu_terms(&pmu, &mut spec, event).map_err(bad_term)?;
