@@ -756,8 +756,11 @@ fn recording_killed_whole(options: &[&str]) {
     // A file's round comes once its rings have been still half a second
     // (looked at every half second while they hold something), and its
     // checkpoint within a quarter second: by 1.25 s every ring has been
-    // read and said so; 3 s, for a loaded host.
-    std::thread::sleep(Duration::from_millis(3000));
+    // read and said so. A loaded host can starve the merger for longer
+    // (a fixed 3 s once left one sample in a ring): the kill waits until
+    // the last checkpoint covers all the output holds.
+    std::thread::sleep(Duration::from_millis(1500));
+    wait_for_checkpoint_of_all_output(&scratch.shards());
     let group = Pid::from_raw(recorder.0.id() as i32);
     nix::sys::signal::killpg(group, Signal::SIGKILL).unwrap();
     drop(recorder);
@@ -768,6 +771,33 @@ fn recording_killed_whole(options: &[&str]) {
     let calls = calls_once_merged(&scratch);
     assert_eq!(calls, CALLS, "the workload's getppid samples {options:?}");
     assert_eq!(processes_naming(&scratch.0), 0, "a process still runs");
+}
+
+/// Waits (a minute at most) until the live merger's last checkpoint has
+/// held all its output for a second: `merged.partial` ends where
+/// `merged.prefix` says the output is whole.
+fn wait_for_checkpoint_of_all_output(shards: &std::path::Path) {
+    let dir = shardrec_shard::RecordingDir::open(shards);
+    let covered = || {
+        let prefix = dir.read_merged_prefix().ok().flatten()?;
+        let len = std::fs::metadata(dir.partial_output_path()).ok()?.len();
+        Some(len == prefix.data_offset + prefix.data_len)
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut since = None;
+    while Instant::now() < deadline {
+        match covered() {
+            Some(true) => {
+                let since = *since.get_or_insert_with(Instant::now);
+                if since.elapsed() >= Duration::from_secs(1) {
+                    return;
+                }
+            }
+            _ => since = None,
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("the live merger's checkpoint never caught up with its output");
 }
 
 #[test]

@@ -426,6 +426,29 @@ fn off_cpu_time_is_recorded_on_the_older_kernel() {
     eprintln!("off-CPU in the guest: sleep {sleep}%, pipe read {read}%");
 }
 
+/// `--off-cpu --call-graph dwarf` on the guest's 6.1 kernel: the same
+/// waits made through glibc (300 ms in `nap_short`, 700 ms in
+/// `wait_pipe`), each unwound by the guest's perf to the function that
+/// waited, 30% and 70% (±5 points) of what the two hold.
+#[test]
+fn off_cpu_stacks_unwind_with_dwarf_on_the_older_kernel() {
+    let Some(guest) = Guest::from_env() else {
+        return;
+    };
+    let stderr = guest.text("offcpu-dwarf.stderr");
+    assert_eq!(guest.text("offcpu-dwarf.rc").trim(), "0", "{stderr}");
+    let report = guest.text("offcpu-dwarf.report");
+    let share = |symbol: &str| -> f64 {
+        let line = report.lines().find(|l| l.trim_end().ends_with(symbol));
+        let share = line.and_then(|l| l.trim().split('%').next()?.parse().ok());
+        share.unwrap_or_else(|| panic!("no {symbol} in the guest's report:\n{report}"))
+    };
+    let (nap, wait) = (share("waits::nap_short"), share("waits::wait_pipe"));
+    let nap_share = 100.0 * nap / (nap + wait);
+    assert!((nap_share - 30.0).abs() <= 5.0, "{report}");
+    eprintln!("off-CPU with DWARF in the guest: nap_short {nap}%, wait_pipe {wait}%");
+}
+
 #[test]
 fn every_bpf_program_of_the_workload_is_seen() {
     let Some(guest) = Guest::from_env() else {

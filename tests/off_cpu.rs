@@ -108,6 +108,65 @@ fn two_waits_take_30_and_70_percent_of_the_off_cpu_time_under_their_functions() 
     assert_eq!(samples_by_linux_perf_data(&file), samples.len() as u64);
 }
 
+/// `perf report`'s inclusive share (Children) of each of `symbols` in
+/// the off-CPU time of the load's threads.
+fn inclusive_shares(perf: &Perf, file: &Path, symbols: &[&str]) -> Vec<Option<f64>> {
+    let args = [
+        "report",
+        "--stdio",
+        "--children",
+        "--sort",
+        "sym",
+        "-g",
+        "none",
+        "--comms",
+        "shardrec-load",
+    ];
+    let output = perf.run(&args, file);
+    assert_no_complaint(&output, perf.name);
+    let report = String::from_utf8_lossy(&output.stdout);
+    let share = |symbol: &str| {
+        let line = report.lines().find(|l| l.trim_end().ends_with(symbol))?;
+        line.trim().split('%').next()?.parse().ok()
+    };
+    symbols.iter().map(|s| share(s)).collect()
+}
+
+#[test]
+fn dwarf_unwinds_each_wait_through_glibc_to_the_function_that_waited() {
+    let Some((_serial, scratch)) = recording_test("off-cpu-dwarf") else {
+        return;
+    };
+    // 300 ms in nap_short (glibc's nanosleep), 700 ms in wait_pipe
+    // (glibc's read): their system-call wrappers keep no frame pointer.
+    let waits = ["--", load(), "glibc-waits", "300", "700"];
+    let functions = [
+        "shardrec_load::waits::nap_short",
+        "shardrec_load::waits::wait_pipe",
+    ];
+    let dwarf = ["-e", "dummy", "--off-cpu", "--call-graph", "dwarf"];
+    let stderr = record_and_merge(&scratch, &[&dwarf[..], &waits].concat());
+    assert!(stderr.contains(", 0 lost to full rings"), "{stderr}");
+    for perf in perfs() {
+        let shares = inclusive_shares(&perf, &scratch.output(), &functions);
+        let [Some(nap), Some(wait)] = shares[..] else {
+            panic!("{}: {functions:?} not both unwound: {shares:?}", perf.name);
+        };
+        let nap_share = 100.0 * nap / (nap + wait);
+        assert!((nap_share - 30.0).abs() <= 5.0, "{}: {shares:?}", perf.name);
+    }
+    // Walked by frame pointers, the same waits skip both functions: what
+    // --call-graph dwarf is for.
+    let frame_pointers = Scratch(scratch.0.join("fp"));
+    std::fs::create_dir_all(&frame_pointers.0).unwrap();
+    record_and_merge(
+        &frame_pointers,
+        &[&["-e", "dummy", "--off-cpu"][..], &waits].concat(),
+    );
+    let shares = inclusive_shares(&Perf::debian(), &frame_pointers.output(), &functions);
+    assert_eq!(shares, [None, None], "frame pointers found them after all");
+}
+
 #[test]
 fn on_and_off_cpu_time_add_up_to_the_threads_life() {
     let Some((_serial, scratch)) = recording_test("off-cpu-adds-up") else {

@@ -195,10 +195,18 @@ fn run(words: &[&str], timed: &mut report::Start) -> Result<(), String> {
             timed.add("read_ns", read.as_nanos() as u64);
             Ok(())
         }
+        ["glibc-waits", sleep, read] => {
+            let ms = |t: &str| t.parse().map(millis).map_err(|_| format!("bad milliseconds: {t}"));
+            let [sleep, read] = waits::through_glibc(ms(sleep)?, ms(read)?)?;
+            timed.add("sleep_ns", sleep.as_nanos() as u64);
+            timed.add("read_ns", read.as_nanos() as u64);
+            Ok(())
+        }
         _ => Err(concat!(
             "usage: shardrec-load [--report FILE] syscalls N | syscalls-for SECONDS | syscalls-paced N SECONDS | syscalls-busy N | spin SECONDS",
             " | burn MILLIONS | burn-for SECONDS | hot SECONDS | bpf-churn N | bpf-hold SECONDS | bpf-hot SECONDS [LOAD_CPU RUN_CPU]",
-            " | forks N | crowd N MILLIONS | idle N SECONDS | threads SECONDS | waits SLEEP_MS READ_MS [SPIN_MS] | run CMD ARGS...",
+            " | forks N | crowd N MILLIONS | idle N SECONDS | threads SECONDS | waits SLEEP_MS READ_MS [SPIN_MS]",
+            " | glibc-waits SLEEP_MS READ_MS | run CMD ARGS...",
             " | rusage FILE CMD ARGS..."
         )
         .to_string()),

@@ -48,3 +48,51 @@ fn pipe_wait(pipe: std::os::fd::BorrowedFd<'_>) {
     let mut byte = [0u8; 1];
     std::hint::black_box(shardrec_sys::inline_syscall::read(pipe, &mut byte));
 }
+
+/// `glibc-waits SLEEP_MS READ_MS`: the same two waits, each made through
+/// glibc (`nanosleep` in `nap_short`, `read` in `wait_pipe`), whose
+/// system-call wrappers keep no frame pointer: walked by frame pointers,
+/// a wait's user stack skips the function that waited; unwound with
+/// DWARF, it has it.
+pub fn through_glibc(sleep: Duration, read: Duration) -> Result<[Duration; 2], String> {
+    let (reader, writer) = nix::unistd::pipe().map_err(|e| format!("pipe: {e}"))?;
+    let due = Instant::now() + sleep + read;
+    let waker = std::thread::Builder::new()
+        .name("waker".into())
+        .spawn(move || {
+            std::thread::sleep(due.saturating_duration_since(Instant::now()));
+            std::fs::File::from(writer).write_all(b"w")
+        })
+        .map_err(|e| format!("thread: {e}"))?;
+    let started = Instant::now();
+    nap_short(sleep);
+    let slept = Instant::now();
+    wait_pipe(reader.as_fd());
+    let took = [slept - started, slept.elapsed()];
+    waker
+        .join()
+        .map_err(|_| "the waker panicked".to_string())?
+        .map_err(|e| format!("writing the pipe: {e}"))?;
+    Ok(took)
+}
+
+/// The sleep, through glibc's `nanosleep`.
+#[inline(never)]
+fn nap_short(time: Duration) {
+    let time = libc::timespec {
+        tv_sec: time.as_secs() as libc::time_t,
+        tv_nsec: time.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: both pointers are to a valid timespec or null, as
+    // nanosleep(2) takes them.
+    std::hint::black_box(unsafe { libc::nanosleep(&time, std::ptr::null_mut()) });
+}
+
+/// The pipe read, through glibc's `read`.
+#[inline(never)]
+fn wait_pipe(pipe: std::os::fd::BorrowedFd<'_>) {
+    use std::os::fd::AsRawFd;
+    let mut byte = [0u8; 1];
+    // SAFETY: the buffer is one writable byte, as the length says.
+    std::hint::black_box(unsafe { libc::read(pipe.as_raw_fd(), byte.as_mut_ptr().cast(), 1) });
+}

@@ -15,7 +15,7 @@
 //! let mut storage = std::mem::MaybeUninit::uninit();
 //! let mut off_cpu = shardrec_bpf::off_cpu::OffCpu::load(
 //!     &mut storage,
-//!     &shardrec_bpf::off_cpu::Settings { follow_all: true, follow_children: true, follow_threads: false, threshold_ns: 0 },
+//!     &shardrec_bpf::off_cpu::Settings { follow_all: true, follow_children: true, follow_threads: false, threshold_ns: 0, user_stack_bytes: 0 },
 //! )?;
 //! off_cpu.attach()?;
 //! # Ok::<(), std::io::Error>(())

@@ -100,6 +100,7 @@ fn check(capture: &mut Capture<'_>) {
         follow_children: false,
         follow_threads: false,
         threshold_ns: 0,
+        user_stack_bytes: 0,
     };
     let off_cpu = OffCpu::load(&mut storage, &settings).unwrap();
     capture.drain(Duration::from_millis(100)).unwrap();

@@ -70,6 +70,7 @@ fn each_wait_is_written_as_it_ends_with_its_stacks() {
         follow_children: true,
         follow_threads: false,
         threshold_ns: 0,
+        user_stack_bytes: 0,
     };
     let mut off_cpu = OffCpu::load(&mut storage, &settings).unwrap_or_else(|e| panic!("{e}"));
     for (cpu, event, _) in &rings {

@@ -1,7 +1,7 @@
 //! Finding a record's fields in a recording of several events: each kernel
 //! id has the `sample_id` layout of its event's `sample_type`.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use crate::header::RecordType;
 use crate::sample_id::{body_end, identifier, padded_identifier};
@@ -13,7 +13,9 @@ use crate::SampleIdLayout;
 #[derive(Clone, Debug, Default)]
 pub struct Layouts {
     by_id: HashMap<u64, SampleIdLayout>,
-    off_cpu: HashSet<u64>,
+    /// Off-CPU output events' ids, and whether their samples carry user
+    /// registers and stack.
+    off_cpu: HashMap<u64, bool>,
 }
 
 impl Layouts {
@@ -22,9 +24,10 @@ impl Layouts {
         self.by_id.insert(id, layout);
     }
 
-    /// Id `id` is an off-CPU output event's.
-    pub fn mark_off_cpu(&mut self, id: u64) {
-        self.off_cpu.insert(id);
+    /// Id `id` is an off-CPU output event's, whose `offcpu-time` samples
+    /// carry user registers and stack if `user_stack`.
+    pub fn mark_off_cpu(&mut self, id: u64, user_stack: bool) {
+        self.off_cpu.insert(id, user_stack);
     }
 
     /// The layout of id `id`'s records.
@@ -39,7 +42,7 @@ impl Layouts {
 
     /// Whether id `id`'s samples are off-CPU waits.
     pub fn is_off_cpu(&self, id: u64) -> bool {
-        self.off_cpu.contains(&id)
+        self.off_cpu.contains_key(&id)
     }
 }
 
@@ -47,7 +50,7 @@ impl<const N: usize> From<[(u64, SampleIdLayout); N]> for Layouts {
     fn from(layouts: [(u64, SampleIdLayout); N]) -> Layouts {
         Layouts {
             by_id: HashMap::from(layouts),
-            off_cpu: HashSet::new(),
+            off_cpu: HashMap::new(),
         }
     }
 }
@@ -116,19 +119,18 @@ impl<'a> FieldReader<'a> {
     }
 
     /// The layout of a sample of an off-CPU output event, whose raw data
-    /// is a wait ([`crate::records::off_cpu_sample_of_output`]); `None`
-    /// for any other sample.
-    pub fn off_cpu_layout(&mut self, sample: &[u8]) -> Option<SampleIdLayout> {
+    /// is a wait ([`crate::records::off_cpu_sample_of_output`]), and
+    /// whether its `offcpu-time` samples carry user registers and stack;
+    /// `None` for any other sample.
+    pub fn off_cpu_layout(&mut self, sample: &[u8]) -> Option<(SampleIdLayout, bool)> {
         // The merge asks of every sample: most recordings have no off-CPU
         // event, and pay no lookup.
         if self.layouts.off_cpu.is_empty() {
             return None;
         }
         let id = identifier(sample, RecordType::SAMPLE)?;
-        match self.layouts.is_off_cpu(id) {
-            true => self.layout(sample, RecordType::SAMPLE),
-            false => None,
-        }
+        let user_stack = *self.layouts.off_cpu.get(&id)?;
+        Some((self.layout(sample, RecordType::SAMPLE)?, user_stack))
     }
 
     /// A sample's pid and ip (see [`SampleIdLayout::sample_pid_ip`]).

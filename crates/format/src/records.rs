@@ -194,19 +194,61 @@ pub const OFF_CPU_SAMPLE_TYPE: u64 = {
 /// event, a `PERF_COUNT_SW_BPF_OUTPUT` event (as the kernel's is) with
 /// perf's sample type. Its samples' trailer fields (TID, TIME, ID, CPU,
 /// IDENTIFIER) are the kernel attr's, so its LOST records read the same.
+///
+/// With `--call-graph dwarf`, the kernel attr holds the user registers
+/// and stack size asked for (`sample_regs_user`, `sample_stack_user`,
+/// which the kernel reads only with their sample_type bits): each
+/// `offcpu-time` sample then carries them, for perf to unwind.
 pub fn off_cpu_attr(kernel_attr: &[u8]) -> Vec<u8> {
-    crate::views::AttrBytes(kernel_attr).with_sample_type(OFF_CPU_SAMPLE_TYPE)
+    let attr = crate::views::AttrBytes(kernel_attr);
+    attr.with_sample_type(off_cpu_sample_type(attr.sample_stack_user()))
+}
+
+/// The `offcpu-time` event's `sample_type`, `user_stack` bytes of user
+/// stack in each sample (none: 0).
+fn off_cpu_sample_type(user_stack: u32) -> u64 {
+    use crate::sample_id::{REGS_USER, STACK_USER};
+    match user_stack {
+        0 => OFF_CPU_SAMPLE_TYPE,
+        _ => OFF_CPU_SAMPLE_TYPE | REGS_USER | STACK_USER,
+    }
 }
 
 /// The `offcpu-time` sample of a wait the off-CPU program wrote into an
 /// output event whose samples are laid out as `layout` says (its
 /// `sample_type` has TIME, CPU and RAW): `None` for a record that holds
-/// no wait.
-pub fn off_cpu_sample_of_output(layout: &crate::SampleIdLayout, record: &[u8]) -> Option<Vec<u8>> {
+/// no wait. `user_stack`: the event's samples carry user registers and
+/// stack ([`off_cpu_attr`]).
+pub fn off_cpu_sample_of_output(
+    layout: &crate::SampleIdLayout,
+    user_stack: bool,
+    record: &[u8],
+) -> Option<Vec<u8>> {
     let fields = layout.parse(record, RecordType::SAMPLE)?;
     let raw = crate::views::sample_raw(layout.sample_type(), record)?;
     let wait = crate::views::OffCpuWait::parse(raw)?;
-    off_cpu_sample(&wait, fields.id, fields.time, fields.cpu)
+    let place = SamplePlace {
+        id: fields.id,
+        time: fields.time,
+        cpu: fields.cpu,
+        user_stack,
+    };
+    off_cpu_sample(&wait, &place)
+}
+
+/// Where an `offcpu-time` sample goes: its event's id, the time and CPU
+/// the wait ended on, and whether the event's samples carry user
+/// registers and stack.
+#[derive(Clone, Copy, Debug)]
+pub struct SamplePlace {
+    /// The `offcpu-time` event's id.
+    pub id: u64,
+    /// When the wait ended.
+    pub time: u64,
+    /// Where it ended.
+    pub cpu: u32,
+    /// Whether the event's samples carry user registers and stack.
+    pub user_stack: bool,
 }
 
 /// The `sample_type` of `--off-cpu`'s output events, into which the
@@ -286,21 +328,24 @@ pub fn off_cpu_output_sample(raw: &[u8], id: u64, time: u64, cpu: u32) -> Option
 const CONTEXT_KERNEL: u64 = -128i64 as u64;
 const CONTEXT_USER: u64 = -512i64 as u64;
 
-/// One off-CPU wait as a sample of perf's `offcpu-time` event (event id
-/// `id`): the waiting thread, the wait's length as the period, when it
-/// ended (`time`, on `cpu`), its cgroup, and the kernel's then the user's
-/// frames where it waited. The ip is the innermost user frame (perf's
-/// is too), or the kernel's for a kernel thread.
-pub fn off_cpu_sample(
-    wait: &crate::views::OffCpuWait<'_>,
-    id: u64,
-    time: u64,
-    cpu: u32,
-) -> Option<Vec<u8>> {
+/// `PERF_SAMPLE_REGS_ABI_64`.
+const REGS_ABI_64: u64 = 2;
+
+/// One off-CPU wait as a sample of perf's `offcpu-time` event, where
+/// `place` says: the waiting thread, the wait's length as the period, its
+/// cgroup, and the kernel's then the user's frames where it waited; or,
+/// with its user registers and stack, the kernel's frames alone and
+/// those, for perf to unwind the user's (as a `--call-graph dwarf`
+/// sample's). The ip is the innermost user frame (perf's is too), or the
+/// kernel's for a kernel thread.
+pub fn off_cpu_sample(wait: &crate::views::OffCpuWait<'_>, place: &SamplePlace) -> Option<Vec<u8>> {
     let kernel: Vec<u64> = wait.kernel_frames().collect();
     let user: Vec<u64> = wait.user_frames().collect();
-    let (ip, misc) = match (user.first(), kernel.first()) {
-        (Some(&ip), _) => (ip, crate::header::MISC_USER),
+    let regs_ip = wait
+        .user_state
+        .and_then(|(regs, _)| crate::u64_at(regs, 8 * 8));
+    let (ip, misc) = match (regs_ip.or(user.first().copied()), kernel.first()) {
+        (Some(ip), _) => (ip, crate::header::MISC_USER),
         (None, Some(&ip)) => (ip, crate::header::MISC_KERNEL),
         (None, None) => (0, crate::header::MISC_USER),
     };
@@ -314,20 +359,40 @@ pub fn off_cpu_sample(
         chain.extend(&user);
     }
     let mut record = RecordBuilder::new(RecordType::SAMPLE, misc)
-        .u64(id)
+        .u64(place.id)
         .u64(ip)
         .u32(wait.pid)
         .u32(wait.tid)
-        .u64(time)
-        .u64(id)
-        .u32(cpu)
+        .u64(place.time)
+        .u64(place.id)
+        .u32(place.cpu)
         .u32(0)
         .u64(wait.period)
         .u64(chain.len() as u64);
     for frame in chain {
         record = record.u64(frame);
     }
+    if place.user_stack {
+        record = user_regs_and_stack(record, wait.user_state);
+    }
     record.u64(wait.cgroup).finish_untrailed()
+}
+
+/// A sample's REGS_USER and STACK_USER: the ABI and registers, then the
+/// stack's size, bytes and size again (what was copied); or no
+/// registers and an empty stack, for a wait without (a sum of short
+/// waits), as the kernel writes them for a kernel thread.
+fn user_regs_and_stack(record: RecordBuilder, state: Option<(&[u8], &[u8])>) -> RecordBuilder {
+    let Some((regs, stack)) = state.filter(|(_, stack)| !stack.is_empty()) else {
+        return record.u64(0).u64(0);
+    };
+    let size = stack.len() as u64;
+    record
+        .u64(REGS_ABI_64)
+        .bytes(regs)
+        .u64(size)
+        .bytes(stack)
+        .u64(size)
 }
 
 /// The fields of a `PERF_RECORD_BPF_EVENT`: (type, id, tag).
@@ -458,8 +523,98 @@ mod tests {
             [0xffff_ffff_8100_0010]
         );
         assert_eq!(read.user_frames().collect::<Vec<_>>(), [0x40_1000]);
-        let perfs = off_cpu_sample_of_output(&layout, &sample).unwrap();
+        let perfs = off_cpu_sample_of_output(&layout, false, &sample).unwrap();
         assert!(perfs.len() > 40);
+    }
+
+    /// Event 42, ended at 5000 on CPU 3.
+    fn place(user_stack: bool) -> SamplePlace {
+        SamplePlace {
+            id: 42,
+            time: 5000,
+            cpu: 3,
+            user_stack,
+        }
+    }
+
+    /// A wait as the program writes it with `--call-graph dwarf`: one
+    /// kernel frame, every frame slot, 20 registers (the ip, 8th, is
+    /// 0x40_1234) and `stack` bytes of stack.
+    fn dwarf_wait(stack: usize) -> Vec<u8> {
+        let mut raw = Vec::new();
+        for word in [7u32, 8] {
+            raw.extend_from_slice(&word.to_ne_bytes());
+        }
+        for word in [100u64, 250, 9] {
+            raw.extend_from_slice(&word.to_ne_bytes());
+        }
+        for half in [1u16, 0x8001, 2, 0] {
+            raw.extend_from_slice(&half.to_ne_bytes());
+        }
+        let mut frames = [0u64; 254];
+        frames[..2].copy_from_slice(&[0xffff_ffff_8100_0000, 0xffff_ffff_8100_0010]);
+        let regs: Vec<u64> = (0..20)
+            .map(|r| if r == 8 { 0x40_1234 } else { r })
+            .collect();
+        for word in frames.iter().chain(&regs).chain([&(stack as u64)]) {
+            raw.extend_from_slice(&word.to_ne_bytes());
+        }
+        raw.extend((0..stack).map(|i| i as u8));
+        raw
+    }
+
+    #[test]
+    fn a_wait_with_its_user_stack_becomes_a_sample_perf_unwinds() {
+        let raw = dwarf_wait(64);
+        let wait = crate::views::OffCpuWait::parse(&raw).unwrap();
+        let (regs, stack) = wait.user_state.expect("registers and stack");
+        assert_eq!((regs.len(), stack.len()), (160, 64));
+        let record = off_cpu_sample(&wait, &place(true)).unwrap();
+        let words: Vec<u64> = record
+            .chunks_exact(8)
+            .map(|w| u64::from_ne_bytes(w.try_into().unwrap()))
+            .collect();
+        let header = RecordHeader::parse(&record).unwrap();
+        assert_eq!(header.misc, crate::header::MISC_USER);
+        // The ip is the registers', the callchain the kernel's frames
+        // only (the skip count's flag bit left out): perf unwinds the rest.
+        assert_eq!(words[2], 0x40_1234);
+        assert_eq!(&words[8..11], [2, CONTEXT_KERNEL, 0xffff_ffff_8100_0010]);
+        // The registers' ABI and registers, the stack's size, bytes and
+        // size, then the cgroup.
+        assert_eq!(words[11], REGS_ABI_64);
+        assert_eq!(
+            &words[12..32],
+            &(0..20)
+                .map(|r| if r == 8 { 0x40_1234 } else { r })
+                .collect::<Vec<u64>>()[..]
+        );
+        assert_eq!(words[32], 64);
+        assert_eq!(words[33 + 8], 64);
+        assert_eq!(words[34 + 8], 9);
+        assert_eq!(words.len(), 35 + 8);
+        // A wait without (summed short waits) has empty ones.
+        let mut plain = raw[..40].to_vec();
+        plain[34..36].copy_from_slice(&1u16.to_ne_bytes());
+        plain[36..38].copy_from_slice(&0u16.to_ne_bytes());
+        let wait = crate::views::OffCpuWait::parse(&plain).unwrap();
+        let record = off_cpu_sample(&wait, &place(true)).unwrap();
+        let words: Vec<u64> = record
+            .chunks_exact(8)
+            .map(|w| u64::from_ne_bytes(w.try_into().unwrap()))
+            .collect();
+        assert_eq!(&words[words.len() - 3..], [0, 0, 9]);
+        // The attr says so when the kernel attr asks for a stack.
+        let mut kernel_attr = vec![0u8; 128];
+        kernel_attr[88..92].copy_from_slice(&8192u32.to_ne_bytes());
+        let attr = off_cpu_attr(&kernel_attr);
+        let sample_type = crate::views::AttrBytes(&attr).sample_type();
+        let both = crate::sample_id::REGS_USER | crate::sample_id::STACK_USER;
+        assert_eq!(sample_type & both, both);
+        assert_eq!(
+            crate::views::AttrBytes(&off_cpu_attr(&[0u8; 128])).sample_type() & both,
+            0
+        );
     }
 
     #[test]
@@ -477,7 +632,7 @@ mod tests {
             raw.extend_from_slice(&frame.to_ne_bytes());
         }
         let wait = crate::views::OffCpuWait::parse(&raw).unwrap();
-        let record = off_cpu_sample(&wait, 42, 5000, 3).unwrap();
+        let record = off_cpu_sample(&wait, &place(false)).unwrap();
         let words: Vec<u64> = record
             .chunks_exact(8)
             .map(|w| u64::from_ne_bytes(w.try_into().unwrap()))

@@ -36,6 +36,10 @@ pub const PERIOD: u64 = 1 << 8;
 pub const RAW: u64 = 1 << 10;
 /// `PERF_SAMPLE_CGROUP`
 pub const CGROUP: u64 = 1 << 21;
+/// `PERF_SAMPLE_REGS_USER`.
+pub const REGS_USER: u64 = 1 << 12;
+/// `PERF_SAMPLE_STACK_USER`.
+pub const STACK_USER: u64 = 1 << 13;
 
 /// The fields a sample starts with, in the kernel's order (the rest of a
 /// sample is not needed here).

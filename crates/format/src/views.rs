@@ -230,6 +230,12 @@ impl AttrBytes<'_> {
         attr
     }
 
+    /// `sample_stack_user` (the u32 at 88): the user stack bytes a sample
+    /// copies (0 where the attr is older than that field).
+    pub fn sample_stack_user(&self) -> u32 {
+        u32_at(self.0, 88).unwrap_or(0)
+    }
+
     /// Whether MMAP2 records carry build ids instead of device and inode
     /// (the `build_id` bit, 34, of the flags word at 40).
     pub fn build_id_mmap(&self) -> bool {
@@ -309,11 +315,22 @@ pub struct OffCpuWait<'a> {
     pub state: u16,
     kernel: &'a [u8],
     user: &'a [u8],
+    /// With `--call-graph dwarf`: the task's user registers (perf's
+    /// x86-64 order, [`OffCpuWait::USER_REGS`] of them) and the top of
+    /// its user stack, in place of user frames.
+    pub user_state: Option<(&'a [u8], &'a [u8])>,
 }
 
 impl<'a> OffCpuWait<'a> {
     /// Bytes before the frames.
     const HEADER: usize = 40;
+    /// Frame slots of a wait written whole (`2 * MAX_FRAMES`).
+    const FRAME_SLOTS: usize = 254;
+    /// The user registers a wait with its user stack carries: perf's
+    /// x86-64 `PERF_REGS_MASK` (AX..SS, R8..R15).
+    pub const USER_REGS: usize = 20;
+    /// In the skip count: registers and stack follow every frame slot.
+    const WITH_USER_STACK: usize = 0x8000;
 
     /// Reads the raw data of one sample.
     pub fn parse(raw: &'a [u8]) -> Option<OffCpuWait<'a>> {
@@ -324,6 +341,11 @@ impl<'a> OffCpuWait<'a> {
         };
         let (skip, kernel, user) = (count(34)?, count(36)?, count(38)?);
         let frames = raw.get(Self::HEADER..Self::HEADER + 8 * (kernel + user))?;
+        let user_state = match skip & Self::WITH_USER_STACK {
+            0 => None,
+            _ => Some(Self::user_state(raw)?),
+        };
+        let skip = skip & !Self::WITH_USER_STACK;
         Some(OffCpuWait {
             pid: u32_at(raw, 0)?,
             tid: u32_at(raw, 4)?,
@@ -334,7 +356,17 @@ impl<'a> OffCpuWait<'a> {
             // The frames above __schedule's are the program's own.
             kernel: &frames[8 * skip.min(kernel)..8 * kernel],
             user: &frames[8 * kernel..],
+            user_state,
         })
+    }
+
+    /// The registers and the stack after every frame slot.
+    fn user_state(raw: &'a [u8]) -> Option<(&'a [u8], &'a [u8])> {
+        let regs_at = Self::HEADER + 8 * Self::FRAME_SLOTS;
+        let size_at = regs_at + 8 * Self::USER_REGS;
+        let size = usize::try_from(u64_at(raw, size_at)?).ok()?;
+        let stack = raw.get(size_at + 8..size_at + 8 + size)?;
+        Some((raw.get(regs_at..size_at)?, stack))
     }
 
     /// The kernel's frames, innermost first.

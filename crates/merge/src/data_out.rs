@@ -472,8 +472,8 @@ impl<'a, S: RecordSink> RecordWriter<'a, S> {
     fn going(&mut self, header: RecordHeader, record: &[u8]) -> Going {
         match header.type_ {
             RecordType::SAMPLE => match self.fields.off_cpu_layout(record) {
-                Some(layout) => {
-                    let sample = records::off_cpu_sample_of_output(&layout, record);
+                Some((layout, user_stack)) => {
+                    let sample = records::off_cpu_sample_of_output(&layout, user_stack, record);
                     sample.map_or(Going::Dropped, Going::Changed)
                 }
                 None => Going::AsIs,

@@ -4,6 +4,7 @@
 
 use std::os::fd::AsFd;
 
+use shardrec_events::CallGraph;
 use shardrec_vip::off_cpu::{OffCpuSetup, Settings};
 
 use crate::open::CpuEvents;
@@ -52,6 +53,10 @@ pub fn setup(
             follow_children: plan.inherit,
             follow_threads: matches!(plan.scope, Scope::Threads(_)) && !plan.pids_are_processes,
             threshold_ns: plan.off_cpu_threshold_ms * 1_000_000,
+            user_stack_bytes: match plan.call_graph {
+                CallGraph::Dwarf(stack) => stack,
+                _ => 0,
+            },
         },
         outputs,
         follow: as_u32(follow),

@@ -352,7 +352,8 @@ impl Meta {
             for &(_, id) in &event.ids {
                 layouts.insert(id, layout);
                 if event.off_cpu {
-                    layouts.mark_off_cpu(id);
+                    let attr = shardrec_format::views::AttrBytes(&event.attr);
+                    layouts.mark_off_cpu(id, attr.sample_stack_user() > 0);
                 }
             }
         }

@@ -22,6 +22,12 @@
 #define TASK_UNINTERRUPTIBLE 0x0002
 /* Frames kept of each stack: the kernel's PERF_MAX_STACK_DEPTH. */
 #define MAX_FRAMES 127
+/* The most user stack copied for --call-graph dwarf (a record is 64 KiB). */
+#define MAX_USER_STACK 32768
+/* perf's x86-64 user registers: AX..SS, R8..R15 (PERF_REGS_MASK). */
+#define USER_REGS 20
+/* In kernel_skip: user registers and stack follow all frames. */
+#define WITH_USER_STACK 0x8000
 
 /*
  * One wait, as it is written: the header, then the kernel's frames, then
@@ -53,12 +59,37 @@ struct stored {
 	__s32 user_stack;
 };
 
+/*
+ * With --call-graph dwarf: a wait written whole, then the task's user
+ * registers as the system call that waits entered the kernel, and the
+ * top of its user stack, for perf to unwind as it unwinds a sample's
+ * (PERF_SAMPLE_REGS_USER and STACK_USER): through code without frame
+ * pointers, glibc's included.
+ */
+struct dwarf_wait {
+	struct wait wait;
+	__u64 regs[USER_REGS];
+	__u64 stack_size;
+	__u8 stack[MAX_USER_STACK];
+	__s32 kernel_stack;
+	__s32 user_stack;
+};
+
+#define DWARF_HEADER_BYTES (sizeof(struct wait) + (USER_REGS + 1) * sizeof(__u64))
+
 struct {
 	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, int);
 	__type(value, struct stored);
 } waits SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct dwarf_wait);
+} dwarf_waits SEC(".maps");
 
 /* What short waits are summed by; shardrec_bpf::off_cpu reads it. */
 struct sum_key {
@@ -146,6 +177,8 @@ const volatile bool follow_children = true;
 const volatile bool follow_threads = false;
 /* Waits shorter than this are not written. */
 const volatile __u64 threshold_ns = 0;
+/* --call-graph dwarf's user stack bytes (0: frame pointers only). */
+const volatile __u32 user_stack_bytes = 0;
 /* Where __schedule's code is (from kallsyms; 0 when unknown). */
 const volatile __u64 schedule_start = 0;
 const volatile __u64 schedule_end = 0;
@@ -186,23 +219,68 @@ static bool is_followed(struct task_struct *task)
 	return follow_all || bpf_map_lookup_elem(&followed, &key);
 }
 
-/* `prev` goes off CPU: a wait begins where it sleeps. */
-static void wait_begins(void *ctx, struct task_struct *prev, __u32 state)
+/*
+ * The user registers of `task` (the current task) as its system call
+ * entered the kernel, in perf's order, and as much of its user stack
+ * above their sp as `user_stack_bytes` asks and can be read: the whole,
+ * else half, a quarter, an eighth (near the top of a stack, the whole
+ * may cross its end).
+ */
+static void user_regs_and_stack(struct task_struct *task, struct dwarf_wait *dwarf)
 {
-	struct stored *stored;
-	struct wait *wait;
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
+	__u32 size = user_stack_bytes;
+
+	dwarf->regs[0] = BPF_CORE_READ(regs, ax);
+	dwarf->regs[1] = BPF_CORE_READ(regs, bx);
+	dwarf->regs[2] = BPF_CORE_READ(regs, cx);
+	dwarf->regs[3] = BPF_CORE_READ(regs, dx);
+	dwarf->regs[4] = BPF_CORE_READ(regs, si);
+	dwarf->regs[5] = BPF_CORE_READ(regs, di);
+	dwarf->regs[6] = BPF_CORE_READ(regs, bp);
+	dwarf->regs[7] = BPF_CORE_READ(regs, sp);
+	dwarf->regs[8] = BPF_CORE_READ(regs, ip);
+	dwarf->regs[9] = BPF_CORE_READ(regs, flags);
+	dwarf->regs[10] = BPF_CORE_READ(regs, cs);
+	dwarf->regs[11] = BPF_CORE_READ(regs, ss);
+	dwarf->regs[12] = BPF_CORE_READ(regs, r8);
+	dwarf->regs[13] = BPF_CORE_READ(regs, r9);
+	dwarf->regs[14] = BPF_CORE_READ(regs, r10);
+	dwarf->regs[15] = BPF_CORE_READ(regs, r11);
+	dwarf->regs[16] = BPF_CORE_READ(regs, r12);
+	dwarf->regs[17] = BPF_CORE_READ(regs, r13);
+	dwarf->regs[18] = BPF_CORE_READ(regs, r14);
+	dwarf->regs[19] = BPF_CORE_READ(regs, r15);
+	dwarf->stack_size = 0;
+	for (int i = 0; i < 4; i++) {
+		barrier_var(size);
+		if (size > MAX_USER_STACK)
+			size = MAX_USER_STACK;
+		if (size < 8)
+			return;
+		if (!bpf_probe_read_user(dwarf->stack, size, (void *)dwarf->regs[7])) {
+			dwarf->stack_size = size;
+			return;
+		}
+		size = (size / 2) & ~7U;
+	}
+}
+
+/*
+ * The wait `prev` begins: who, its state and cgroup, its kernel frames
+ * where it sleeps, and its user frames (frame pointers) unless `dwarf`
+ * takes its registers and stack instead. (Inlined: a BPF function takes
+ * five arguments at most.)
+ */
+static __always_inline void fill_wait(void *ctx, struct task_struct *prev, __u32 state,
+				      struct wait *wait, __s32 *stack_ids, struct dwarf_wait *dwarf)
+{
 	long bytes;
 	__u32 kernel;
 
-	if (!(state & (TASK_INTERRUPTIBLE | TASK_UNINTERRUPTIBLE)) || !is_followed(prev))
-		return;
-	stored = bpf_task_storage_get(&waits, prev, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
-	if (!stored)
-		return;
-	wait = &stored->wait;
 	if (threshold_ns) {
-		stored->kernel_stack = bpf_get_stackid(ctx, &stacks, 0);
-		stored->user_stack = bpf_get_stackid(ctx, &stacks, BPF_F_USER_STACK);
+		stack_ids[0] = bpf_get_stackid(ctx, &stacks, 0);
+		stack_ids[1] = bpf_get_stackid(ctx, &stacks, BPF_F_USER_STACK);
 	}
 	wait->pid = BPF_CORE_READ(prev, tgid);
 	wait->tid = BPF_CORE_READ(prev, pid);
@@ -220,23 +298,47 @@ static void wait_begins(void *ctx, struct task_struct *prev, __u32 state)
 	kernel &= MAX_FRAMES;
 	wait->nr_kernel = kernel;
 	wait->kernel_skip = frames_above_schedule(wait, kernel);
-	bytes = bpf_get_stack(ctx, &wait->frames[kernel], MAX_FRAMES * sizeof(__u64),
-			      BPF_F_USER_STACK);
-	wait->nr_user = bytes > 0 ? bytes / sizeof(__u64) : 0;
+	if (dwarf) {
+		wait->kernel_skip |= WITH_USER_STACK;
+		wait->nr_user = 0;
+		user_regs_and_stack(prev, dwarf);
+	} else {
+		bytes = bpf_get_stack(ctx, &wait->frames[kernel], MAX_FRAMES * sizeof(__u64),
+				      BPF_F_USER_STACK);
+		wait->nr_user = bytes > 0 ? bytes / sizeof(__u64) : 0;
+	}
 	wait->start = bpf_ktime_get_ns();
 }
 
-/* A wait shorter than the threshold, added to its stack's sum. */
-static void sum(struct stored *stored)
+/* `prev` goes off CPU: a wait begins where it sleeps. */
+static void wait_begins(void *ctx, struct task_struct *prev, __u32 state)
 {
-	struct wait *wait = &stored->wait;
+	struct dwarf_wait *dwarf;
+	struct stored *stored;
+
+	if (!(state & (TASK_INTERRUPTIBLE | TASK_UNINTERRUPTIBLE)) || !is_followed(prev))
+		return;
+	if (user_stack_bytes) {
+		dwarf = bpf_task_storage_get(&dwarf_waits, prev, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+		if (dwarf)
+			fill_wait(ctx, prev, state, &dwarf->wait, &dwarf->kernel_stack, dwarf);
+		return;
+	}
+	stored = bpf_task_storage_get(&waits, prev, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (stored)
+		fill_wait(ctx, prev, state, &stored->wait, &stored->kernel_stack, NULL);
+}
+
+/* A wait shorter than the threshold, added to its stack's sum. */
+static void sum(struct wait *wait, __s32 *stack_ids)
+{
 	struct sum_key key = {
 		.pid = wait->pid,
 		.tid = wait->tid,
 		.state = wait->state,
-		.kernel_skip = wait->kernel_skip,
-		.kernel_stack = stored->kernel_stack,
-		.user_stack = stored->user_stack,
+		.kernel_skip = wait->kernel_skip & ~WITH_USER_STACK,
+		.kernel_stack = stack_ids[0],
+		.user_stack = stack_ids[1],
 		.cgroup = wait->cgroup,
 	};
 	__u64 *total = bpf_map_lookup_elem(&sums, &key);
@@ -257,26 +359,10 @@ static void sum(struct stored *stored)
 	}
 }
 
-/* `next` comes back on CPU: its wait, if it had one, is over. */
-static void wait_ends(void *ctx, struct task_struct *next)
+/* Counts what became of a write of a wait. */
+static void written(long result)
 {
-	struct stored *stored = bpf_task_storage_get(&waits, next, 0, 0);
-	struct wait *wait;
-	__u64 size;
-
-	if (!stored || !stored->wait.start)
-		return;
-	wait = &stored->wait;
-	wait->period = bpf_ktime_get_ns() - wait->start;
-	if (wait->period < threshold_ns) {
-		wait->start = 0;
-		sum(stored);
-		return;
-	}
-	size = HEADER_BYTES + (__u64)(wait->nr_kernel + wait->nr_user) * sizeof(__u64);
-	if (size > sizeof(*wait))
-		size = sizeof(*wait);
-	switch (bpf_perf_event_output(ctx, &output, BPF_F_CURRENT_CPU, wait, size)) {
+	switch (result) {
 	case 0:
 		count(WRITTEN);
 		break;
@@ -287,7 +373,51 @@ static void wait_ends(void *ctx, struct task_struct *next)
 	default:
 		count(FAILED);
 	}
+}
+
+/*
+ * The wait ends: how long it lasted, and whether it is summed (shorter
+ * than the threshold) rather than written. False if there was none.
+ */
+static bool wait_over(struct wait *wait, __s32 *stack_ids)
+{
+	if (!wait->start)
+		return false;
+	wait->period = bpf_ktime_get_ns() - wait->start;
 	wait->start = 0;
+	if (wait->period >= threshold_ns)
+		return true;
+	sum(wait, stack_ids);
+	return false;
+}
+
+/* `next` comes back on CPU: its wait, if it had one, is over. */
+static void wait_ends(void *ctx, struct task_struct *next)
+{
+	struct dwarf_wait *dwarf;
+	struct stored *stored;
+	__u64 size;
+
+	if (user_stack_bytes) {
+		dwarf = bpf_task_storage_get(&dwarf_waits, next, 0, 0);
+		if (!dwarf || !wait_over(&dwarf->wait, &dwarf->kernel_stack))
+			return;
+		/* Every frame slot, then the registers and the stack read. */
+		size = dwarf->stack_size;
+		barrier_var(size);
+		if (size > MAX_USER_STACK)
+			size = MAX_USER_STACK;
+		written(bpf_perf_event_output(ctx, &output, BPF_F_CURRENT_CPU, dwarf,
+					      DWARF_HEADER_BYTES + size));
+		return;
+	}
+	stored = bpf_task_storage_get(&waits, next, 0, 0);
+	if (!stored || !wait_over(&stored->wait, &stored->kernel_stack))
+		return;
+	size = HEADER_BYTES + (__u64)(stored->wait.nr_kernel + stored->wait.nr_user) * sizeof(__u64);
+	if (size > sizeof(stored->wait))
+		size = sizeof(stored->wait);
+	written(bpf_perf_event_output(ctx, &output, BPF_F_CURRENT_CPU, &stored->wait, size));
 }
 
 SEC("tp_btf/sched_switch")
