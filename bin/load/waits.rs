@@ -15,6 +15,19 @@ use std::time::{Duration, Instant};
 /// Runs for `spin`, then the two waits; how long each took.
 pub fn run(spin: Duration, sleep: Duration, read: Duration) -> Result<[Duration; 2], String> {
     std::hint::black_box(crate::hot_caller(spin));
+    two_waits(sleep, read, sleep_wait, pipe_wait)
+}
+
+/// Sleeps `sleep` in `nap`, then waits in `wait` on a pipe that a thread
+/// named `waker` writes `read` later; how long each took. (Generic, so
+/// each is called directly: a function whose address is taken gets a
+/// local symbol name perf 6.12 does not demangle.)
+fn two_waits(
+    sleep: Duration,
+    read: Duration,
+    nap: impl Fn(Duration),
+    wait: impl Fn(std::os::fd::BorrowedFd<'_>),
+) -> Result<[Duration; 2], String> {
     let (reader, writer) = nix::unistd::pipe().map_err(|e| format!("pipe: {e}"))?;
     let due = Instant::now() + sleep + read;
     let waker = std::thread::Builder::new()
@@ -25,9 +38,9 @@ pub fn run(spin: Duration, sleep: Duration, read: Duration) -> Result<[Duration;
         })
         .map_err(|e| format!("thread: {e}"))?;
     let started = Instant::now();
-    sleep_wait(sleep);
+    nap(sleep);
     let slept = Instant::now();
-    pipe_wait(reader.as_fd());
+    wait(reader.as_fd());
     let took = [slept - started, slept.elapsed()];
     waker
         .join()
@@ -55,25 +68,7 @@ fn pipe_wait(pipe: std::os::fd::BorrowedFd<'_>) {
 /// a wait's user stack skips the function that waited; unwound with
 /// DWARF, it has it.
 pub fn through_glibc(sleep: Duration, read: Duration) -> Result<[Duration; 2], String> {
-    let (reader, writer) = nix::unistd::pipe().map_err(|e| format!("pipe: {e}"))?;
-    let due = Instant::now() + sleep + read;
-    let waker = std::thread::Builder::new()
-        .name("waker".into())
-        .spawn(move || {
-            std::thread::sleep(due.saturating_duration_since(Instant::now()));
-            std::fs::File::from(writer).write_all(b"w")
-        })
-        .map_err(|e| format!("thread: {e}"))?;
-    let started = Instant::now();
-    nap_short(sleep);
-    let slept = Instant::now();
-    wait_pipe(reader.as_fd());
-    let took = [slept - started, slept.elapsed()];
-    waker
-        .join()
-        .map_err(|_| "the waker panicked".to_string())?
-        .map_err(|e| format!("writing the pipe: {e}"))?;
-    Ok(took)
+    two_waits(sleep, read, nap_short, wait_pipe)
 }
 
 /// The sleep, through glibc's `nanosleep`.
