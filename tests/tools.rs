@@ -204,31 +204,41 @@ fn trace_and_timechart_record_as_perfs_and_perf_reads_them() {
     // perf timechart record takes no -o: each writes perf.data where it
     // runs (standard output not a pipe, which would take perf's pipe
     // format).
-    let record = |mut command: Command, dir: &str| {
+    let record = |mut command: Command, dir: &str, options: &[&str]| {
         let dir = scratch.0.join(dir);
         std::fs::create_dir_all(&dir).unwrap();
         command
             .current_dir(&dir)
-            .args(["timechart", "record", "-T", "-g", "--"])
+            .args(["timechart", "record"])
+            .args(options)
+            .arg("--")
             .args(MESSAGING);
         let output = common::run_with_stdout(command, std::process::Stdio::null());
         assert!(output.status.success(), "{output:?}");
         dir.join("perf.data")
     };
-    let theirs = record(Command::new("perf"), "perf");
-    let ours = record(shardrec(), "shardrec");
-    assert_eq!(event_names(&ours, true), event_names(&theirs, false));
-    let svg = scratch.0.join("timechart.svg");
-    let chart = Command::new("perf")
-        .args(["timechart", "-i"])
-        .arg(&ours)
-        .arg("-o")
-        .arg(&svg)
-        .output()
-        .unwrap();
-    assert!(chart.status.success(), "perf timechart: {chart:?}");
-    let svg = std::fs::read_to_string(&svg).unwrap();
-    assert!(svg.contains("sched-messaging"), "no workload in the chart");
+    // The tasks' events with callchains, then (-I) the I/O system calls,
+    // which perf timechart -I draws.
+    for (options, io) in [(&["-T", "-g"][..], false), (&["-I"][..], true)] {
+        let name = if io { "io" } else { "tasks" };
+        let theirs = record(Command::new("perf"), &format!("perf-{name}"), options);
+        let ours = record(shardrec(), &format!("shardrec-{name}"), options);
+        assert_eq!(event_names(&ours, true), event_names(&theirs, false));
+        let svg = scratch.0.join(format!("timechart-{name}.svg"));
+        let chart = Command::new("perf")
+            .args(["timechart", "-i"])
+            .arg(&ours)
+            .arg("-o")
+            .arg(&svg)
+            .output()
+            .unwrap();
+        assert!(chart.status.success(), "perf timechart: {chart:?}");
+        let svg = std::fs::read_to_string(&svg).unwrap();
+        assert!(
+            svg.contains("sched-messaging"),
+            "no workload in the {name} chart"
+        );
+    }
 }
 
 #[test]
@@ -243,7 +253,7 @@ fn a_tools_bad_option_or_command_is_one_line() {
         (&["lock", "report"], "perf lock report"),
         (&["kwork", "-k", "bogus", "record", "--", "true"], "'bogus'"),
         (&["kmem", "--bogus", "record", "--", "true"], "'--bogus'"),
-        (&["timechart", "record", "-I", "--", "true"], "-I"),
+        (&["mem", "-t", "fetch", "record", "--", "true"], "fetch"),
         (&["timechart", "record", "-o", "x", "--", "true"], "'-o'"),
     ];
     for (args, named) in cases {

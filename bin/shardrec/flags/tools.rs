@@ -39,6 +39,9 @@ pub enum Tool {
         tasks_only: bool,
         /// `-g`: callchains.
         callchain: bool,
+        /// `-I`: the I/O system calls only (perf takes neither `-P`, `-T`
+        /// nor `-g` with it).
+        io_only: bool,
     },
 }
 
@@ -335,7 +338,7 @@ pub enum TimechartCommand {
         /// Record callchains
         #[arg(short = 'g', long = "callchain")]
         callchain: bool,
-        /// Record only IO data (not taken yet)
+        /// Record the I/O system calls only (disk, network, poll), which perf timechart -I draws
         #[arg(short = 'I', long = "io-only")]
         io_only: bool,
         /// The command, and perf record's options after `--` only where perf takes them (none: perf timechart record takes no other)
@@ -355,13 +358,11 @@ impl TimechartArgs {
             io_only,
             command,
         } = &self.command;
-        if *io_only {
-            return Err("timechart record: -I (--io-only) is not supported by shardrec yet".into());
-        }
         let tool = Tool::Timechart {
             power_only: *power_only,
             tasks_only: *tasks_only,
             callchain: *callchain,
+            io_only: *io_only,
         };
         let dashes = (!command.is_empty()).then(|| "--".to_string());
         Ok((
@@ -454,10 +455,12 @@ impl Tool {
             Tool::Trace => trace_words(&exists)?,
             Tool::Mem(mem) => return mem_words(mem, &MemoryEvents::here()),
             Tool::C2c(c2c) => return c2c_words(c2c, &MemoryEvents::here()),
+            Tool::Timechart { io_only: true, .. } => return Ok(timechart_io_words(&exists)),
             Tool::Timechart {
                 power_only,
                 tasks_only,
                 callchain,
+                ..
             } => timechart_words(!*power_only, !*tasks_only, *callchain),
         };
         Ok(words.into_iter().map(String::from).collect())
@@ -697,6 +700,54 @@ fn timechart_words(tasks: bool, power: bool, callchain: bool) -> Vec<&'static st
     }
     if power {
         words.extend(each_event(&["power:cpu_frequency", "power:cpu_idle"]));
+    }
+    words
+}
+
+/// The system calls `perf timechart record -I` follows, each entry's
+/// then each exit's, group by group: disk, network, poll (perf 6.1's
+/// `timechart__io_record`).
+const IO_CALLS: [&[&str]; 3] = [
+    &[
+        "read",
+        "pread64",
+        "readv",
+        "preadv",
+        "write",
+        "pwrite64",
+        "writev",
+        "pwritev",
+        "sync",
+        "sync_file_range",
+        "fsync",
+        "msync",
+    ],
+    &[
+        "recvfrom", "recvmmsg", "recvmsg", "sendto", "sendmsg", "sendmmsg",
+    ],
+    &[
+        "epoll_pwait",
+        "epoll_wait",
+        "poll",
+        "ppoll",
+        "pselect6",
+        "select",
+    ],
+];
+
+/// `perf timechart record -I`: every CPU, raw samples, every event
+/// counted; the I/O system calls' entries and exits this kernel has.
+fn timechart_io_words(tracepoints: &Tracepoints) -> Vec<String> {
+    let mut words: Vec<String> = ["-a", "-R", "-c", "1"].map(String::from).to_vec();
+    for calls in IO_CALLS {
+        for side in ["enter", "exit"] {
+            let events = calls
+                .iter()
+                .map(|call| format!("syscalls:sys_{side}_{call}"));
+            for event in events.filter(|e| tracepoints.has(e)) {
+                words.extend(["-e".to_string(), event]);
+            }
+        }
     }
     words
 }
