@@ -437,6 +437,12 @@ fn off_cpu_stacks_unwind_with_dwarf_on_the_older_kernel() {
     };
     let stderr = guest.text("offcpu-dwarf.stderr");
     assert_eq!(guest.text("offcpu-dwarf.rc").trim(), "0", "{stderr}");
+    let said = guest.text("offcpu-dwarf.report.stderr");
+    assert_eq!(
+        guest.text("offcpu-dwarf.report.rc").trim(),
+        "0",
+        "perf report: {said}"
+    );
     let report = guest.text("offcpu-dwarf.report");
     let share = |symbol: &str| -> f64 {
         let line = report.lines().find(|l| l.trim_end().ends_with(symbol));
