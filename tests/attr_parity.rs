@@ -560,6 +560,24 @@ fn memory_tools_attrs_equal_perfs_where_the_pmu_is() {
         assert!(!scratch.0.join("refused.data").exists());
     }
     let shardrec_bin = env!("CARGO_BIN_EXE_shardrec");
+    // `-e list` lists the same events, each available, as perf's.
+    for tool in ["mem", "c2c"] {
+        let listed = |program: &str, dir: &str| {
+            let dir = scratch.0.join(format!("fake-list-{tool}-{dir}"));
+            let output = run(with_fake_memory_pmu(
+                &dir,
+                program,
+                &[tool, "record", "-e", "list"],
+            ));
+            (
+                output.status.code(),
+                String::from_utf8_lossy(&output.stderr).into_owned(),
+            )
+        };
+        let (theirs, ours) = (listed("perf", "perf"), listed(shardrec_bin, "shardrec"));
+        assert_eq!(ours, theirs, "{tool} record -e list");
+        assert!(ours.1.contains(": available"), "{ours:?}");
+    }
     let mut problems = Vec::new();
     for (i, line) in MEMORY_TOOLS.iter().enumerate() {
         let words: Vec<&str> = line.split_whitespace().collect();

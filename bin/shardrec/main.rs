@@ -62,9 +62,10 @@ fn main() -> ExitCode {
     }
     let result = match cli.action {
         Action::Record(args) => record(*args, &command_line),
-        Action::Tool(action) => match action.tool() {
-            Ok((tool, args)) => tool_record(tool, &args, &command_line),
-            Err(why) => {
+        Action::Tool(action) => match (action.listing(), action.tool()) {
+            (Some(listing), _) => Ok(list_memory_events(listing)),
+            (None, Ok((tool, args))) => tool_record(tool, &args, &command_line),
+            (None, Err(why)) => {
                 messages::error(&why);
                 Ok(ExitCode::from(USAGE))
             }
@@ -112,6 +113,21 @@ fn record(args: RecordArgs, command_line: &[String]) -> Result<ExitCode, Error> 
 /// `shardrec TOOL record ARGS`: `shardrec record` with the tool's words
 /// before `ARGS`, read as any record command line (help, usage errors
 /// and all); the header keeps the command line as typed, as perf's does.
+/// `mem|c2c record -e list`: perf's lines on standard error, as perf
+/// prints them; perf's refusal where the CPU has no memory events.
+fn list_memory_events(listing: Result<String, String>) -> ExitCode {
+    match listing {
+        Ok(lines) => {
+            messages::listing(&lines);
+            ExitCode::SUCCESS
+        }
+        Err(why) => {
+            messages::error(&why);
+            ExitCode::from(255)
+        }
+    }
+}
+
 fn tool_record(tool: Tool, args: &[String], command_line: &[String]) -> Result<ExitCode, Error> {
     let program = command_line.first().map_or("shardrec", String::as_str);
     let words = match tool.record_command_line(program, args) {

@@ -38,6 +38,12 @@ pub fn error(message: &str) {
     eprintln!("shardrec: {message}");
 }
 
+/// Lines perf prints on standard error as a command's whole answer
+/// (`perf mem record -e list`), even under `-q`.
+pub fn listing(lines: &str) {
+    eprint!("{lines}");
+}
+
 /// A command's result for the user to act on, on standard output (perf
 /// archive's advice).
 pub fn result(text: &str) {

@@ -44,6 +44,18 @@ pub fn operations(text: &str) -> Result<Operations, String> {
     Ok(ops)
 }
 
+/// Loads alone.
+const LOADS_ONLY: Operations = Operations {
+    loads: true,
+    stores: false,
+};
+
+/// Stores alone.
+const STORES_ONLY: Operations = Operations {
+    loads: false,
+    stores: true,
+};
+
 /// perf's message where no PMU has memory events.
 pub const NOT_SUPPORTED: &str = "failed: memory events not supported";
 
@@ -113,6 +125,63 @@ impl MemoryEvents {
             weight: ops.loads,
             events,
         })
+    }
+
+    /// The events perf names by tag (`-e`), each with the operations it
+    /// samples and whether this machine has it.
+    fn tagged(&self) -> Vec<(&'static str, Operations, bool)> {
+        if self.amd {
+            let ibs = self.devices.join("ibs_op").exists();
+            return vec![("mem-ldst", Operations::ALL, ibs)];
+        }
+        let pmus = self.core_pmus();
+        let has = |event: &str| {
+            let event_of = |pmu: &String| self.devices.join(pmu).join("events").join(event);
+            pmus.iter().any(|pmu| event_of(pmu).exists())
+        };
+        vec![
+            ("ldlat-loads", LOADS_ONLY, has("mem-loads")),
+            ("ldlat-stores", STORES_ONLY, has("mem-stores")),
+        ]
+    }
+
+    /// `-e list`: each event's tag, and whether it is available, as perf
+    /// lists them; perf's refusal where none is.
+    pub fn listing(&self) -> Result<String, String> {
+        let tagged = self.tagged();
+        if !tagged.iter().any(|(_, _, here)| *here) {
+            return Err(NOT_SUPPORTED.into());
+        }
+        let line = |(tag, _, here): &(&str, Operations, bool)| {
+            format!("{tag:<13}{}\n", if *here { ": available" } else { "" })
+        };
+        Ok(tagged.iter().map(line).collect())
+    }
+
+    /// `-e TAGS`: the operations the events tagged so sample (a tag
+    /// given in part names every event it is part of, as perf's
+    /// `strstr`).
+    pub fn operations_of(&self, tags: &str) -> Result<Operations, String> {
+        let mut ops = Operations {
+            loads: false,
+            stores: false,
+        };
+        for word in tags.split(',') {
+            let named: Vec<Operations> = (self.tagged().into_iter())
+                .filter(|(tag, _, _)| !word.is_empty() && tag.contains(word))
+                .map(|(_, ops, _)| ops)
+                .collect();
+            if named.is_empty() {
+                return Err(format!(
+                    "failed: event '{word}' not found, use '-e list' to get list of available events"
+                ));
+            }
+            for named in named {
+                ops.loads |= named.loads;
+                ops.stores |= named.stores;
+            }
+        }
+        Ok(ops)
     }
 
     /// The core PMUs: `cpu`, or a hybrid CPU's `cpu_core` and `cpu_atom`.
@@ -248,6 +317,31 @@ mod tests {
         assert_eq!(
             words(&hybrid, false, LOADS).unwrap(),
             "-W -e cpu_core/mem-loads,ldlat=30/P -e cpu_atom/mem-loads,ldlat=30/P"
+        );
+    }
+
+    #[test]
+    fn events_are_listed_and_named_by_their_tags() {
+        let ibs = FakeDevices::with("tags-amd", &["ibs_op/type"]);
+        let amd = MemoryEvents::at(&ibs.0, true);
+        assert_eq!(amd.listing().unwrap(), "mem-ldst     : available\n");
+        assert_eq!(amd.operations_of("mem-ldst").unwrap(), Operations::ALL);
+        assert!(amd
+            .operations_of("ldlat-loads")
+            .unwrap_err()
+            .contains("'-e list'"));
+        let cpu = FakeDevices::with("tags-intel", &["cpu/events/mem-loads"]);
+        let intel = MemoryEvents::at(&cpu.0, false);
+        assert_eq!(
+            intel.listing().unwrap(),
+            "ldlat-loads  : available\nldlat-stores \n"
+        );
+        assert_eq!(intel.operations_of("ldlat-loads").unwrap(), LOADS);
+        assert_eq!(intel.operations_of("ldlat").unwrap(), Operations::ALL);
+        let none = FakeDevices::with("tags-none", &["msr/type"]);
+        assert_eq!(
+            MemoryEvents::at(&none.0, true).listing().unwrap_err(),
+            NOT_SUPPORTED
         );
     }
 

@@ -74,6 +74,9 @@ pub struct MemRecord {
     pub all_user: bool,
     /// `-K` (c2c: `-k`): the kernel only.
     pub all_kernel: bool,
+    /// `-e`: the events by perf's tags (`ldlat-loads`, `mem-ldst`), in
+    /// place of the operations.
+    pub events: Option<String>,
 }
 
 /// A class of kernel work `perf kwork` follows (perf 6.1's).
@@ -146,6 +149,22 @@ pub enum ToolAction {
 }
 
 impl ToolAction {
+    /// `mem|c2c record -e list`: the memory events perf would list, or
+    /// its refusal; `None` for anything else.
+    pub fn listing(&self) -> Option<Result<String, String>> {
+        let event = match self {
+            ToolAction::Mem(MemArgs {
+                command: MemCommand::Record { event, .. },
+                ..
+            }) => event,
+            ToolAction::C2c(C2cArgs {
+                command: C2cCommand::Record { event, .. },
+            }) => event,
+            _ => return None,
+        };
+        (event.as_deref() == Some("list")).then(|| MemoryEvents::here().listing())
+    }
+
     /// The tool, with its own options, and what follows its `record` as
     /// `shardrec record` takes it; or why the tool's options are refused.
     pub fn tool(&self) -> Result<(Tool, Vec<String>), String> {
@@ -228,6 +247,9 @@ pub struct C2cArgs {
 pub enum MemCommand {
     /// Record as perf mem record does: this CPU's memory-sampling events, each sample's weight and data address, then perf record's options and the command (shardrec record -h lists them). perf mem report reads the file.
     Record {
+        /// The memory events by perf's tags (-e list lists them): ldlat-loads, ldlat-stores (Intel), mem-ldst (AMD)
+        #[arg(short = 'e', long = "event", value_name = "event")]
+        event: Option<String>,
         /// The least latency of a load sampled, in cycles (Intel's mem-loads)
         #[arg(long = "ldlat", value_name = "n", default_value_t = memory::LDLAT)]
         ldlat: u32,
@@ -252,6 +274,9 @@ pub enum MemCommand {
 pub enum C2cCommand {
     /// Record as perf c2c record does: loads and stores by this CPU's memory-sampling events, with weights, data and physical addresses and each sample's CPU, then perf record's options and the command (shardrec record -h lists them). perf c2c report reads the file.
     Record {
+        /// The memory events by perf's tags (-e list lists them): ldlat-loads, ldlat-stores (Intel), mem-ldst (AMD)
+        #[arg(short = 'e', long = "event", value_name = "event")]
+        event: Option<String>,
         /// The least latency of a load sampled, in cycles (Intel's mem-loads)
         #[arg(long = "ldlat", value_name = "n", default_value_t = memory::LDLAT)]
         ldlat: u32,
@@ -275,6 +300,7 @@ impl MemArgs {
     /// The tool, with what follows its `record`.
     pub fn tool(&self) -> Result<(Tool, Vec<String>), String> {
         let MemCommand::Record {
+            event,
             ldlat,
             all_user,
             all_kernel,
@@ -288,6 +314,7 @@ impl MemArgs {
             ldlat: *ldlat,
             all_user: *all_user,
             all_kernel: *all_kernel,
+            events: event.clone(),
         };
         Ok((Tool::Mem(mem), args.clone()))
     }
@@ -298,6 +325,7 @@ impl C2cArgs {
     /// physical addresses, on every CPU the user's options say.
     pub fn tool(&self) -> (Tool, Vec<String>) {
         let C2cCommand::Record {
+            event,
             ldlat,
             all_user,
             all_kernel,
@@ -311,6 +339,7 @@ impl C2cArgs {
             ldlat: *ldlat,
             all_user: *all_user,
             all_kernel: *all_kernel,
+            events: event.clone(),
         };
         (Tool::C2c(c2c), args.clone())
     }
@@ -626,7 +655,7 @@ fn kmem_words(tracepoints: &Tracepoints, slab: bool, page: bool) -> Vec<&'static
 /// address and page size where asked, the memory events, user or kernel
 /// only, and the CPUs (perf 6.1's `__cmd_record` order).
 fn mem_words(mem: &MemRecord, events: &MemoryEvents) -> Result<Vec<String>, String> {
-    let sampled = events.sampled(mem.operations, mem.ldlat)?;
+    let sampled = events.sampled(mem.operations_in(events)?, mem.ldlat)?;
     let mut words: Vec<String> = sampled.weight.then(|| "-W".into()).into_iter().collect();
     words.push("-d".into());
     words.extend(mem.phys_data.then(|| "--phys-data".into()));
@@ -643,7 +672,7 @@ fn mem_words(mem: &MemRecord, events: &MemoryEvents) -> Result<Vec<String>, Stri
 /// physical addresses and each sample's CPU, user or kernel only (perf
 /// 6.1's `perf_c2c__record`).
 fn c2c_words(c2c: &MemRecord, events: &MemoryEvents) -> Result<Vec<String>, String> {
-    let sampled = events.sampled(c2c.operations, c2c.ldlat)?;
+    let sampled = events.sampled(c2c.operations_in(events)?, c2c.ldlat)?;
     let mut words: Vec<String> = sampled.weight.then(|| "-W".into()).into_iter().collect();
     // perf's `--sample-cpu` too: shardrec's samples carry their CPU
     // always, so the attrs are the same without it (and without the note
@@ -652,6 +681,17 @@ fn c2c_words(c2c: &MemRecord, events: &MemoryEvents) -> Result<Vec<String>, Stri
     words.extend(sampled.event_words());
     words.extend(privilege_words(c2c));
     Ok(words)
+}
+
+impl MemRecord {
+    /// The operations sampled: those the events named (`-e`) sample, or
+    /// those asked for (`-t`).
+    fn operations_in(&self, events: &MemoryEvents) -> Result<memory::Operations, String> {
+        match &self.events {
+            Some(tags) => events.operations_of(tags),
+            None => Ok(self.operations),
+        }
+    }
 }
 
 /// `--all-user`, `--all-kernel`, as asked.
