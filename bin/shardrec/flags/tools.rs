@@ -519,12 +519,12 @@ pub fn other_than_record(args: &[String]) -> Option<String> {
     let at = args.iter().skip(1).position(|a| !a.starts_with('-'))? + 1;
     let tool = NAMES.iter().find(|&&name| name == args[at])?;
     // The first word after the tool's own options (`kwork -k irq`,
-    // `mem -t load`).
+    // `mem -t load`; `trace --pf all`, which is refused after).
     let mut rest = args[at + 1..].iter();
     let command = loop {
         let word = rest.next()?;
         match word.as_str() {
-            "-k" | "--kwork" | "-t" | "--type" | "-C" | "--cpu" => drop(rest.next()),
+            "-k" | "--kwork" | "-t" | "--type" | "-C" | "--cpu" | "--pf" => drop(rest.next()),
             _ if word.starts_with('-') => {}
             _ => break word,
         }
