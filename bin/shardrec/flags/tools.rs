@@ -152,17 +152,17 @@ impl ToolAction {
     /// `mem|c2c record -e list`: the memory events perf would list, or
     /// its refusal; `None` for anything else.
     pub fn listing(&self) -> Option<Result<String, String>> {
-        let event = match self {
+        let memory = match self {
             ToolAction::Mem(MemArgs {
-                command: MemCommand::Record { event, .. },
+                command: MemCommand::Record { memory, .. },
                 ..
-            }) => event,
+            }) => memory,
             ToolAction::C2c(C2cArgs {
-                command: C2cCommand::Record { event, .. },
-            }) => event,
+                command: C2cCommand::Record { memory, .. },
+            }) => memory,
             _ => return None,
         };
-        (event.as_deref() == Some("list")).then(|| MemoryEvents::here().listing())
+        (memory.event.as_deref() == Some("list")).then(|| MemoryEvents::here().listing())
     }
 
     /// The tool, with its own options, and what follows its `record` as
@@ -247,25 +247,14 @@ pub struct C2cArgs {
 pub enum MemCommand {
     /// Record as perf mem record does: this CPU's memory-sampling events, each sample's weight and data address, then perf record's options and the command (shardrec record -h lists them). perf mem report reads the file.
     Record {
-        /// The memory events by perf's tags (-e list lists them): ldlat-loads, ldlat-stores (Intel), mem-ldst (AMD)
-        #[arg(short = 'e', long = "event", value_name = "event")]
-        event: Option<String>,
-        /// The least latency of a load sampled, in cycles (Intel's mem-loads)
-        #[arg(long = "ldlat", value_name = "n", default_value_t = memory::LDLAT)]
-        ldlat: u32,
+        #[command(flatten)]
+        memory: MemoryRecordArgs,
         /// Sample user space only (perf 6.1 takes -U here but drops it: shardrec does what it says)
         #[arg(short = 'U', long = "all-user")]
         all_user: bool,
         /// Sample the kernel only
         #[arg(short = 'K', long = "all-kernel")]
         all_kernel: bool,
-        /// perf record's options and the command, as shardrec record takes them
-        #[arg(
-            value_name = "RECORD OPTIONS",
-            trailing_var_arg = true,
-            allow_hyphen_values = true
-        )]
-        args: Vec<String>,
     },
 }
 
@@ -274,74 +263,85 @@ pub enum MemCommand {
 pub enum C2cCommand {
     /// Record as perf c2c record does: loads and stores by this CPU's memory-sampling events, with weights, data and physical addresses and each sample's CPU, then perf record's options and the command (shardrec record -h lists them). perf c2c report reads the file.
     Record {
-        /// The memory events by perf's tags (-e list lists them): ldlat-loads, ldlat-stores (Intel), mem-ldst (AMD)
-        #[arg(short = 'e', long = "event", value_name = "event")]
-        event: Option<String>,
-        /// The least latency of a load sampled, in cycles (Intel's mem-loads)
-        #[arg(long = "ldlat", value_name = "n", default_value_t = memory::LDLAT)]
-        ldlat: u32,
+        #[command(flatten)]
+        memory: MemoryRecordArgs,
         /// Sample user space only
         #[arg(short = 'u', long = "all-user")]
         all_user: bool,
         /// Sample the kernel only
         #[arg(short = 'k', long = "all-kernel")]
         all_kernel: bool,
-        /// perf record's options and the command, as shardrec record takes them
-        #[arg(
-            value_name = "RECORD OPTIONS",
-            trailing_var_arg = true,
-            allow_hyphen_values = true
-        )]
-        args: Vec<String>,
     },
+}
+
+/// What `mem record` and `c2c record` both take.
+#[derive(Args)]
+pub struct MemoryRecordArgs {
+    /// The memory events by perf's tags (-e list lists them): ldlat-loads, ldlat-stores (Intel), mem-ldst (AMD)
+    #[arg(short = 'e', long = "event", value_name = "event")]
+    event: Option<String>,
+    /// The least latency of a load sampled, in cycles (Intel's mem-loads)
+    #[arg(long = "ldlat", value_name = "n", default_value_t = memory::LDLAT)]
+    ldlat: u32,
+    /// perf record's options and the command, as shardrec record takes them
+    #[arg(
+        value_name = "RECORD OPTIONS",
+        trailing_var_arg = true,
+        allow_hyphen_values = true
+    )]
+    args: Vec<String>,
+}
+
+impl MemoryRecordArgs {
+    /// Loads and stores (or the events named), user space or the kernel
+    /// only as asked, on every CPU the user's options say.
+    fn record(&self, all_user: bool, all_kernel: bool) -> MemRecord {
+        MemRecord {
+            operations: memory::Operations::ALL,
+            phys_data: false,
+            data_page_size: false,
+            cpus: None,
+            ldlat: self.ldlat,
+            all_user,
+            all_kernel,
+            events: self.event.clone(),
+        }
+    }
 }
 
 impl MemArgs {
     /// The tool, with what follows its `record`.
     pub fn tool(&self) -> Result<(Tool, Vec<String>), String> {
         let MemCommand::Record {
-            event,
-            ldlat,
+            memory,
             all_user,
             all_kernel,
-            args,
         } = &self.command;
         let mem = MemRecord {
             operations: self.operations.unwrap_or(memory::Operations::ALL),
             phys_data: self.phys_data,
             data_page_size: self.data_page_size,
             cpus: self.cpus.clone(),
-            ldlat: *ldlat,
-            all_user: *all_user,
-            all_kernel: *all_kernel,
-            events: event.clone(),
+            ..memory.record(*all_user, *all_kernel)
         };
-        Ok((Tool::Mem(mem), args.clone()))
+        Ok((Tool::Mem(mem), memory.args.clone()))
     }
 }
 
 impl C2cArgs {
     /// The tool, with what follows its `record`: loads and stores, with
-    /// physical addresses, on every CPU the user's options say.
+    /// physical addresses.
     pub fn tool(&self) -> (Tool, Vec<String>) {
         let C2cCommand::Record {
-            event,
-            ldlat,
+            memory,
             all_user,
             all_kernel,
-            args,
         } = &self.command;
         let c2c = MemRecord {
-            operations: memory::Operations::ALL,
             phys_data: true,
-            data_page_size: false,
-            cpus: None,
-            ldlat: *ldlat,
-            all_user: *all_user,
-            all_kernel: *all_kernel,
-            events: event.clone(),
+            ..memory.record(*all_user, *all_kernel)
         };
-        (Tool::C2c(c2c), args.clone())
+        (Tool::C2c(c2c), memory.args.clone())
     }
 }
 
