@@ -402,6 +402,14 @@ fn without_the_capture_program_the_vip_captures_through_bpf_calls() {
     eprintln!("fallback in the guest: {line}");
 }
 
+/// The first share `perf report` gives `symbol` in `report` (the
+/// first column: Children with --children, else Self).
+fn share_in(report: &str, symbol: &str) -> f64 {
+    let line = report.lines().find(|l| l.trim_end().ends_with(symbol));
+    let share = line.and_then(|l| l.trim().split('%').next()?.parse().ok());
+    share.unwrap_or_else(|| panic!("no {symbol} in the guest's report:\n{report}"))
+}
+
 /// `--off-cpu` on the guest's 6.1 kernel, where Debian's perf records
 /// none: a 300 ms sleep and a 700 ms pipe wait, 30% and 70% (±5 points)
 /// of the thread's off-CPU time in the guest perf's report.
@@ -413,11 +421,7 @@ fn off_cpu_time_is_recorded_on_the_older_kernel() {
     let stderr = guest.text("offcpu.stderr");
     assert_eq!(guest.text("offcpu.rc").trim(), "0", "{stderr}");
     let report = guest.text("offcpu.report");
-    let share = |symbol: &str| -> f64 {
-        let line = report.lines().find(|l| l.trim_end().ends_with(symbol));
-        let share = line.and_then(|l| l.trim().split('%').next()?.parse().ok());
-        share.unwrap_or_else(|| panic!("no {symbol} in the guest's report:\n{report}"))
-    };
+    let share = |symbol: &str| share_in(&report, symbol);
     let (sleep, read) = (share("waits::sleep_wait"), share("waits::pipe_wait"));
     assert!(
         (sleep - 30.0).abs() <= 5.0 && (read - 70.0).abs() <= 5.0,
@@ -444,11 +448,7 @@ fn off_cpu_stacks_unwind_with_dwarf_on_the_older_kernel() {
         "perf report: {said}"
     );
     let report = guest.text("offcpu-dwarf.report");
-    let share = |symbol: &str| -> f64 {
-        let line = report.lines().find(|l| l.trim_end().ends_with(symbol));
-        let share = line.and_then(|l| l.trim().split('%').next()?.parse().ok());
-        share.unwrap_or_else(|| panic!("no {symbol} in the guest's report:\n{report}"))
-    };
+    let share = |symbol: &str| share_in(&report, symbol);
     let (nap, wait) = (share("waits::nap_short"), share("waits::wait_pipe"));
     let nap_share = 100.0 * nap / (nap + wait);
     assert!((nap_share - 30.0).abs() <= 5.0, "{report}");
