@@ -118,7 +118,7 @@ struct SamplingArgs {
     /// do not record bpf events
     #[arg(long = "no-bpf-event")]
     no_bpf_event: bool,
-    /// Enable off-cpu analysis: where and how long tasks wait, as the offcpu-time event, each wait written as it ends (needs BPF with BTF)
+    /// Enable off-cpu analysis: where and how long tasks wait, as the offcpu-time event, each wait written as it ends (needs BPF with BTF); with --call-graph dwarf, each wait's user stack is unwound with DWARF
     #[arg(long = "off-cpu")]
     off_cpu: bool,
     /// Dump off-cpu samples if off-cpu time exceeds this threshold (in milliseconds); shorter waits are summed by thread and stack in the kernel and written at the end, as perf 6.16 does (default: every wait written as it ends)
