@@ -25,21 +25,32 @@ impl Operations {
         loads: true,
         stores: true,
     };
+
+    /// Neither, before any is named.
+    const NONE: Operations = Operations {
+        loads: false,
+        stores: false,
+    };
+
+    /// These and `other`'s.
+    fn and(self, other: Operations) -> Operations {
+        Operations {
+            loads: self.loads || other.loads,
+            stores: self.stores || other.stores,
+        }
+    }
 }
 
 /// `-t`'s list: `load`, `store`, comma-separated, any case (perf's
 /// `parse_mem_ops`).
 pub fn operations(text: &str) -> Result<Operations, String> {
-    let mut ops = Operations {
-        loads: false,
-        stores: false,
-    };
+    let mut ops = Operations::NONE;
     for word in text.split(',') {
-        match word.to_ascii_lowercase().as_str() {
-            "load" => ops.loads = true,
-            "store" => ops.stores = true,
+        ops = ops.and(match word.to_ascii_lowercase().as_str() {
+            "load" => LOADS_ONLY,
+            "store" => STORES_ONLY,
             _ => return Err(format!("unknown sampling op {word} (load, store)")),
-        }
+        });
     }
     Ok(ops)
 }
@@ -83,10 +94,10 @@ impl MemoryEvents {
     /// The events `perf mem`/`perf c2c` sample `ops` with, at load
     /// latency `ldlat`; or perf's refusal.
     pub fn sampled(&self, ops: Operations, ldlat: u32) -> Result<Sampled, String> {
+        if !self.supported() {
+            return Err(NOT_SUPPORTED.into());
+        }
         if self.amd {
-            if !self.devices.join("ibs_op").exists() {
-                return Err(NOT_SUPPORTED.into());
-            }
             if !(ops.loads && ops.stores) {
                 return Err("failed: event '' not supported (AMD's IBS samples loads and stores together: -t load,store)".into());
             }
@@ -96,25 +107,17 @@ impl MemoryEvents {
             });
         }
         let pmus = self.core_pmus();
-        let has =
-            |pmu: &str, event: &str| self.devices.join(pmu).join("events").join(event).exists();
-        if !pmus
-            .iter()
-            .any(|p| has(p, "mem-loads") || has(p, "mem-stores"))
-        {
-            return Err(NOT_SUPPORTED.into());
-        }
         let mut events = Vec::new();
         for (op, event) in [(ops.loads, "mem-loads"), (ops.stores, "mem-stores")] {
             if !op {
                 continue;
             }
-            let on: Vec<&String> = pmus.iter().filter(|p| has(p, event)).collect();
+            let on: Vec<&String> = pmus.iter().filter(|p| self.has(p, event)).collect();
             if on.is_empty() {
                 return Err(format!("failed: event '{event}' not supported"));
             }
             events.extend(on.into_iter().map(|pmu| match event {
-                "mem-loads" if has(pmu, "mem-loads-aux") => {
+                "mem-loads" if self.has(pmu, "mem-loads-aux") => {
                     format!("{{{pmu}/mem-loads-aux/,{pmu}/mem-loads,ldlat={ldlat}/}}:P")
                 }
                 "mem-loads" => format!("{pmu}/mem-loads,ldlat={ldlat}/P"),
@@ -135,10 +138,7 @@ impl MemoryEvents {
             return vec![("mem-ldst", Operations::ALL, ibs)];
         }
         let pmus = self.core_pmus();
-        let has = |event: &str| {
-            let event_of = |pmu: &String| self.devices.join(pmu).join("events").join(event);
-            pmus.iter().any(|pmu| event_of(pmu).exists())
-        };
+        let has = |event: &str| pmus.iter().any(|pmu| self.has(pmu, event));
         vec![
             ("ldlat-loads", LOADS_ONLY, has("mem-loads")),
             ("ldlat-stores", STORES_ONLY, has("mem-stores")),
@@ -148,24 +148,26 @@ impl MemoryEvents {
     /// `-e list`: each event's tag, and whether it is available, as perf
     /// lists them; perf's refusal where none is.
     pub fn listing(&self) -> Result<String, String> {
-        let tagged = self.tagged();
-        if !tagged.iter().any(|(_, _, here)| *here) {
+        if !self.supported() {
             return Err(NOT_SUPPORTED.into());
         }
-        let line = |(tag, _, here): &(&str, Operations, bool)| {
-            format!("{tag:<13}{}\n", if *here { ": available" } else { "" })
+        let line = |(tag, _, here): (&str, Operations, bool)| {
+            format!("{tag:<13}{}\n", if here { ": available" } else { "" })
         };
-        Ok(tagged.iter().map(line).collect())
+        Ok(self.tagged().into_iter().map(line).collect())
+    }
+
+    /// Whether this machine has any of the events (perf's
+    /// `perf_mem_events__init`).
+    fn supported(&self) -> bool {
+        self.tagged().iter().any(|(_, _, here)| *here)
     }
 
     /// `-e TAGS`: the operations the events tagged so sample (a tag
     /// given in part names every event it is part of, as perf's
     /// `strstr`).
     pub fn operations_of(&self, tags: &str) -> Result<Operations, String> {
-        let mut ops = Operations {
-            loads: false,
-            stores: false,
-        };
+        let mut ops = Operations::NONE;
         for word in tags.split(',') {
             let named: Vec<Operations> = (self.tagged().into_iter())
                 .filter(|(tag, _, _)| !word.is_empty() && tag.contains(word))
@@ -176,12 +178,14 @@ impl MemoryEvents {
                     "failed: event '{word}' not found, use '-e list' to get list of available events"
                 ));
             }
-            for named in named {
-                ops.loads |= named.loads;
-                ops.stores |= named.stores;
-            }
+            ops = named.into_iter().fold(ops, Operations::and);
         }
         Ok(ops)
+    }
+
+    /// Whether PMU `pmu` has `event` among its `events/`.
+    fn has(&self, pmu: &str, event: &str) -> bool {
+        self.devices.join(pmu).join("events").join(event).exists()
     }
 
     /// The core PMUs: `cpu`, or a hybrid CPU's `cpu_core` and `cpu_atom`.
@@ -257,11 +261,6 @@ mod tests {
             .join(" "))
     }
 
-    const LOADS: Operations = Operations {
-        loads: true,
-        stores: false,
-    };
-
     #[test]
     fn amd_samples_loads_and_stores_with_ibs_op() {
         let ibs = FakeDevices::with("amd", &["ibs_op/type"]);
@@ -269,7 +268,9 @@ mod tests {
             words(&ibs, true, Operations::ALL).unwrap(),
             "-W -e ibs_op//"
         );
-        assert!(words(&ibs, true, LOADS).unwrap_err().contains("together"));
+        assert!(words(&ibs, true, LOADS_ONLY)
+            .unwrap_err()
+            .contains("together"));
         let none = FakeDevices::with("amd-none", &["msr/type"]);
         assert_eq!(
             words(&none, true, Operations::ALL).unwrap_err(),
@@ -285,14 +286,13 @@ mod tests {
             "-W -e cpu/mem-loads,ldlat=30/P -e cpu/mem-stores/P"
         );
         assert_eq!(
-            words(&cpu, false, LOADS).unwrap(),
+            words(&cpu, false, LOADS_ONLY).unwrap(),
             "-W -e cpu/mem-loads,ldlat=30/P"
         );
-        let stores = Operations {
-            loads: false,
-            stores: true,
-        };
-        assert_eq!(words(&cpu, false, stores).unwrap(), "-e cpu/mem-stores/P");
+        assert_eq!(
+            words(&cpu, false, STORES_ONLY).unwrap(),
+            "-e cpu/mem-stores/P"
+        );
         let none = FakeDevices::with("intel-none", &["cpu/type"]);
         assert_eq!(
             words(&none, false, Operations::ALL).unwrap_err(),
@@ -307,7 +307,7 @@ mod tests {
             &["cpu/events/mem-loads", "cpu/events/mem-loads-aux"],
         );
         assert_eq!(
-            words(&aux, false, LOADS).unwrap(),
+            words(&aux, false, LOADS_ONLY).unwrap(),
             "-W -e {cpu/mem-loads-aux/,cpu/mem-loads,ldlat=30/}:P"
         );
         let hybrid = FakeDevices::with(
@@ -315,7 +315,7 @@ mod tests {
             &["cpu_core/events/mem-loads", "cpu_atom/events/mem-loads"],
         );
         assert_eq!(
-            words(&hybrid, false, LOADS).unwrap(),
+            words(&hybrid, false, LOADS_ONLY).unwrap(),
             "-W -e cpu_core/mem-loads,ldlat=30/P -e cpu_atom/mem-loads,ldlat=30/P"
         );
     }
@@ -336,7 +336,7 @@ mod tests {
             intel.listing().unwrap(),
             "ldlat-loads  : available\nldlat-stores \n"
         );
-        assert_eq!(intel.operations_of("ldlat-loads").unwrap(), LOADS);
+        assert_eq!(intel.operations_of("ldlat-loads").unwrap(), LOADS_ONLY);
         assert_eq!(intel.operations_of("ldlat").unwrap(), Operations::ALL);
         let none = FakeDevices::with("tags-none", &["msr/type"]);
         assert_eq!(
@@ -347,7 +347,7 @@ mod tests {
 
     #[test]
     fn operations_read_as_perf_reads_them() {
-        assert_eq!(operations("load").unwrap(), LOADS);
+        assert_eq!(operations("load").unwrap(), LOADS_ONLY);
         assert_eq!(operations("Store,LOAD").unwrap(), Operations::ALL);
         assert!(operations("fetch").unwrap_err().contains("fetch"));
     }
