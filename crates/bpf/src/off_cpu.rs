@@ -31,14 +31,11 @@ pub struct Settings {
     /// as they end (`--off-cpu-thresh`; 0: every wait written).
     pub threshold_ns: u64,
     /// `--call-graph dwarf`'s user stack size: each wait written carries
-    /// the task's user registers and this much of its user stack (at
-    /// most [`MAX_USER_STACK`]) in place of frame-pointer user frames
-    /// (0: frame pointers).
+    /// the task's user registers and this much of its user stack (a
+    /// multiple of 8; the program copies 32 KiB at most), in place of
+    /// frame-pointer user frames (0: frame pointers).
     pub user_stack_bytes: u32,
 }
-
-/// The most user stack a wait carries: a record is at most 64 KiB.
-pub const MAX_USER_STACK: u32 = 32768;
 
 /// The waits of one thread, state, cgroup and pair of stacks that were
 /// shorter than the threshold, summed.
@@ -106,7 +103,7 @@ impl<'obj> OffCpu<'obj> {
         rodata.follow_children = settings.follow_children;
         rodata.follow_threads = settings.follow_threads;
         rodata.threshold_ns = settings.threshold_ns;
-        rodata.user_stack_bytes = settings.user_stack_bytes.min(MAX_USER_STACK) & !7;
+        rodata.user_stack_bytes = settings.user_stack_bytes;
         if let Some((start, end)) = text_of("__schedule") {
             rodata.schedule_start = start;
             rodata.schedule_end = end;

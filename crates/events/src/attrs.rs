@@ -186,17 +186,13 @@ fn off_cpu_attr(plan: &AttrPlan, index: usize, ring_bytes: usize) -> Attr {
     // merge to give perf's offcpu-time event (the kernel reads these
     // fields only with their sample_type bits, which it does not get).
     if let CallGraph::Dwarf(stack) = call_graph(plan, &plan.events[index]) {
-        let stack = stack.min(MAX_OFF_CPU_USER_STACK) & !7;
+        let stack = shardrec_format::records::off_cpu_user_stack(stack);
         attr.set_user_stack(user_regs_mask(), stack);
     }
     set_clock_and_ring(&mut attr, plan, ring_bytes);
     attr.set_flag(Flag::Disabled, true);
     attr
 }
-
-/// The most user stack an off-CPU wait carries (a record is at most 64
-/// KiB; `shardrec_bpf::off_cpu::MAX_USER_STACK`).
-const MAX_OFF_CPU_USER_STACK: u32 = 32768;
 
 /// The events in the group of event `index` (1 for an event alone).
 fn group_size(plan: &AttrPlan, index: usize) -> usize {

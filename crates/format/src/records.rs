@@ -204,6 +204,16 @@ pub fn off_cpu_attr(kernel_attr: &[u8]) -> Vec<u8> {
     attr.with_sample_type(off_cpu_sample_type(attr.sample_stack_user()))
 }
 
+/// The most user stack an off-CPU wait carries: a record is at most 64
+/// KiB (the program's `MAX_USER_STACK`).
+const OFF_CPU_MAX_USER_STACK: u32 = 32768;
+
+/// The user stack bytes an off-CPU wait carries for `--call-graph
+/// dwarf,ASKED`: the attr says so and the program copies so much.
+pub fn off_cpu_user_stack(asked: u32) -> u32 {
+    asked.min(OFF_CPU_MAX_USER_STACK) & !7
+}
+
 /// The `offcpu-time` event's `sample_type`, `user_stack` bytes of user
 /// stack in each sample (none: 0).
 fn off_cpu_sample_type(user_stack: u32) -> u64 {
@@ -341,10 +351,7 @@ const REGS_ABI_64: u64 = 2;
 pub fn off_cpu_sample(wait: &crate::views::OffCpuWait<'_>, place: &SamplePlace) -> Option<Vec<u8>> {
     let kernel: Vec<u64> = wait.kernel_frames().collect();
     let user: Vec<u64> = wait.user_frames().collect();
-    let regs_ip = wait
-        .user_state
-        .and_then(|(regs, _)| crate::u64_at(regs, 8 * 8));
-    let (ip, misc) = match (regs_ip.or(user.first().copied()), kernel.first()) {
+    let (ip, misc) = match (wait.user_ip().or(user.first().copied()), kernel.first()) {
         (Some(ip), _) => (ip, crate::header::MISC_USER),
         (None, Some(&ip)) => (ip, crate::header::MISC_KERNEL),
         (None, None) => (0, crate::header::MISC_USER),

@@ -360,6 +360,12 @@ impl<'a> OffCpuWait<'a> {
         })
     }
 
+    /// The ip of the user registers the wait carries, if it carries them
+    /// (perf's x86-64 IP, the ninth).
+    pub fn user_ip(&self) -> Option<u64> {
+        self.user_state.and_then(|(regs, _)| u64_at(regs, 8 * 8))
+    }
+
     /// The registers and the stack after every frame slot.
     fn user_state(raw: &'a [u8]) -> Option<(&'a [u8], &'a [u8])> {
         let regs_at = Self::HEADER + 8 * Self::FRAME_SLOTS;

@@ -320,9 +320,7 @@ impl<S: RecordSink> DataOut<S> {
     /// `records` compressed; the last compression's output (and rounds
     /// after it) into the sink, this one's held.
     fn compress(&mut self, records: &[u8], end_frame: bool) -> io::Result<()> {
-        if self.compressor.is_none() {
-            return Ok(());
-        }
+        // (Without a compressor nothing is held.)
         self.put_held()?;
         if let Some(compressor) = self.compressor.as_mut() {
             self.held_last = compressor.compress(records, &mut self.held, end_frame)?;

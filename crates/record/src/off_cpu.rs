@@ -53,8 +53,9 @@ pub fn setup(
             follow_children: plan.inherit,
             follow_threads: matches!(plan.scope, Scope::Threads(_)) && !plan.pids_are_processes,
             threshold_ns: plan.off_cpu_threshold_ms * 1_000_000,
+            // As much as the event's attr says (`shardrec_events::attrs`).
             user_stack_bytes: match plan.call_graph {
-                CallGraph::Dwarf(stack) => stack,
+                CallGraph::Dwarf(stack) => shardrec_format::records::off_cpu_user_stack(stack),
                 _ => 0,
             },
         },
