@@ -510,8 +510,7 @@ fn with_fake_memory_pmu(
     program: &str,
     args: &[&str],
 ) -> std::process::Command {
-    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let vendor = match cpuinfo.contains("AuthenticAMD") {
+    let vendor = match shardrec_shard::host::cpu_vendor() == "AuthenticAMD" {
         true => "amd",
         false => "intel",
     };

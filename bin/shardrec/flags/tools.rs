@@ -482,8 +482,9 @@ impl Tool {
             Tool::Kmem { slab, page } => kmem_words(&exists, *slab, *page),
             Tool::Kwork { classes } => kwork_words(classes),
             Tool::Trace => trace_words(&exists)?,
-            Tool::Mem(mem) => return mem_words(mem, &MemoryEvents::here()),
-            Tool::C2c(c2c) => return c2c_words(c2c, &MemoryEvents::here()),
+            Tool::Mem(record) | Tool::C2c(record) => {
+                return memory_words(record, &MemoryEvents::here())
+            }
             Tool::Timechart { io_only: true, .. } => return Ok(timechart_io_words(&exists)),
             Tool::Timechart {
                 power_only,
@@ -651,10 +652,14 @@ fn kmem_words(tracepoints: &Tracepoints, slab: bool, page: bool) -> Vec<&'static
     words
 }
 
-/// `perf mem record`: `-W` where loads are sampled, `-d`, the physical
-/// address and page size where asked, the memory events, user or kernel
-/// only, and the CPUs (perf 6.1's `__cmd_record` order).
-fn mem_words(mem: &MemRecord, events: &MemoryEvents) -> Result<Vec<String>, String> {
+/// `perf mem record` and `perf c2c record`: `-W` where loads are
+/// sampled, `-d`, the physical address and page size where asked (c2c:
+/// the physical address), the memory events, user or kernel only, and
+/// the CPUs (perf 6.1's `__cmd_record` and `perf_c2c__record` order).
+/// perf's c2c adds `--sample-cpu` too: shardrec's samples carry their
+/// CPU always, so the attrs are the same without it (and without the
+/// note that says so to whoever asks for it).
+fn memory_words(mem: &MemRecord, events: &MemoryEvents) -> Result<Vec<String>, String> {
     let sampled = events.sampled(mem.operations_in(events)?, mem.ldlat)?;
     let mut words: Vec<String> = sampled.weight.then(|| "-W".into()).into_iter().collect();
     words.push("-d".into());
@@ -665,21 +670,6 @@ fn mem_words(mem: &MemRecord, events: &MemoryEvents) -> Result<Vec<String>, Stri
     if let Some(cpus) = &mem.cpus {
         words.extend(["-C".into(), cpus.clone()]);
     }
-    Ok(words)
-}
-
-/// `perf c2c record`: loads and stores with their weights, data and
-/// physical addresses and each sample's CPU, user or kernel only (perf
-/// 6.1's `perf_c2c__record`).
-fn c2c_words(c2c: &MemRecord, events: &MemoryEvents) -> Result<Vec<String>, String> {
-    let sampled = events.sampled(c2c.operations_in(events)?, c2c.ldlat)?;
-    let mut words: Vec<String> = sampled.weight.then(|| "-W".into()).into_iter().collect();
-    // perf's `--sample-cpu` too: shardrec's samples carry their CPU
-    // always, so the attrs are the same without it (and without the note
-    // that says so to whoever asks for it).
-    words.extend(["-d", "--phys-data"].map(String::from));
-    words.extend(sampled.event_words());
-    words.extend(privilege_words(c2c));
     Ok(words)
 }
 
