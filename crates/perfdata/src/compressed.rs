@@ -421,6 +421,18 @@ mod tests {
         assert!(back == records);
     }
 
+    /// The records `data` carries, compressed or not, which are whole.
+    fn carried(data: &[u8]) -> Vec<u8> {
+        let mut back = Vec::new();
+        let rest = each_record(data, |record| {
+            back.extend_from_slice(record);
+            Ok(())
+        })
+        .unwrap();
+        assert!(rest.is_empty());
+        back
+    }
+
     #[test]
     fn a_frame_ends_later_in_its_last_record() {
         let mut compressor = RecordCompressor::new(1).unwrap();
@@ -443,13 +455,7 @@ mod tests {
         assert_eq!(last + size, data.len(), "the record's size grew with it");
         // A frame of its own follows, as a merger taken up from here writes.
         compressor.compress(&first, &mut data, true).unwrap();
-        let mut back = Vec::new();
-        let rest = each_record(&data, |record| {
-            back.extend_from_slice(record);
-            Ok(())
-        })
-        .unwrap();
-        assert!(rest.is_empty());
+        let back = carried(&data);
         assert!(back == [&first[..], &round[..], &second[..], &first[..]].concat());
     }
 
@@ -466,13 +472,7 @@ mod tests {
         compressor.compress(&first[..8], &mut data, true).unwrap();
         assert!(!compressor.frame_open());
         compressor.compress(&second, &mut data, true).unwrap();
-        let mut back = Vec::new();
-        let rest = each_record(&data, |record| {
-            back.extend_from_slice(record);
-            Ok(())
-        })
-        .unwrap();
-        assert!(rest.is_empty());
+        let back = carried(&data);
         let expected = [&first[..], &round[..], &first[..8], &second[..]].concat();
         assert_eq!(back.len(), expected.len());
         assert!(back == expected, "the records, in order, whole");
