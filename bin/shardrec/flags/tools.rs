@@ -519,15 +519,28 @@ impl Tool {
 pub fn other_than_record(args: &[String]) -> Option<String> {
     let at = args.iter().skip(1).position(|a| !a.starts_with('-'))? + 1;
     let tool = NAMES.iter().find(|&&name| name == args[at])?;
-    // The first word after the tool's own options (`kwork -k irq`,
-    // `mem -t load`; `trace --pf all`, which is refused after).
+    let shardrec = super::command();
+    let tool_command = shardrec.find_subcommand(tool)?;
+    // The first word after the tool's own options (`kwork -k irq`, `mem -t
+    // load`, their values passed over, as its clap definition says); an
+    // option it does not have is clap's to refuse.
     let mut rest = args[at + 1..].iter();
     let command = loop {
         let word = rest.next()?;
-        match word.as_str() {
-            "-k" | "--kwork" | "-t" | "--type" | "-C" | "--cpu" | "--pf" => drop(rest.next()),
-            _ if word.starts_with('-') => {}
-            _ => break word,
+        if !word.starts_with('-') {
+            break word;
+        }
+        let option = tool_command.get_arguments().find(|a| {
+            let long = a
+                .get_long()
+                .is_some_and(|l| word.strip_prefix("--") == Some(l));
+            let short = a.get_short().is_some_and(|c| *word == format!("-{c}"));
+            long || short
+        });
+        match option {
+            Some(option) if option.get_action().takes_values() => drop(rest.next()),
+            Some(_) => {}
+            None => return None,
         }
     };
     if ["record", "help"].contains(&command.as_str()) {
