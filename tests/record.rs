@@ -601,8 +601,8 @@ fn the_timestamp_boundary_is_always_recorded() {
     assert!(ms > 100.0, "sample duration {ms} ms for 0.2 s of samples");
 }
 
-/// `/proc/PID/stat`'s scheduling policy and real-time priority.
-fn policy_of(pid: i32) -> (u32, u32) {
+/// Field `n` (from 1, as proc(5) counts) of `/proc/PID/stat`.
+fn stat_field(pid: i32, n: usize) -> i64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
     // Fields after the command's closing parenthesis, from the state (3rd).
     let fields: Vec<&str> = stat
@@ -611,13 +611,28 @@ fn policy_of(pid: i32) -> (u32, u32) {
         .1
         .split_whitespace()
         .collect();
-    let field = |n: usize| fields[n - 3].parse().unwrap();
-    (field(41), field(40))
+    fields[n - 3].parse().unwrap()
+}
+
+/// The time slice `/proc/PID/sched` shows, on kernels with slices of a
+/// task's own (6.12 on).
+fn slice_of(pid: i32) -> Option<u64> {
+    let sched = std::fs::read_to_string(format!("/proc/{pid}/sched")).ok()?;
+    let line = sched.lines().find(|l| l.starts_with("se.slice"))?;
+    line.split(':').nth(1)?.trim().parse().ok()
+}
+
+/// `/proc/PID/stat`'s scheduling policy and real-time priority.
+fn policy_of(pid: i32) -> (u32, u32) {
+    (stat_field(pid, 41) as u32, stat_field(pid, 40) as u32)
 }
 
 /// The writers run at normal priority, as perf's reading thread does: at
 /// SCHED_FIFO a writer preempts the workload on its CPU at every wakeup.
 /// `-r N` puts them at SCHED_FIFO N, as perf's `-r` puts its thread.
+/// The live merger runs five nice levels above the recorder, either way,
+/// and the writers at normal priority and the merger ask for short time
+/// slices where the kernel has them.
 #[test]
 fn writers_run_at_normal_priority_unless_r_asks() {
     let Some((_serial, scratch)) = recording_test("realtime") else {
@@ -635,9 +650,29 @@ fn writers_run_at_normal_priority_unless_r_asks() {
         let mut child = Reaped(command.args(["--", "sleep", "1"]).spawn().unwrap());
         wait_for_start(&scratch.shards());
         // The writers are forked first, one per CPU.
-        let writers = &helpers_of(child.0.id())[..cpus];
+        let helpers = helpers_of(child.0.id());
+        let writers = &helpers[..cpus];
         let policies: Vec<(u32, u32)> = writers.iter().map(|&pid| policy_of(pid)).collect();
         assert_eq!(policies, vec![policy; cpus], "-r {asked:?}");
+        // After the writers, the VIP (SCHED_FIFO 1) and the live merger.
+        let others = helpers[cpus..].iter().filter(|&&pid| policy_of(pid).0 == 0);
+        let nice: Vec<i64> = others.map(|&pid| stat_field(pid, 19)).collect();
+        let recorder = stat_field(child.0.id() as i32, 19);
+        assert_eq!(nice, [(recorder - 5).max(-20)], "the merger's nice level");
+        if slice_of(child.0.id() as i32).is_some() {
+            let merger = helpers[cpus..]
+                .iter()
+                .copied()
+                .filter(|&p| policy_of(p).0 == 0);
+            let short = writers
+                .iter()
+                .copied()
+                .filter(|_| asked.is_none())
+                .chain(merger);
+            for pid in short {
+                assert_eq!(slice_of(pid), Some(300_000), "pid {pid}, -r {asked:?}");
+            }
+        }
         assert!(wait_bounded(&mut child.0).success());
     }
 }

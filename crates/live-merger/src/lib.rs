@@ -157,6 +157,20 @@ pub struct WindowDone {
 /// again.
 const MERGER_FREED_KEPT: usize = 256 << 20;
 
+/// How many nice levels the merger runs above the recorder (weight
+/// 3121 against a busy task's 1024 at nice 0), where it may; it asks for
+/// short time slices too, to run as it wakes. At the workload's weight
+/// and slice, a merger that shares a CPU with it reads rings that fill
+/// about as fast as it compresses at half a CPU, and waits 2 to 4 ms
+/// for each wakeup; once it falls about 9 ms behind, the writers spill,
+/// it must read the shards back, and it falls further behind: in a `-z`
+/// DWARF storm on 2 vCPUs, 44 to 244 MB went through the shards a run
+/// and up to 4,042 samples were lost (bench/README.md, "the merger's
+/// weight"). Its work is what the rings bring, whatever its weight; the
+/// weight decides only how soon it does it. perf's thread runs at the
+/// workload's nice level, and loses what its rings cannot hold.
+const MERGER_NICE_STEPS: i32 = 5;
+
 /// The coordinator's handle on the live merger.
 pub struct LiveMerger {
     /// Its process.
@@ -199,6 +213,10 @@ impl LiveMerger {
             // Its rounds take and free buffers the size of what the rings
             // held (up to a ring each) and more for its output's runs.
             process::keep_freed_memory(MERGER_FREED_KEPT);
+            // Unprivileged, it stays at the recorder's weight.
+            let _ = process::raise_weight(MERGER_NICE_STEPS);
+            // After the nice level, which it keeps.
+            process::short_time_slices();
             let HelperEnds {
                 mut orders,
                 mut reports,

@@ -102,8 +102,9 @@ pub fn run(
     }
     // Normal priority, as perf's reading thread: a writer at SCHED_FIFO
     // preempts the workload on its CPU at every wakeup (under -F max it
-    // starved a 0.5 s workload for 33 s). The default ring absorbs a
-    // time slice's wait; -r is there for whoever wants perf's -r.
+    // starved a 0.5 s workload for 33 s); -r is there for whoever wants
+    // perf's -r. Short time slices let it run as it wakes (rather than
+    // at the next tick behind a busy task), at the same share of its CPU.
     if let Some(priority) = setup.options.realtime {
         process::realtime(priority).map_err(|e| {
             io::Error::new(
@@ -111,6 +112,8 @@ pub fn run(
                 format!("cannot run at SCHED_FIFO priority {priority} (-r): {e}"),
             )
         })?;
+    } else {
+        process::short_time_slices();
     }
     let ring = RingBuffer::map_reader(owner, setup.options.ring_pages)?;
     let config = WriterConfig {
