@@ -9,25 +9,21 @@ use std::process::Command;
 
 use common::*;
 
+/// `perf report --stdio` of the load's off-CPU time by symbol, without
+/// call chains, with `more` options, checked for complaints.
+fn load_report(perf: &Perf, file: &Path, more: &[&str]) -> String {
+    let args = ["report", "--stdio", "--sort", "sym", "-g", "none"];
+    let args = [&args[..], &["--comms", "shardrec-load"], more].concat();
+    let output = perf.run(&args, file);
+    assert_no_complaint(&output, perf.name);
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
 /// `perf report`'s share of each symbol of the load's main thread, in the
 /// off-CPU time of that thread.
 fn shares(perf: &Perf, file: &Path) -> Vec<(f64, String)> {
-    let args = [
-        "report",
-        "--stdio",
-        "--no-children",
-        "--sort",
-        "sym",
-        "-g",
-        "none",
-        "--comms",
-        "shardrec-load",
-        "--percentage",
-        "relative",
-    ];
-    let output = perf.run(&args, file);
-    assert_no_complaint(&output, perf.name);
-    String::from_utf8_lossy(&output.stdout)
+    let more = ["--no-children", "--percentage", "relative"];
+    load_report(perf, file, &more)
         .lines()
         .filter(|line| !line.starts_with('#'))
         .filter_map(|line| {
@@ -111,20 +107,7 @@ fn two_waits_take_30_and_70_percent_of_the_off_cpu_time_under_their_functions() 
 /// `perf report`'s inclusive share (Children) of each of `symbols` in
 /// the off-CPU time of the load's threads.
 fn inclusive_shares(perf: &Perf, file: &Path, symbols: &[&str]) -> Vec<Option<f64>> {
-    let args = [
-        "report",
-        "--stdio",
-        "--children",
-        "--sort",
-        "sym",
-        "-g",
-        "none",
-        "--comms",
-        "shardrec-load",
-    ];
-    let output = perf.run(&args, file);
-    assert_no_complaint(&output, perf.name);
-    let report = String::from_utf8_lossy(&output.stdout);
+    let report = load_report(perf, file, &["--children"]);
     let share = |symbol: &str| {
         let line = report.lines().find(|l| l.trim_end().ends_with(symbol))?;
         line.trim().split('%').next()?.parse().ok()
