@@ -544,6 +544,14 @@ mod tests {
         }
     }
 
+    /// `record` as native-endian u64 words.
+    fn words_of(record: &[u8]) -> Vec<u64> {
+        let words = record.chunks_exact(8);
+        words
+            .map(|w| u64::from_ne_bytes(w.try_into().unwrap()))
+            .collect()
+    }
+
     /// A wait as the program writes it with `--call-graph dwarf`: one
     /// kernel frame, every frame slot, 20 registers (the ip, 8th, is
     /// 0x40_1234) and `stack` bytes of stack.
@@ -577,10 +585,7 @@ mod tests {
         let (regs, stack) = wait.user_state.expect("registers and stack");
         assert_eq!((regs.len(), stack.len()), (160, 64));
         let record = off_cpu_sample(&wait, &place(true)).unwrap();
-        let words: Vec<u64> = record
-            .chunks_exact(8)
-            .map(|w| u64::from_ne_bytes(w.try_into().unwrap()))
-            .collect();
+        let words = words_of(&record);
         let header = RecordHeader::parse(&record).unwrap();
         assert_eq!(header.misc, crate::header::MISC_USER);
         // The ip is the registers', the callchain the kernel's frames
@@ -606,10 +611,7 @@ mod tests {
         plain[36..38].copy_from_slice(&0u16.to_ne_bytes());
         let wait = crate::views::OffCpuWait::parse(&plain).unwrap();
         let record = off_cpu_sample(&wait, &place(true)).unwrap();
-        let words: Vec<u64> = record
-            .chunks_exact(8)
-            .map(|w| u64::from_ne_bytes(w.try_into().unwrap()))
-            .collect();
+        let words = words_of(&record);
         assert_eq!(&words[words.len() - 3..], [0, 0, 9]);
         // The attr says so when the kernel attr asks for a stack.
         let mut kernel_attr = vec![0u8; 128];
@@ -640,10 +642,7 @@ mod tests {
         }
         let wait = crate::views::OffCpuWait::parse(&raw).unwrap();
         let record = off_cpu_sample(&wait, &place(false)).unwrap();
-        let words: Vec<u64> = record
-            .chunks_exact(8)
-            .map(|w| u64::from_ne_bytes(w.try_into().unwrap()))
-            .collect();
+        let words = words_of(&record);
         let header = RecordHeader::parse(&record).unwrap();
         assert_eq!(
             (header.type_, header.misc),
