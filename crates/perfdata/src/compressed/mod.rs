@@ -10,7 +10,8 @@
 //! those readers take up where the last ended. That is what lets a
 //! parallel merge compress each slice of a recording apart. perf
 //! decompresses each COMPRESSED record into a buffer of the size the
-//! feature states: [`MAX_INPUT`] bounds what one call may hold.
+//! feature states: [`MAX_INPUT`] bounds what one call may hold. How a
+//! call's stream is cut into records: [`RecordCompressor`].
 
 use std::io;
 
@@ -19,8 +20,9 @@ use zstd::stream::raw::{InBuffer, Operation, OutBuffer};
 
 use crate::feature::{Feature, FeatureBuf};
 
-/// `PERF_RECORD_COMPRESSED`.
-const RECORD_COMPRESSED: u32 = 81;
+mod compressor;
+
+pub use compressor::RecordCompressor;
 
 /// The most compressed bytes one record carries: its size is a `u16`.
 const MAX_PAYLOAD: usize = u16::MAX as usize - 8;
@@ -31,166 +33,6 @@ pub const MAX_INPUT: usize = 256 << 10;
 
 /// perf's `PERF_COMP_ZSTD`.
 const ZSTD: u32 = 1;
-
-/// A zstd stream of records.
-pub struct RecordCompressor {
-    encoder: zstd::stream::raw::Encoder<'static>,
-    level: i32,
-    bytes_in: u64,
-    bytes_out: u64,
-    out: Vec<u8>,
-    /// Whether the frame holds records and has not ended.
-    frame_open: bool,
-}
-
-impl RecordCompressor {
-    /// A stream at zstd `level` (perf's `-z` default is 1).
-    pub fn new(level: i32) -> io::Result<RecordCompressor> {
-        Ok(RecordCompressor {
-            encoder: zstd::stream::raw::Encoder::new(level)?,
-            level,
-            bytes_in: 0,
-            bytes_out: 0,
-            out: vec![0; MAX_PAYLOAD],
-            frame_open: false,
-        })
-    }
-
-    /// `records` (whole records, at most [`MAX_INPUT`] bytes) as
-    /// COMPRESSED records, appended to `into`; with `end_frame`, the
-    /// frame ends with them. Returns where in `into` the last of them
-    /// starts (none for no records), which, without `end_frame`,
-    /// [`end_frame_in`](Self::end_frame_in) can end the frame in later.
-    ///
-    /// Each COMPRESSED record holds what the stream gives, flushed, for
-    /// as much input as is sure to fit ([`feed`]): perf
-    /// decodes each record on its own call and takes one that decodes to
-    /// nothing as broken ("Couldn't decompress data"), as a record cut
-    /// inside a block of the stream would.
-    pub fn compress(
-        &mut self,
-        records: &[u8],
-        into: &mut Vec<u8>,
-        end_frame: bool,
-    ) -> io::Result<Option<usize>> {
-        assert!(
-            records.len() <= MAX_INPUT,
-            "a call compresses at most MAX_INPUT"
-        );
-        let (mut at, mut last) = (0, None);
-        loop {
-            let mut output = OutBuffer::around(&mut self.out[..MAX_PAYLOAD]);
-            at += feed(&mut self.encoder, &records[at..], &mut output)?;
-            let all_in = at == records.len();
-            let left = match all_in && end_frame {
-                true => self.encoder.finish(&mut output, true)?,
-                false => self.encoder.flush(&mut output)?,
-            };
-            let payload = output.as_slice();
-            if !payload.is_empty() {
-                last = Some(into.len());
-                let size = (payload.len() + 8) as u16;
-                into.extend_from_slice(&RECORD_COMPRESSED.to_ne_bytes());
-                into.extend_from_slice(&0u16.to_ne_bytes());
-                into.extend_from_slice(&size.to_ne_bytes());
-                into.extend_from_slice(payload);
-                self.bytes_out += u64::from(size);
-            }
-            if all_in && left == 0 {
-                break;
-            }
-        }
-        if end_frame {
-            self.encoder.reinit()?;
-        }
-        self.frame_open = !end_frame && (self.frame_open || !records.is_empty());
-        self.bytes_in += records.len() as u64;
-        Ok(last)
-    }
-
-    /// Ends the frame in the COMPRESSED record at `last` in `records`, the
-    /// last one there and the last [`compress`](Self::compress) gave: a
-    /// frame's end goes in a record with data before it, as perf takes
-    /// one that decodes to nothing as broken. So a frame can stay open
-    /// across rounds, as perf's one frame does, and still end at a
-    /// checkpoint with nothing new to compress.
-    pub fn end_frame_in(&mut self, records: &mut Vec<u8>, last: usize) -> io::Result<()> {
-        let header = RecordHeader::parse(&records[last..]);
-        if header.is_none_or(|h| {
-            h.type_ != RecordType::COMPRESSED || last + usize::from(h.size) != records.len()
-        }) {
-            return Err(io::Error::other(
-                "a compressed frame ends only in the last COMPRESSED record",
-            ));
-        }
-        // After a flush the end is an empty last block: a few bytes.
-        let mut end = [0u8; 64];
-        let mut output = OutBuffer::around(&mut end[..]);
-        if self.encoder.finish(&mut output, true)? != 0 {
-            return Err(io::Error::other(
-                "a zstd frame's end took more than 64 bytes",
-            ));
-        }
-        let end = output.as_slice();
-        let size = records.len() + end.len() - last;
-        if size > usize::from(u16::MAX) {
-            return Err(io::Error::other(
-                "a COMPRESSED record outgrew its size field",
-            ));
-        }
-        records.extend_from_slice(end);
-        shardrec_format::views::set_size(&mut records[last..], size as u16);
-        self.bytes_out += end.len() as u64;
-        self.encoder.reinit()?;
-        self.frame_open = false;
-        Ok(())
-    }
-
-    /// Whether records went into the frame since it began and it has not
-    /// ended: a reader must then have read it from its start.
-    pub fn frame_open(&self) -> bool {
-        self.frame_open
-    }
-
-    /// What went in and came out so far.
-    pub fn totals(&self) -> Totals {
-        Totals {
-            level: self.level,
-            bytes_in: self.bytes_in,
-            bytes_out: self.bytes_out,
-        }
-    }
-}
-
-/// Gives `encoder` as much of `records` as one record's payload is
-/// sure to hold once flushed, whatever the bytes: a piece at a time,
-/// while what it took since the last flush, compressed as badly as
-/// zstd can, still fits in what `output` has left. Returns the bytes
-/// it took.
-fn feed(
-    encoder: &mut zstd::stream::raw::Encoder<'static>,
-    records: &[u8],
-    output: &mut OutBuffer<'_, [u8]>,
-) -> io::Result<usize> {
-    const PIECE: usize = 16 << 10;
-    // zstd's bound (`ZSTD_compressBound`) with room to spare for the
-    // frame's header and end.
-    let worst = |bytes: usize| bytes + (bytes >> 7) + 1024;
-    let mut fed = 0;
-    while fed < records.len() {
-        let piece = (records.len() - fed).min(PIECE);
-        if output.pos() + worst(fed + piece) > MAX_PAYLOAD {
-            break;
-        }
-        let mut input = InBuffer::around(&records[fed..fed + piece]);
-        encoder.run(&mut input, output)?;
-        fed += input.pos();
-        if input.pos() < piece {
-            break;
-        }
-    }
-    Ok(fed)
-}
 
 /// The records in `data` (whole records, as a data section holds them),
 /// each handed to `each`, those COMPRESSED records carry in their place:
