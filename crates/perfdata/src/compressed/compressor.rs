@@ -287,6 +287,7 @@ impl<'a> Packer<'a> {
 mod tests {
     use super::*;
     use crate::compressed::each_record;
+    use crate::feature::Feature;
 
     /// 4 KiB SAMPLE records, `bytes` of them in all, whose payloads are
     /// random below `1 << bits` in each byte (0: all zeros; 8:
@@ -394,5 +395,119 @@ mod tests {
             assert_eq!(totals.bytes_in, all.len() as u64);
             assert_eq!(totals.bytes_out, data.len() as u64);
         }
+    }
+
+    #[test]
+    fn records_come_back_whole_from_one_stream() {
+        let mut compressor = RecordCompressor::new(1).unwrap();
+        let records: Vec<u8> = (0..4000u32).flat_map(|i| (i % 7).to_ne_bytes()).collect();
+        let mut out = Vec::new();
+        compressor.compress(&records, &mut out, false).unwrap();
+        compressor
+            .compress(&records[..800], &mut out, true)
+            .unwrap();
+        compressor
+            .compress(&records[..400], &mut out, false)
+            .unwrap();
+        // Every record is a COMPRESSED one; their payloads are one stream.
+        let mut stream = Vec::new();
+        let mut at = 0;
+        while at < out.len() {
+            let header = RecordHeader::parse(&out[at..]).unwrap();
+            assert_eq!(header.type_, RecordType::COMPRESSED);
+            let size = usize::from(header.size);
+            stream.extend_from_slice(&out[at + 8..at + size]);
+            at += size;
+        }
+        // One ended frame, then one flushed but not ended (as perf's): a
+        // streaming decoder gives back everything, then finds no frame end.
+        let mut decoder = zstd::stream::read::Decoder::new(&stream[..]).unwrap();
+        let mut back = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut decoder, &mut back);
+        let second = records.len() + 800;
+        assert_eq!(&back[..records.len()], &records[..]);
+        assert_eq!(&back[records.len()..second], &records[..800]);
+        assert_eq!(&back[second..], &records[..400]);
+        let (feature, bytes) = compressor.totals().feature();
+        assert_eq!(feature, Feature::Compressed);
+        assert_eq!(bytes.len(), 20);
+    }
+
+    /// Records of 8 to 4,000 bytes, each its length over and over.
+    fn records(count: usize) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        for i in 0..count {
+            let size = 8 + (i * 37 % 500) * 8;
+            let header = RecordHeader {
+                type_: RecordType::SAMPLE,
+                misc: 0,
+                size: size as u16,
+            };
+            header.write_to(&mut bytes);
+            bytes.resize(bytes.len() + size - 8, (i % 251) as u8);
+        }
+        bytes
+    }
+
+    #[test]
+    fn each_compressed_record_decodes_to_records_on_its_own() {
+        // Bytes that compress about twofold: 256 KiB would not fit one
+        // record's payload.
+        let records = samples(MAX_INPUT, 4, 12345);
+        let mut compressor = RecordCompressor::new(1).unwrap();
+        let mut data = Vec::new();
+        compressor.compress(&records, &mut data, false).unwrap();
+        let (mut at, mut count) = (0, 0);
+        while let Some(header) = RecordHeader::parse(&data[at..]) {
+            at += usize::from(header.size);
+            count += 1;
+        }
+        assert!(count > 1, "the payload takes several records");
+        assert!(decoded_as_perf_does(&data) == records);
+    }
+
+    #[test]
+    fn a_frame_ends_later_in_its_last_record() {
+        let mut compressor = RecordCompressor::new(1).unwrap();
+        let (first, second) = (records(40), records(20));
+        let round = [3u8, 0, 0, 0, 0, 0, 8, 0];
+        let mut data = Vec::new();
+        compressor.compress(&first, &mut data, false).unwrap();
+        data.extend_from_slice(&round);
+        let last = compressor.compress(&second, &mut data, false).unwrap();
+        let last = last.expect("records give a COMPRESSED record");
+        let before = data.len();
+        assert!(
+            compressor.end_frame_in(&mut data, 0).is_err(),
+            "only the last record can take the end"
+        );
+        compressor.end_frame_in(&mut data, last).unwrap();
+        assert!(!compressor.frame_open());
+        assert!(data.len() > before, "the frame's end was added");
+        let size = usize::from(RecordHeader::parse(&data[last..]).unwrap().size);
+        assert_eq!(last + size, data.len(), "the record's size grew with it");
+        // A frame of its own follows, as a merger taken up from here writes.
+        compressor.compress(&first, &mut data, true).unwrap();
+        let back = carried(&data);
+        assert!(back == [&first[..], &round[..], &second[..], &first[..]].concat());
+    }
+
+    #[test]
+    fn every_record_comes_back_across_frames_and_uncompressed_records() {
+        let mut compressor = RecordCompressor::new(1).unwrap();
+        let (first, second) = (records(30), records(100));
+        assert!(second.len() <= MAX_INPUT);
+        let round = [3u8, 0, 0, 0, 0, 0, 8, 0];
+        let mut data = Vec::new();
+        compressor.compress(&first, &mut data, false).unwrap();
+        data.extend_from_slice(&round);
+        assert!(compressor.frame_open());
+        compressor.compress(&first[..8], &mut data, true).unwrap();
+        assert!(!compressor.frame_open());
+        compressor.compress(&second, &mut data, true).unwrap();
+        let back = carried(&data);
+        let expected = [&first[..], &round[..], &first[..8], &second[..]].concat();
+        assert_eq!(back.len(), expected.len());
+        assert!(back == expected, "the records, in order, whole");
     }
 }
