@@ -97,7 +97,9 @@ impl RecordCompressor {
                 self.drop_unit(&mut out)?;
                 continue;
             }
-            self.wide = len * WIDE_RATIO <= piece.len();
+            if !piece.is_empty() {
+                self.wide = len * WIDE_RATIO <= piece.len();
+            }
             out.put(&self.unit[..len]);
             self.frame_open = !ends && (self.frame_open || !piece.is_empty());
             at += piece.len();
