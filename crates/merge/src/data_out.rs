@@ -553,23 +553,7 @@ impl<S: RecordSink> RoundSink for RecordWriter<'_, S> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// `count` SAMPLE records of sizes up to 4 KiB, each filled with its
-    /// own number.
-    fn records(count: usize) -> Vec<u8> {
-        let mut bytes = Vec::new();
-        for i in 0..count {
-            let size = 8 + (i * 37 % 500) * 8;
-            let header = RecordHeader {
-                type_: RecordType::SAMPLE,
-                misc: 0,
-                size: size as u16,
-            };
-            header.write_to(&mut bytes);
-            bytes.resize(bytes.len() + size - 8, (i % 251) as u8);
-        }
-        bytes
-    }
+    use shardrec_testkit::records::numbered_samples as records;
 
     #[test]
     fn runs_of_every_length_come_back_in_order_through_the_compressor() {

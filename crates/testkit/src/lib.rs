@@ -61,5 +61,6 @@ impl Noise {
 }
 
 mod host;
+pub mod records;
 
 pub use host::{with_empty_bpffs, Nobody, Sysctl};

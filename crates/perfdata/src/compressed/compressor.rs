@@ -290,6 +290,7 @@ mod tests {
     use super::*;
     use crate::compressed::each_record;
     use crate::feature::Feature;
+    use shardrec_testkit::records::numbered_samples as records;
 
     /// 4 KiB SAMPLE records, `bytes` of them in all, whose payloads are
     /// random below `1 << bits` in each byte (0: all zeros; 8:
@@ -433,22 +434,6 @@ mod tests {
         let (feature, bytes) = compressor.totals().feature();
         assert_eq!(feature, Feature::Compressed);
         assert_eq!(bytes.len(), 20);
-    }
-
-    /// Records of 8 to 4,000 bytes, each its length over and over.
-    fn records(count: usize) -> Vec<u8> {
-        let mut bytes = Vec::new();
-        for i in 0..count {
-            let size = 8 + (i * 37 % 500) * 8;
-            let header = RecordHeader {
-                type_: RecordType::SAMPLE,
-                misc: 0,
-                size: size as u16,
-            };
-            header.write_to(&mut bytes);
-            bytes.resize(bytes.len() + size - 8, (i % 251) as u8);
-        }
-        bytes
     }
 
     #[test]
