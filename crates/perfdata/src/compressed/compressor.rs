@@ -246,10 +246,7 @@ impl<'a> Packer<'a> {
         let end: &[u8] = if self.end_carried { &FRAME_END } else { &[] };
         self.end_carried = false;
         let payload = end.len() + unit.len();
-        let room = self.last.map_or(0, |last| {
-            MAX_PAYLOAD.saturating_sub(self.into.len() - last - 8)
-        });
-        if payload > room || self.sealed {
+        if payload > self.room() || self.sealed {
             self.sealed = false;
             self.last = Some(self.into.len());
             let header = RecordHeader {
@@ -263,6 +260,18 @@ impl<'a> Packer<'a> {
         self.into.extend_from_slice(end);
         self.into.extend_from_slice(unit);
         self.written += payload as u64;
+        self.size_last();
+    }
+
+    /// What the last record made here can still take (none if none was).
+    fn room(&self) -> usize {
+        self.last.map_or(0, |last| {
+            MAX_PAYLOAD.saturating_sub(self.into.len() - last - 8)
+        })
+    }
+
+    /// The last record's size set to what it holds.
+    fn size_last(&mut self) {
         let last = self.last.expect("a record was begun");
         let size = u16::try_from(self.into.len() - last).expect("a payload fits a record");
         shardrec_format::views::set_size(&mut self.into[last..], size);
@@ -272,19 +281,14 @@ impl<'a> Packer<'a> {
     /// with data before it: never one alone, which would decode to
     /// nothing), else first in the next, before anything it decodes to.
     fn end_frame_by_hand(&mut self) {
-        let room = self.last.map_or(0, |last| {
-            MAX_PAYLOAD.saturating_sub(self.into.len() - last - 8)
-        });
-        match (self.last, room >= FRAME_END.len()) {
-            (Some(last), true) => {
-                self.into.extend_from_slice(&FRAME_END);
-                self.written += FRAME_END.len() as u64;
-                self.sealed = true;
-                let size = u16::try_from(self.into.len() - last).expect("room was checked");
-                shardrec_format::views::set_size(&mut self.into[last..], size);
-            }
-            _ => self.end_carried = true,
+        if self.room() < FRAME_END.len() {
+            self.end_carried = true;
+            return;
         }
+        self.into.extend_from_slice(&FRAME_END);
+        self.written += FRAME_END.len() as u64;
+        self.sealed = true;
+        self.size_last();
     }
 }
 
