@@ -243,20 +243,26 @@ pub const SHORT_SLICE: Duration = Duration::from_micros(300);
 /// scheduler's tick behind a busy task, 2 to 4 ms a wakeup. Earlier
 /// kernels keep their own slices. Returns whether the kernel took it.
 pub fn short_time_slices() -> bool {
+    let Some(mut attr) = sched_attr().filter(|a| a.sched_policy == libc::SCHED_OTHER as u32) else {
+        return false;
+    };
+    attr.size = std::mem::size_of::<libc::sched_attr>() as u32;
+    attr.sched_runtime = SHORT_SLICE.as_nanos() as u64;
+    // SAFETY: sched_setattr reads `attr` for the call only; pid 0 is this
+    // thread.
+    unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &attr, 0) == 0 }
+}
+
+/// This thread's scheduling attributes (`sched_getattr`), if the kernel
+/// gives them.
+fn sched_attr() -> Option<libc::sched_attr> {
     let size = std::mem::size_of::<libc::sched_attr>() as u32;
     // SAFETY: sched_attr is plain integers; all zeros is a valid value.
     let mut attr: libc::sched_attr = unsafe { std::mem::zeroed() };
     // SAFETY: sched_getattr writes at most `size` bytes into `attr`, which
     // has them; pid 0 is this thread.
     let got = unsafe { libc::syscall(libc::SYS_sched_getattr, 0, &mut attr, size, 0) };
-    if got != 0 || attr.sched_policy != libc::SCHED_OTHER as u32 {
-        return false;
-    }
-    attr.size = size;
-    attr.sched_runtime = SHORT_SLICE.as_nanos() as u64;
-    // SAFETY: sched_setattr reads `attr` for the call only; pid 0 is this
-    // thread.
-    unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &attr, 0) == 0 }
+    (got == 0).then_some(attr)
 }
 
 /// Runs this process at real-time FIFO priority `priority` (perf record's
@@ -365,14 +371,9 @@ pub fn adopt_inherited_fd(fd: RawFd) -> io::Result<std::os::fd::OwnedFd> {
 mod tests {
     use super::*;
 
-    /// This thread's scheduling attributes: policy, nice, slice.
-    fn sched_attr() -> (u32, i32, u64) {
-        // SAFETY: as in `short_time_slices`.
-        let mut attr: libc::sched_attr = unsafe { std::mem::zeroed() };
-        let size = std::mem::size_of::<libc::sched_attr>() as u32;
-        // SAFETY: as in `short_time_slices`.
-        let got = unsafe { libc::syscall(libc::SYS_sched_getattr, 0, &mut attr, size, 0) };
-        assert_eq!(got, 0, "{}", std::io::Error::last_os_error());
+    /// This thread's scheduling policy, nice level and slice.
+    fn policy_nice_slice() -> (u32, i32, u64) {
+        let attr = sched_attr().expect("sched_getattr");
         (attr.sched_policy, attr.sched_nice, attr.sched_runtime)
     }
 
@@ -381,9 +382,9 @@ mod tests {
         std::thread::spawn(|| {
             // SAFETY: setpriority has no memory-safety preconditions.
             assert_eq!(unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 2) }, 0);
-            let (_, _, default_slice) = sched_attr();
+            let (_, _, default_slice) = policy_nice_slice();
             assert!(short_time_slices());
-            let (policy, nice, slice) = sched_attr();
+            let (policy, nice, slice) = policy_nice_slice();
             assert_eq!((policy, nice), (libc::SCHED_OTHER as u32, 2));
             // Kernels with custom slices (6.12 on) report a slice: this one.
             if default_slice != 0 {
