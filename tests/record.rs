@@ -655,15 +655,13 @@ fn writers_run_at_normal_priority_unless_r_asks() {
         let policies: Vec<(u32, u32)> = writers.iter().map(|&pid| policy_of(pid)).collect();
         assert_eq!(policies, vec![policy; cpus], "-r {asked:?}");
         // After the writers, the VIP (SCHED_FIFO 1) and the live merger.
-        let others = helpers[cpus..].iter().filter(|&&pid| policy_of(pid).0 == 0);
-        let nice: Vec<i64> = others.map(|&pid| stat_field(pid, 19)).collect();
+        let merger: Vec<i32> = (helpers[cpus..].iter().copied())
+            .filter(|&pid| policy_of(pid).0 == 0)
+            .collect();
+        let nice: Vec<i64> = merger.iter().map(|&pid| stat_field(pid, 19)).collect();
         let recorder = stat_field(child.0.id() as i32, 19);
         assert_eq!(nice, [(recorder - 5).max(-20)], "the merger's nice level");
         if slice_of(child.0.id() as i32).is_some() {
-            let merger = helpers[cpus..]
-                .iter()
-                .copied()
-                .filter(|&p| policy_of(p).0 == 0);
             let short = writers
                 .iter()
                 .copied()
