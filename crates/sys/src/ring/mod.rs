@@ -11,12 +11,14 @@
 //! A CPU's ring may have two readers, each in its own process: its
 //! writer, and the live merger when it reads the rings first. Each moves
 //! the tail forward only (`fetch_max`), past bytes it has put somewhere
-//! safe; the merger takes a copy and keeps it only if the writer did not
-//! move the tail past it meanwhile ([`RingBuffer::peek_unread`]).
+//! safe. The merger reads the bytes in place under a claim the writer
+//! respects ([`RingBuffer::take_unread`], see [`RingClaims`]), or takes a
+//! copy and keeps it only if the writer did not move the tail past it
+//! meanwhile ([`RingBuffer::peek_unread`]).
 
 use std::io;
 use std::mem::offset_of;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use std::os::fd::{AsFd, AsRawFd};
 
@@ -26,6 +28,12 @@ use shardrec_format::header::{RecordHeader, HEADER_SIZE};
 
 use crate::abi::perf_event_mmap_page;
 use crate::PerfEvent;
+
+mod claims;
+mod pages;
+
+pub use claims::{ClaimSlot, RingClaims};
+use pages::MappedPages;
 
 /// One event's ring, mapped read-write so the reader can publish
 /// `data_tail`; or read-only, which makes it an overwrite ring (see
@@ -39,69 +47,9 @@ pub struct RingBuffer {
     overwrite: bool,
     /// Which of the data area's pages this mapping has faulted in.
     mapped: MappedPages,
-}
-
-/// The data area's pages, each faulted in the first time a read reaches
-/// it (`MADV_POPULATE_READ`, one call for the pages a read finds new).
-/// Linux before 6.14 maps a ring's pages one fault at a time as they are
-/// first read; mapping them all at `mmap` made a 64-vCPU start 8 s slower
-/// (4 MiB rings, mapped by the writer and the merger), though a ring that
-/// receives little is never read whole. Faulting in a sixty-fourth of the
-/// ring ahead of the reads (16 pages of a 4 MiB ring) cost a 16-vCPU
-/// guest's merger 256 faults in its first round, where the rings held a
-/// page each: a fault there costs about 0.1 ms.
-struct MappedPages {
-    page: usize,
-    /// One bit a page, set once it is faulted in.
-    done: Vec<AtomicU64>,
-    /// Pages not faulted in yet: none left, a read asks nothing.
-    left: AtomicUsize,
-}
-
-impl MappedPages {
-    fn new(data_size: usize) -> MappedPages {
-        let page = page_size();
-        let pages = data_size.div_ceil(page);
-        MappedPages {
-            page,
-            done: (0..pages.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
-            left: AtomicUsize::new(pages),
-        }
-    }
-
-    fn is_done(&self, page: usize) -> bool {
-        self.done[page / 64].load(Ordering::Relaxed) & (1 << (page % 64)) != 0
-    }
-
-    /// The byte range of the pages `[offset, offset + len)` touches that
-    /// are not faulted in yet, from the first such page to the last.
-    fn missing(&self, offset: usize, len: usize) -> Option<(usize, usize)> {
-        if len == 0 || self.left.load(Ordering::Relaxed) == 0 {
-            return None;
-        }
-        let end = (offset + len - 1) / self.page + 1;
-        let first = (offset / self.page..end).find(|&p| !self.is_done(p))?;
-        let last = (first..end).rev().find(|&p| !self.is_done(p))?;
-        Some((first * self.page, (last + 1 - first) * self.page))
-    }
-
-    /// Marks the pages of `[offset, offset + len)` faulted in; all of
-    /// them where the kernel cannot populate (before 5.14) or need not
-    /// (since 6.14 a ring is mapped whole at `mmap`, as a PFN map).
-    fn mark(&self, range: Option<(usize, usize)>) {
-        let Some((offset, len)) = range else {
-            self.left.store(0, Ordering::Relaxed);
-            return;
-        };
-        let pages = offset / self.page..(offset + len).div_ceil(self.page);
-        for page in pages.filter(|&p| p / 64 < self.done.len()) {
-            let bit = 1 << (page % 64);
-            // Only the caller that sets a page's bit counts it.
-            if self.done[page / 64].fetch_or(bit, Ordering::Relaxed) & bit == 0 {
-                self.left.fetch_sub(1, Ordering::Relaxed);
-            }
-        }
-    }
+    /// The claim its two readers share, where the live merger reads it
+    /// in place.
+    claims: Option<ClaimSlot>,
 }
 
 /// How far a [`RingBuffer::copy_unread`] or [`RingBuffer::peek_unread`]
@@ -125,6 +73,31 @@ impl Copied {
     pub fn end(&self) -> u64 {
         self.head
     }
+}
+
+/// The longest a record can be: its header's size is 16 bits.
+const LONGEST_RECORD: usize = 1 << 16;
+
+/// What [`RingBuffer::take_unread`] took.
+#[derive(Debug)]
+pub enum Taken<'a> {
+    /// Bytes read in place.
+    InPlace(InPlace<'a>),
+    /// A copy, appended to the buffer given.
+    Copied(Copied),
+}
+
+/// A ring's unread bytes the live merger reads in place, under its claim
+/// ([`RingBuffer::take_unread`]).
+#[derive(Debug)]
+pub struct InPlace<'a> {
+    /// The bytes, in the ring's mapping.
+    pub bytes: &'a [u8],
+    /// What to give back once the output holds them (after the claim is
+    /// dropped: the claim ends the borrow).
+    pub copied: Copied,
+    /// Whether bytes past the data area's end were left for another read.
+    pub wrapped: bool,
 }
 
 /// An overwrite ring with its output paused ([`RingBuffer::pause`]).
@@ -252,6 +225,7 @@ impl RingBuffer {
             data_size: data_pages * page,
             overwrite,
             mapped: MappedPages::new(data_pages * page),
+            claims: None,
         };
         // Kernels since 4.1 publish where the data area is; older ones leave 0.
         let (offset, size) = (ring.meta_u64(DATA_OFFSET), ring.meta_u64(DATA_SIZE));
@@ -338,7 +312,7 @@ impl RingBuffer {
         Copied { head }
     }
 
-    /// Writes the unread bytes into `file` from `offset` (two writes where
+    /// Writes the unread bytes (past what was kept) into `file` from `offset` (two writes where
     /// they wrap around the ring's end), leaving them in the ring; returns
     /// the head they reach, for the caller to release once nothing else
     /// reads them.
@@ -346,7 +320,7 @@ impl RingBuffer {
         use std::os::unix::fs::FileExt;
         let head = self.head();
         let mut offset = offset;
-        for segment in self.segments(self.tail(), head) {
+        for segment in self.segments(self.kept(), head) {
             file.write_all_at(segment, offset)?;
             offset += segment.len() as u64;
         }
@@ -364,14 +338,22 @@ impl RingBuffer {
     /// safe elsewhere) gives the bytes back to the kernel, whether or not
     /// the reader has read them too.
     pub fn peek_unread(&self, from: u64, most: u64, into: &mut Vec<u8>) -> Option<Copied> {
-        // The reader stores its tail with Release once it is done with the
-        // bytes before it.
-        let tail = self.meta_atomic(DATA_TAIL).load(Ordering::Acquire);
         let head = self.head();
-        if from < tail || head <= from || head - from > most {
+        if head <= from || head - from > most {
             return None;
         }
-        let len = (head - from) as usize;
+        self.peek(from, head, into)
+    }
+
+    /// [`peek_unread`](Self::peek_unread) of `[from, to)`, `to` at or
+    /// before the head.
+    fn peek(&self, from: u64, to: u64, into: &mut Vec<u8>) -> Option<Copied> {
+        // The reader stores its tail with Release once it is done with the
+        // bytes before it.
+        if from < self.meta_atomic(DATA_TAIL).load(Ordering::Acquire) {
+            return None;
+        }
+        let len = (to - from) as usize;
         let start = (from as usize) & (self.data_size - 1);
         let first = len.min(self.data_size - start);
         let before = into.len();
@@ -395,16 +377,82 @@ impl RingBuffer {
         if !kept {
             into.truncate(before);
         }
-        kept.then_some(Copied { head })
+        kept.then_some(Copied { head: to })
     }
 
     /// Gives back to the kernel the bytes a [`copy_unread`](Self::copy_unread)
     /// or a [`peek_unread`](Self::peek_unread) copied (the tail does not
     /// move back if the other reader moved it further).
     pub fn release_copied(&mut self, copied: Copied) {
-        // SAFETY: `&mut self` means no slice of this mapping is borrowed,
-        // and the bytes up to `copied.head` were copied out.
-        unsafe { self.release(copied.head) }
+        // `&mut self`: no slice of this mapping is borrowed, and the bytes
+        // up to `copied.head` were copied out (or written from in place,
+        // under a claim since dropped). A copy is not the writer's shard:
+        // its kept position stays.
+        self.advance_tail(copied.head);
+    }
+
+    /// Shares `slot` with the ring's other reader: a writer's releases
+    /// then stop at the merger's claim, and the merger may read in place
+    /// ([`take_unread`](Self::take_unread)).
+    pub fn share_claim(&mut self, slot: ClaimSlot) {
+        self.claims = Some(slot);
+    }
+
+    /// The claim slot it shares, if any, for another mapping of the ring.
+    pub fn claim_slot(&self) -> Option<&ClaimSlot> {
+        self.claims.as_ref()
+    }
+
+    /// Where the writer has put the ring into its shard up to: the tail,
+    /// or past it where a claim holds the tail back.
+    pub fn kept(&self) -> u64 {
+        let kept = self.claims.as_ref().map_or(0, |c| c.words().kept());
+        self.tail().max(kept)
+    }
+
+    /// For the live merger, reading first: the unread bytes from `from`
+    /// (where the writer kept the ring up to, or past it) to the head, if
+    /// there are some, at most `most`, and the writer has not kept past
+    /// `from`. They are read in place ([`Taken::InPlace`]) up to the
+    /// data area's end, under a claim: the kernel writes over none of
+    /// them until [`unclaim`](Self::unclaim) (the writer still writes
+    /// them into its shard, but frees them only then). Where less than a
+    /// record's longest lies before the end, those bytes and the next
+    /// record's longest are copied into `into` instead
+    /// ([`Taken::Copied`], as [`peek_unread`](Self::peek_unread)): the
+    /// record that wraps around the end, so the next read begins past it.
+    /// `None` without a claim slot.
+    pub fn take_unread(&self, from: u64, most: u64, into: &mut Vec<u8>) -> Option<Taken<'_>> {
+        let slot = self.claims.as_ref()?;
+        let head = self.head();
+        let len = head
+            .checked_sub(from)
+            .filter(|&len| len > 0 && len <= most)? as usize;
+        let start = (from as usize) & (self.data_size - 1);
+        let before_end = len.min(self.data_size - start);
+        if before_end < len && before_end < LONGEST_RECORD {
+            let to = head.min(from + (before_end + LONGEST_RECORD) as u64);
+            return self.peek(from, to, into).map(Taken::Copied);
+        }
+        if !slot.words().claim(self.meta_atomic(DATA_TAIL), from) {
+            return None;
+        }
+        Some(Taken::InPlace(InPlace {
+            bytes: self.data(start, before_end),
+            copied: Copied {
+                head: from + before_end as u64,
+            },
+            wrapped: before_end < len,
+        }))
+    }
+
+    /// Drops the merger's claim, if it holds one: the tail moves up to
+    /// what the writer kept meanwhile. The coordinator drops the claim of
+    /// a merger that died, through its own mapping.
+    pub fn unclaim(&mut self) {
+        if let Some(slot) = &self.claims {
+            slot.words().unclaim(self.meta_atomic(DATA_TAIL));
+        }
     }
 
     /// The bytes in `[from, to)` as at most two slices (two when they wrap
@@ -429,6 +477,10 @@ impl RingBuffer {
     /// over them at once; a tail already past `to` (moved by the ring's
     /// other reader) stays. Panics if `to` is past the head.
     ///
+    /// Where a claim is shared ([`share_claim`](Self::share_claim)),
+    /// this is the writer's release: the bytes before `to` are in its
+    /// shard, and the tail stops at the merger's claim, if it holds one.
+    ///
     /// # Safety
     ///
     /// Nothing may read those bytes any more: no slice from
@@ -437,6 +489,14 @@ impl RingBuffer {
     /// reading in place, [`consume`](Self::consume) keeps this promise.
     pub unsafe fn release(&self, to: u64) {
         assert!(to <= self.head(), "releasing up to {to}, past the head");
+        match &self.claims {
+            Some(slot) => slot.words().keep(self.meta_atomic(DATA_TAIL), to),
+            None => self.advance_tail(to),
+        }
+    }
+
+    /// Moves the tail up to `to`, unless it is further already.
+    fn advance_tail(&self, to: u64) {
         if !self.overwrite {
             self.meta_atomic(DATA_TAIL).fetch_max(to, Ordering::Release);
         }
@@ -495,45 +555,5 @@ pub fn page_size() -> usize {
         size as usize
     } else {
         4096
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::MappedPages;
-
-    #[test]
-    fn a_read_faults_in_only_the_pages_it_reaches_once() {
-        let page = super::page_size();
-        let pages = MappedPages::new(1024 * page);
-        assert_eq!(pages.missing(0, 8), Some((0, page)));
-        pages.mark(pages.missing(0, 8));
-        assert_eq!(pages.missing(100, page - 100), None);
-        // A read over a done page into two new ones takes both at once.
-        assert_eq!(pages.missing(100, 2 * page), Some((page, 2 * page)));
-        pages.mark(Some((page, 2 * page)));
-        // New pages on both sides of done ones: one call from the first
-        // to the last.
-        pages.mark(Some((5 * page, page)));
-        assert_eq!(
-            pages.missing(4 * page, 3 * page),
-            Some((4 * page, 3 * page))
-        );
-        assert_eq!(pages.missing(5 * page + 8, 8), None);
-        // The last page, then a kernel that cannot populate.
-        assert_eq!(pages.missing(1024 * page - 8, 8), Some((1023 * page, page)));
-        pages.mark(None);
-        assert_eq!(pages.missing(7 * page, 40 * page), None);
-    }
-
-    #[test]
-    fn a_ring_read_whole_asks_no_more() {
-        let page = super::page_size();
-        let pages = MappedPages::new(8 * page);
-        pages.mark(Some((0, 6 * page)));
-        assert_eq!(pages.missing(0, 8 * page), Some((6 * page, 2 * page)));
-        pages.mark(pages.missing(0, 8 * page));
-        assert_eq!(pages.left.load(std::sync::atomic::Ordering::Relaxed), 0);
-        assert_eq!(pages.missing(3 * page, 4 * page), None);
     }
 }

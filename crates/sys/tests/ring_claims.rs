@@ -1,0 +1,157 @@
+//! `RingBuffer::take_unread` and the claim a ring's two readers share,
+//! against the kernel: the merger's mapping reads the writer's unread
+//! bytes in place, and while it holds its claim neither the writer's
+//! release nor the kernel touches them; bytes that wrap around the
+//! ring's end are read in place up to it, or copied where only a record
+//! or so lies before it.
+//!
+//! Needs root. Skips when not root, unless `CI` is set, where that fails.
+
+use shardrec_sys::ring::{RingClaims, Taken};
+use shardrec_sys::{abi, Attr, PerfEvent, RingBuffer, Target};
+
+/// 32 data pages: more than a record's longest (64 KiB) before the end.
+const PAGES: usize = 32;
+
+/// A COMM record on the event for each of `n` renames of this thread.
+fn renames(n: usize) {
+    for i in 0..n {
+        let name = std::ffi::CString::new(format!("claim-{i}")).unwrap();
+        // SAFETY: PR_SET_NAME reads a NUL-terminated string that lives
+        // through the call.
+        unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr()) };
+    }
+}
+
+/// An event of this thread's renames, its writer's mapping and the
+/// merger's, sharing a claim slot.
+fn rings() -> Option<(PerfEvent, RingBuffer, RingBuffer)> {
+    if !shardrec_testkit::require_root() {
+        return None;
+    }
+    let mut attr = Attr::software(abi::PERF_COUNT_SW_DUMMY as u64);
+    attr.set_tracking();
+    let event = PerfEvent::open(&attr, Target { pid: 0, cpu: -1 }).unwrap();
+    let claims = RingClaims::new(1).unwrap();
+    let mut writer = RingBuffer::map(&event, PAGES).unwrap();
+    let mut merger = RingBuffer::map(&event, PAGES).unwrap();
+    writer.share_claim(claims.slot(0));
+    merger.share_claim(claims.slot(0));
+    event.enable().unwrap();
+    Some((event, writer, merger))
+}
+
+/// The writer keeps everything unread (as if written into its shard).
+fn keep_all(writer: &RingBuffer) {
+    // SAFETY: nothing of the writer's mapping is borrowed.
+    unsafe { writer.release(writer.head()) };
+}
+
+#[test]
+fn bytes_read_in_place_stay_until_the_claim_is_dropped() {
+    let Some((event, writer, mut merger)) = rings() else {
+        return;
+    };
+    let size = writer.data_size() as u64;
+    renames(100);
+    let (from, head) = (writer.kept(), writer.head());
+    let unread: Vec<u8> = writer.segments(from, head).concat();
+    let mut copies = Vec::new();
+    let Some(Taken::InPlace(in_place)) = merger.take_unread(from, size, &mut copies) else {
+        panic!("not read in place");
+    };
+    assert_eq!(in_place.bytes, unread);
+    assert_eq!(in_place.copied.end(), head);
+    assert!(!in_place.wrapped);
+    assert!(copies.is_empty());
+    // The writer keeps them, and more: the tail stays at the claim.
+    keep_all(&writer);
+    renames(50);
+    keep_all(&writer);
+    assert_eq!(writer.tail(), from, "the writer freed claimed bytes");
+    assert_eq!(writer.kept(), writer.head());
+    // The kernel fills the ring many times over: it drops what it cannot
+    // write rather than write over the claim.
+    renames(4 * size as usize / 32);
+    assert_eq!(in_place.bytes, unread, "claimed bytes written over");
+    let kept = writer.kept();
+    merger.unclaim();
+    assert_eq!(
+        writer.tail(),
+        kept,
+        "dropping the claim frees what was kept"
+    );
+    // Unclaimed, the writer frees at once.
+    renames(10);
+    keep_all(&writer);
+    assert_eq!(writer.tail(), writer.head());
+    event.disable().unwrap();
+}
+
+#[test]
+fn bytes_the_writer_kept_are_not_taken() {
+    let Some((event, writer, merger)) = rings() else {
+        return;
+    };
+    let size = writer.data_size() as u64;
+    renames(20);
+    let from = writer.kept();
+    keep_all(&writer);
+    let mut copies = Vec::new();
+    assert!(merger.take_unread(from, size, &mut copies).is_none());
+    // Nothing was left claimed: the writer's next release frees it all.
+    renames(20);
+    keep_all(&writer);
+    assert_eq!(writer.tail(), writer.head());
+    event.disable().unwrap();
+}
+
+#[test]
+fn bytes_around_the_end_are_taken_in_place_up_to_it_or_copied() {
+    let Some((event, writer, mut merger)) = rings() else {
+        return;
+    };
+    let size = writer.data_size() as u64;
+    // Far from the end: in place up to it.
+    let far = size / 4;
+    fill_until(&writer, |at| at >= far && at < far + 4096);
+    renames((size as usize - far as usize) / 32 + 200);
+    let (from, head) = (writer.kept(), writer.head());
+    assert!(
+        (from % size) + (head - from) > size,
+        "the unread bytes do not wrap"
+    );
+    let mut copies = Vec::new();
+    let Some(Taken::InPlace(in_place)) = merger.take_unread(from, size, &mut copies) else {
+        panic!("not read in place");
+    };
+    assert_eq!(in_place.bytes, writer.segments(from, head)[0]);
+    assert_eq!(in_place.copied.end(), from + in_place.bytes.len() as u64);
+    assert!(in_place.wrapped, "the bytes past the end not left");
+    merger.unclaim();
+    keep_all(&writer);
+    // Near the end: a copy around it, a record's longest past it.
+    fill_until(&writer, |at| at >= size - 1024);
+    renames(3000);
+    let (from, head) = (writer.kept(), writer.head());
+    let mut copies = vec![7];
+    let Some(Taken::Copied(copied)) = merger.take_unread(from, size, &mut copies) else {
+        panic!("not copied");
+    };
+    let around = (size - from % size) + (1 << 16);
+    assert_eq!(copied.end(), head.min(from + around));
+    let expected: Vec<u8> = writer.segments(from, copied.end()).concat();
+    assert_eq!(copies[1..], expected);
+    keep_all(&writer);
+    event.disable().unwrap();
+}
+
+/// Renames, the writer keeping everything, until the ring's head lies
+/// where `at` (its offset in the ring) says.
+fn fill_until(writer: &RingBuffer, at: impl Fn(u64) -> bool) {
+    let size = writer.data_size() as u64;
+    while !at(writer.head() % size) {
+        renames(1);
+        keep_all(writer);
+    }
+}
