@@ -1,21 +1,23 @@
 //! The live merger: one process, forked at the start with the writers (so
 //! tracepoints leave it out with them), that writes perf.data while the
-//! recording goes on ([`shardrec_merge::live`]). It runs at the workload's
-//! priority, as perf record does: at the least priority, a host whose CPUs
-//! the workload keeps busy would starve it (rounds a second apart on two
-//! busy CPUs) and leave the whole merge for the stop.
+//! recording goes on ([`shardrec_merge::live`]). It runs five nice levels
+//! above the recorder where it may, with short time slices: its work is
+//! what the rings bring, and the weight decides only how soon it does it
+//! (`docs/live-merge.md`, "The merger's weight").
 //!
 //! It maps every ring (the CPUs' and the side band's) to read their
 //! control pages: how far the kernel has published (`data_head`) and how
-//! far the writer has written (`data_tail`). Where a CPU's writer has
-//! up to half a ring unwritten (a quiet CPU's records, what a busy thread
-//! left behind as it moved on, or what came since the writer last woke),
-//! it copies them from
-//! the ring, leaving the ring as it is ([`RingBuffer::peek_unread`]), and
-//! writes them out from the copy; the
-//! writer writes them into the shard in its own time, where the merger
-//! passes over them. It never writes a ring's tail and never wakes a
-//! writer.
+//! far the writer has kept the ring in its shard. Where it reads a CPU's
+//! ring first (a perf.data file that frees its shards), it writes the
+//! ring's bytes into the output from the ring's mapping, under a claim
+//! the writer respects ([`RingBuffer::take_unread`](shardrec_sys::RingBuffer::take_unread)), and gives them back
+//! to the kernel once a checkpoint says the output holds them. Elsewhere,
+//! where a CPU's writer has up to half a ring unwritten (a quiet CPU's
+//! records, what a busy thread left behind as it moved on, or what came
+//! since the writer last woke), it copies them from the ring, leaving the
+//! ring as it is ([`RingBuffer::peek_unread`](shardrec_sys::RingBuffer::peek_unread)), and writes them out from
+//! the copy; the writer writes them into the shard in its own time, where
+//! the merger passes over them. It never wakes a writer.
 //!
 //! With `--switch-output` it merges the windows one after the other, each
 //! into a perf.data of its own ([`WindowsOutput`]): it follows the window
@@ -64,6 +66,9 @@ pub struct WatchedRing<'a> {
     /// itself and gives them back once its output holds them and says so
     /// (its writer spills only what it did not take).
     pub reads_first: bool,
+    /// The claim it shares with that ring's writer, under which it reads
+    /// the ring in place.
+    pub claim: Option<shardrec_sys::ring::ClaimSlot>,
 }
 
 /// Where the live merger writes.

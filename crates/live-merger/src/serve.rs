@@ -9,11 +9,11 @@ use std::time::{Duration, Instant};
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 use shardrec_control::fault::Site;
 use shardrec_control::Framed;
-use shardrec_merge::live::{LiveMerge, LiveOutput, ROUND_COPY_BUDGET};
+use shardrec_merge::live::{LiveMerge, LiveOutput, Unwritten, ROUND_COPY_BUDGET};
 use shardrec_merge::{MergeOptions, MergeReport};
 use shardrec_shard::output::Output;
 use shardrec_shard::{CpuStats, RecordingDir};
-use shardrec_sys::ring::Copied;
+use shardrec_sys::ring::{Copied, Taken};
 use shardrec_sys::RingBuffer;
 
 use crate::pace::Pace;
@@ -97,13 +97,17 @@ pub(super) fn serve(
         rings: watched
             .iter()
             .map(|w| {
+                // Its pages faulted in a chunk at a time as reads reach
+                // them: Linux 6.1 faults them in one by one (6.18 maps
+                // them at mmap), which in a 16-vCPU guest was a third of
+                // the merger's samples; all at once made the start at 64
+                // vCPUs 8 s slower.
+                let mut ring = RingBuffer::map_reader(w.event, w.pages)?;
+                if let Some(slot) = w.claim.clone() {
+                    ring.share_claim(slot);
+                }
                 Ok(MergerRing {
-                    // Its pages faulted in a chunk at a time as reads
-                    // reach them: Linux 6.1 faults them in one by one
-                    // (6.18 maps them at mmap), which in a 16-vCPU guest
-                    // was a third of the merger's samples; all at once
-                    // made the start at 64 vCPUs 8 s slower.
-                    ring: RingBuffer::map_reader(w.event, w.pages)?,
+                    ring,
                     base: w.base,
                     reads_first: w.reads_first,
                 })
@@ -322,7 +326,7 @@ fn follow(
                 .collect(),
         );
         match look.round {
-            true => drop(rings.round(merge)?),
+            true => rings.rounds(merge)?,
             false => rings.give_back_when_due(merge)?,
         }
         let wait = rings
@@ -378,13 +382,31 @@ impl Rings {
         }
     }
 
+    /// A round, and at once another while one left bytes that wrap
+    /// around a ring's end: pacing goes by the heads, and would leave them
+    /// for the ring's next round's worth.
+    fn rounds(&mut self, merge: &mut LiveMerge) -> std::io::Result<()> {
+        for _ in 0..3 {
+            if !self.round(merge)?.1 {
+                break;
+            }
+        }
+        Ok(())
+    }
+
     /// One round, each ring read from its control page. What the merger
     /// took from the rings it reads first goes back to the kernel once
-    /// the output holds the round and its checkpoint says so.
-    fn round(&mut self, merge: &mut LiveMerge) -> std::io::Result<shardrec_merge::live::Round> {
+    /// the output holds the round and its checkpoint says so; its claims
+    /// on what it read in place, once the round is out. Returns the
+    /// round and whether it left bytes that wrap around a ring's end.
+    fn round(
+        &mut self,
+        merge: &mut LiveMerge,
+    ) -> std::io::Result<(shardrec_merge::live::Round, bool)> {
         let rings = &self.rings;
-        // Tails first: everything before them is in the files read next.
-        let tails: Vec<u64> = rings.iter().map(|r| r.ring.tail()).collect();
+        // How far the writers kept first: everything before is in the
+        // files read next.
+        let tails: Vec<u64> = rings.iter().map(|r| r.ring.kept()).collect();
         let written: Vec<u64> = rings
             .iter()
             .zip(&tails)
@@ -397,8 +419,8 @@ impl Rings {
             &written,
             |i, at, into: &mut Vec<u8>| {
                 let ring = &rings[i];
-                let from = ring.base.filter(|_| copies).map(|base| base + at);
-                from.is_some_and(|from| taken.copy(i, ring, from, into))
+                let from = ring.base.filter(|_| copies)? + at;
+                taken.take(i, ring, from, into)
             },
             |taken| {
                 read_to = rings
@@ -414,12 +436,16 @@ impl Rings {
             },
             || rings.iter().map(|r| r.ring.head()).collect(),
         );
+        // Nothing reads the rings in place any more.
+        for &i in &taken.claimed {
+            self.rings[i].ring.unclaim();
+        }
         let round = round?;
         for (i, copied) in taken.held {
             self.unreleased[i] = Some(copied.up_to(read_to[i]));
         }
         self.give_back_when_due(merge)?;
-        Ok(round)
+        Ok((round, taken.wrapped))
     }
 
     /// How long until what the merger took and holds is due a
@@ -455,20 +481,28 @@ impl Rings {
     }
 }
 
-/// The copies a round takes of what the rings hold past what their
-/// writers wrote.
+/// What a round takes of what the rings hold past what their writers
+/// wrote.
 #[derive(Default)]
 struct TakenFromRings {
-    /// The rings read first that were copied, to give back once secured.
+    /// The rings read first that were taken from, to give back once
+    /// secured.
     held: Vec<(usize, Copied)>,
+    /// The rings read in place, whose claims go once the round is out.
+    claimed: Vec<usize>,
+    /// Whether one was read in place up to its end, more past it.
+    wrapped: bool,
     bytes: u64,
 }
 
 impl TakenFromRings {
-    /// A copy, appended to `into`, of ring `i`'s bytes from `from` (where its shard has been
-    /// read to) to its head, if its writer has not written past there
-    /// nor does so meanwhile (the copy is then dropped, as the shard
-    /// holds the bytes), and if there are not too many:
+    /// Ring `i`'s bytes from `from` (where its shard has been read to)
+    /// to its head, if its writer has not written past there nor does so
+    /// meanwhile (the shard then holds the bytes), and if there are not
+    /// too many. A ring read first is read in place, under a claim that
+    /// keeps its writer from freeing them (`shardrec_sys::ring::RingClaims`),
+    /// but for bytes that wrap around its end: those, and the others',
+    /// are copied into `into`. Each ring's bytes, at most:
     ///
     /// - of a ring the merger reads first, up to the whole ring, and up to
     ///   [`ROUND_COPY_BUDGET`] in a round: its writer spills only once it
@@ -481,22 +515,39 @@ impl TakenFromRings {
     ///   storm's output 0.5 to 1.5 s behind each time its thread moved).
     ///   Up to the wakeup watermark only, a round waited for a woken
     ///   writer up to 50 ms, and its reader held as much.
-    fn copy(&mut self, i: usize, ring: &MergerRing, from: u64, into: &mut Vec<u8>) -> bool {
+    fn take<'r>(
+        &mut self,
+        i: usize,
+        ring: &'r MergerRing,
+        from: u64,
+        into: &mut Vec<u8>,
+    ) -> Option<Unwritten<'r>> {
         let size = ring.ring.data_size() as u64;
         let most = match ring.reads_first {
-            true if self.bytes >= ROUND_COPY_BUDGET => return false,
+            true if self.bytes >= ROUND_COPY_BUDGET => return None,
             true => size,
             false => size / 2,
         };
         let before = into.len();
-        let Some(copied) = ring.ring.peek_unread(from, most, into) else {
-            return false;
+        // Only a ring read first has a claim slot.
+        let taken = match ring.ring.claim_slot() {
+            Some(_) => ring.ring.take_unread(from, most, into)?,
+            None => Taken::Copied(ring.ring.peek_unread(from, most, into)?),
+        };
+        let (copied, unwritten, bytes) = match taken {
+            Taken::InPlace(in_place) => {
+                self.claimed.push(i);
+                self.wrapped |= in_place.wrapped;
+                let bytes = in_place.bytes.len();
+                (in_place.copied, Unwritten::InPlace(in_place.bytes), bytes)
+            }
+            Taken::Copied(copied) => (copied, Unwritten::Copied, into.len() - before),
         };
         if ring.reads_first {
-            self.bytes += (into.len() - before) as u64;
+            self.bytes += bytes as u64;
             self.held.push((i, copied));
         }
-        true
+        Some(unwritten)
     }
 }
 

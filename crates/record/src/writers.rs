@@ -31,8 +31,9 @@ pub struct Writer {
     pub events: CpuEvents,
     process: Option<HelperProcess>,
     stats: Option<WriterStats>,
-    /// The ring's tail when the coordinator last looked.
-    seen_tail: u64,
+    /// How far the writer had kept its ring when the coordinator last
+    /// looked.
+    seen_kept: u64,
     /// Since when the ring has held data the writer has not written.
     waiting_since: Option<Instant>,
     /// The ring position of the shard's first byte.
@@ -72,7 +73,7 @@ impl Writer {
     /// The writer of these events; its process starts with [`spawn`](Self::spawn).
     pub fn new(events: CpuEvents) -> Writer {
         Writer {
-            seen_tail: events.ring.tail(),
+            seen_kept: events.ring.kept(),
             waiting_since: None,
             base: events.ring.tail(),
             events,
@@ -107,11 +108,11 @@ impl Writer {
                 let file = closing.reopen_file(&shard)?;
                 self.write_remaining(&file)
                     .map_err(RecordError::system(format!("writing {}", shard.display())))?;
-                self.events.ring.tail()
+                self.events.ring.kept()
             }
             // Dead and about to be replaced: the replacement starts at the
             // ring's tail in the new window.
-            None => self.events.ring.tail(),
+            None => self.events.ring.kept(),
         };
         Ok(())
     }
@@ -121,9 +122,9 @@ impl Writer {
     /// that writes on its own (its ring reaches the watermark), is never
     /// woken by this.
     pub fn flush_if_waiting(&mut self, after: Duration) {
-        let (tail, head) = (self.events.ring.tail(), self.events.ring.head());
-        if tail != self.seen_tail || head == tail {
-            self.seen_tail = tail;
+        let (tail, head) = (self.events.ring.kept(), self.events.ring.head());
+        if tail != self.seen_kept || head == tail {
+            self.seen_kept = tail;
             self.waiting_since = None;
         }
         if head == tail {
@@ -166,6 +167,7 @@ impl Writer {
             side_band,
             options,
             base: self.base,
+            claim: self.events.ring.claim_slot().cloned(),
         };
         let (cpu, mut windows) = (self.events.cpu, self.windows.clone());
         let replacing = !self.replaced_at.is_empty();
@@ -226,7 +228,7 @@ impl Writer {
         let mut shard = shard;
         let cut = match options.overwrite {
             true => Ok(()),
-            false => shard.set_len(self.events.ring.tail() - self.base),
+            false => shard.set_len(self.events.ring.kept() - self.base),
         };
         cut.and_then(|()| std::io::Seek::seek(&mut shard, io::SeekFrom::End(0)).map(drop))
             .map_err(RecordError::system("cutting a dead writer's shard back"))?;
@@ -287,7 +289,7 @@ impl Writer {
     /// Bytes still in its ring: none after a drain, some after a Quit or
     /// a shard cut by a full disk.
     pub fn unwritten(&self) -> u64 {
-        self.events.ring.head() - self.events.ring.tail()
+        self.events.ring.head() - self.events.ring.kept()
     }
 
     /// Writes what its ring holds into `shard` from the coordinator, for a
@@ -296,7 +298,7 @@ impl Writer {
     /// are disabled and with no writer process left.
     pub fn write_remaining(&self, shard: &File) -> io::Result<u64> {
         let ring = &self.events.ring;
-        let tail = ring.tail();
+        let tail = ring.kept();
         let head = ring.write_unread_at(shard, tail - self.base)?;
         // SAFETY: no writer process is left to read the ring, and the
         // bytes up to `head` are in the shard.
@@ -309,7 +311,7 @@ impl Writer {
     /// unaccounted for. Only read after the writer has exited.
     pub fn unwritten_samples(&self, layouts: &Layouts) -> BTreeMap<u64, u64> {
         let ring = &self.events.ring;
-        let [first, second] = ring.segments(ring.tail(), ring.head());
+        let [first, second] = ring.segments(ring.kept(), ring.head());
         // A record may wrap around the ring's end: walk a copy.
         let bytes = [first, second].concat();
         let mut fields = FieldReader::new(layouts);

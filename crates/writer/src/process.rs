@@ -50,6 +50,9 @@ pub struct WriterSetup<'a> {
     pub options: WriterOptions,
     /// The ring position of its shard's first byte.
     pub base: u64,
+    /// The claim it shares with the live merger, which reads the ring
+    /// first ([`ring::ClaimSlot`]).
+    pub claim: Option<ring::ClaimSlot>,
 }
 
 impl WriterSetup<'_> {
@@ -115,7 +118,10 @@ pub fn run(
     } else {
         process::short_time_slices();
     }
-    let ring = RingBuffer::map_reader(owner, setup.options.ring_pages)?;
+    let mut ring = RingBuffer::map_reader(owner, setup.options.ring_pages)?;
+    if let Some(slot) = setup.claim.clone() {
+        ring.share_claim(slot);
+    }
     let config = WriterConfig {
         batch_bytes: batch_bytes(ring.data_size(), setup.options.merger_reads_first),
         merger_reads_first: setup.options.merger_reads_first,
@@ -163,7 +169,7 @@ fn serve(
             writer.switch_shard(next);
         }
         Report::Switched {
-            base: ring.tail(),
+            base: ring.kept(),
             records: Vec::new(),
         }
         .write_to(report)?;

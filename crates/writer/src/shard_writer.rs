@@ -62,7 +62,7 @@ impl<'a> ShardWriter<'a> {
             control,
             course: Course::Serving(Asked::Nothing),
             writing: None,
-            base: ring.tail(),
+            base: ring.kept(),
             config,
             stop_events: Vec::new(),
             stats: WriterStats::default(),
@@ -117,7 +117,7 @@ impl RingWriter for ShardWriter<'_> {
     fn switch_shard(&mut self, shard: File) {
         assert!(self.writing.is_none(), "switching shards mid-write");
         self.shard = shard;
-        self.base = self.ring.tail();
+        self.base = self.ring.kept();
     }
 
     /// After a stop: ends the poll and syncs the shard if configured to.
@@ -136,7 +136,8 @@ impl RingWriter for ShardWriter<'_> {
 impl ShardWriter<'_> {
     /// What to do, with no write in flight, on the present course.
     fn step(&mut self) -> io::Result<Step> {
-        let (tail, head) = (self.ring.tail(), self.ring.head());
+        // Past what it kept, even where a claim holds the tail back.
+        let (tail, head) = (self.ring.kept(), self.ring.head());
         let batch = self.config.batch_bytes;
         match self.course {
             Course::Quitting => Ok(Step::Return(Served::Stopped)),
@@ -180,7 +181,7 @@ impl ShardWriter<'_> {
     /// that thread cost more than the copy (a quarter of the writers' time
     /// in a 64-vCPU guest).
     fn write(&mut self, quiet: bool) -> io::Result<Step> {
-        let (from, to) = (self.ring.tail(), self.ring.head());
+        let (from, to) = (self.ring.kept(), self.ring.head());
         if from == to {
             return Ok(Step::Wait);
         }
@@ -242,7 +243,8 @@ impl ShardWriter<'_> {
         // SAFETY: the bytes up to `range.to` are in the shard, and no
         // write in flight reads them (the io_uring one has completed).
         // The live merger, where it reads first, may have moved the tail
-        // further: it stays there.
+        // further: it stays there; or it may hold a claim on bytes before
+        // `range.to`: the tail stops there until the merger drops it.
         unsafe { self.ring.release(range.to) };
         Step::LookAgain
     }

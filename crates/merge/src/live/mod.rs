@@ -39,7 +39,7 @@ use crate::{MergeError, MergeOptions, MergeReport};
 use follow::Follower;
 use freeing::{Checkpoint, Freeing};
 use hits_walk::HitsWalk;
-pub use rounds::{records_of, round_aim, Round, Rounds, ROUND_COPY_BUDGET};
+pub use rounds::{records_of, round_aim, Round, Rounds, Unwritten, ROUND_COPY_BUDGET};
 pub use sink::LiveOutput;
 use sink::Sink;
 
@@ -155,16 +155,17 @@ impl<'a> LiveMerge<'a> {
     }
 
     /// One round ([`Rounds::round`]): `written[i]` is how far CPU shard
-    /// `i` is known written (its writer's ring tail less the shard's start
-    /// in the ring), and `unwritten(i, offset, into)` appends to `into` its ring's bytes its
-    /// writer has not written, if they would start at that offset of the
-    /// shard; the VIP's shard is read to its end. `rings_read` turns what
+    /// `i` is known written (how far its writer kept the ring, less the
+    /// shard's start in the ring), and `unwritten(i, offset, into)` finds
+    /// its ring's bytes its writer has not written, if they would start at
+    /// that offset of the shard, appended to `into` or in place
+    /// ([`Unwritten`]); the VIP's shard is read to its end. `rings_read` turns what
     /// each shard has been read to into every ring's read position, and
     /// `heads` reads every ring's head.
-    pub fn round(
+    pub fn round<'r>(
         &mut self,
         written: &[u64],
-        unwritten: impl FnMut(usize, u64, &mut Vec<u8>) -> bool,
+        unwritten: impl FnMut(usize, u64, &mut Vec<u8>) -> Option<Unwritten<'r>>,
         rings_read: impl FnOnce(&[u64]) -> Vec<u64>,
         heads: impl FnOnce() -> Vec<u64>,
     ) -> io::Result<Round> {

@@ -76,6 +76,17 @@ pub struct Round {
     pub written: u64,
 }
 
+/// Where a round finds a CPU ring's bytes its writer has not written
+/// ([`Rounds::round`]'s `unwritten`).
+pub enum Unwritten<'r> {
+    /// Appended to the buffer it was handed, a copy.
+    Copied,
+    /// In the ring's mapping itself, which nothing writes over until the
+    /// round returns (the live merger's claim on them, `shardrec_sys::ring`):
+    /// they go out from there, copied only into the output.
+    InPlace(&'r [u8]),
+}
+
 /// The shards followed, and where perf's round rule stands.
 pub struct Rounds {
     /// The shards; those from `to_end` on are read to their end each
@@ -167,16 +178,17 @@ impl Rounds {
     /// One round. `heads` reads every ring's head, first: the look this
     /// round's FINISHED_ROUND must cover. Then every shard's new records
     /// go out: `written[i]` is how far shard `i` (before `to_end`) is
-    /// known written, and `unwritten(i, offset, into)` appends to `into` its ring's bytes
-    /// not written yet if they would start at that offset of the shard
-    /// (see [`Follower::take_copy`]). `rings_read` turns what each
+    /// known written, and `unwritten(i, offset, into)` finds its ring's
+    /// bytes not written yet if they would start at that offset of the
+    /// shard: appended to `into`, or in place ([`Unwritten`]; see
+    /// [`Follower::take_copy`]). `rings_read` turns what each
     /// shard has been read to into every ring's read position, in the
     /// order of the heads.
-    pub fn round(
+    pub fn round<'r>(
         &mut self,
         layouts: &Layouts,
         written: &[u64],
-        unwritten: impl FnMut(usize, u64, &mut Vec<u8>) -> bool,
+        unwritten: impl FnMut(usize, u64, &mut Vec<u8>) -> Option<Unwritten<'r>>,
         rings_read: impl FnOnce(&[u64]) -> Vec<u64>,
         heads: impl FnOnce() -> Vec<u64>,
         sink: &mut impl RoundSink,
@@ -184,7 +196,7 @@ impl Rounds {
         self.looks.look(heads());
         let most = (READ_BUDGET / self.followers.len().max(1)).clamp(1 << 20, 32 << 20);
         let limit = |i: usize| written.get(i).copied();
-        self.read_out(layouts, limit, (most, false), unwritten, sink)?;
+        let in_place = self.read_out(layouts, limit, (most, false), unwritten, sink)?;
         let taken: Vec<u64> = self.followers.iter().map(Follower::taken).collect();
         let positions = rings_read(&taken);
         // Where each CPU's shard begins in its ring, for the end's rounds.
@@ -201,13 +213,13 @@ impl Rounds {
         // unread, and earlier than this round's latest).
         let large = covered.is_some() && self.records.large();
         if large {
-            self.time_hopped(layouts);
+            self.time_hopped(layouts, &in_place);
         }
         let bound = large.then(|| {
             let latest = self.published_before(self.looks.covered_heads());
             latest.saturating_sub(LOOK_MARGIN)
         });
-        let records = self.write_out(bound, sink)?;
+        let records = self.write_out(bound, sink, &in_place)?;
         self.close_round(covered.is_some(), records, sink)?;
         // How far behind the recording the output is: the bytes written
         // into the shards and not out yet.
@@ -263,16 +275,16 @@ impl Rounds {
         // Small steps: between two, the shards behind the output can be
         // freed (see `freeing`).
         let most = (DRAIN_STEP / self.followers.len().max(1)).clamp(64 << 10, 4 << 20);
-        let no_copies = |_, _, _: &mut Vec<u8>| false;
+        let no_copies = |_, _, _: &mut Vec<u8>| None;
         self.read_out(layouts, |_| None, (most, true), no_copies, sink)?;
         // Only the shards' rest is still to come: each no earlier than
         // what it held last, but for its lateness.
         let behind = self.followers.iter().filter(|f| f.more_written());
         let bound = behind.map(Follower::time_bound).min().unwrap_or(u64::MAX);
         if self.records.large() {
-            self.time_hopped(layouts);
+            self.time_hopped(layouts, &[]);
         }
-        let records = self.write_out(Some(bound), sink)?;
+        let records = self.write_out(Some(bound), sink, &[])?;
         // Looks taken while recording that the output has not covered yet
         // end rounds as it does (the side band, its VIP done and its shard
         // read whole, covers them all); the end ends one anyway.
@@ -364,19 +376,22 @@ impl Rounds {
     /// Reads every shard's new records into [`records`](Self::records),
     /// each shard up to `limit(i)` (its end if `None`), at most `most`
     /// bytes (`last`: its writer is done), and for a shard read from one
-    /// CPU's ring (before `to_end`), what `unwritten` copies of its ring
-    /// past that. `sink` takes each record as it is read.
-    fn read_out(
+    /// CPU's ring (before `to_end`), what `unwritten` finds of its ring
+    /// past that. `sink` takes each record as it is read. Returns the
+    /// ring bytes found in place, by follower (empty where none were).
+    fn read_out<'r>(
         &mut self,
         layouts: &Layouts,
         limit: impl Fn(usize) -> Option<u64>,
         (most, last): (usize, bool),
-        mut unwritten: impl FnMut(usize, u64, &mut Vec<u8>) -> bool,
+        mut unwritten: impl FnMut(usize, u64, &mut Vec<u8>) -> Option<Unwritten<'r>>,
         sink: &mut impl RoundSink,
-    ) -> io::Result<()> {
+    ) -> io::Result<Vec<&'r [u8]>> {
         let mut fields = FieldReader::new(layouts);
         self.records.clear();
+        let mut in_place = Vec::new();
         for (i, follower) in self.followers.iter_mut().enumerate() {
+            follower.forget_copy();
             let took_before = self.records.took.len();
             // A shard read to its end each round is read whole.
             let (limit, most) = match i >= self.to_end {
@@ -391,20 +406,38 @@ impl Rounds {
                 &mut self.records.taker(i, false, sink),
             )?;
             let before = self.copies.len();
-            if i < self.to_end && unwritten(i, follower.taken(), &mut self.copies) {
-                let copy = (&self.copies[..], before..self.copies.len());
+            let found = match i < self.to_end {
+                true => unwritten(i, follower.taken(), &mut self.copies),
+                false => None,
+            };
+            let copy = match found {
+                Some(Unwritten::Copied) => Some((&self.copies[..], before..self.copies.len())),
+                Some(Unwritten::InPlace(bytes)) => {
+                    in_place.resize(i + 1, &[][..]);
+                    in_place[i] = bytes;
+                    Some((bytes, 0..bytes.len()))
+                }
+                None => None,
+            };
+            if let Some(copy) = copy {
                 follower.take_copy(copy, &mut fields, &mut self.records.taker(i, true, sink));
             }
             self.records.busy += usize::from(self.records.took.len() > took_before);
         }
-        Ok(())
+        Ok(in_place)
     }
 
     /// Writes out what the round took: whole, or, if it is large, in
     /// steps cut at times up to `bound` (see [`steps`]; `None`: not
-    /// cut), each but the last ended by a FINISHED_ROUND. Returns the
-    /// records written.
-    fn write_out(&mut self, bound: Option<u64>, sink: &mut impl RoundSink) -> io::Result<u64> {
+    /// cut), each but the last ended by a FINISHED_ROUND; the rings'
+    /// bytes from `in_place`, by follower, where they are there. Returns
+    /// the records written.
+    fn write_out(
+        &mut self,
+        bound: Option<u64>,
+        sink: &mut impl RoundSink,
+        in_place: &[&[u8]],
+    ) -> io::Result<u64> {
         let cuts = bound.map_or_else(Vec::new, |bound| {
             let margin = self.followers.iter().map(|f| f.summary.lateness).max();
             self.records.cuts(&Cuts {
@@ -428,7 +461,7 @@ impl Rounds {
                     out: run[0].out,
                 });
             });
-            self.put_runs(&runs, sink)?;
+            self.put_runs(&runs, sink, in_place)?;
             if cut.is_some() {
                 sink.end_round()?;
                 self.order.end_round();
@@ -443,11 +476,14 @@ impl Rounds {
 
     /// A round that goes out in steps needs each record's time: its runs
     /// of samples hopped over are taken apart and timed.
-    fn time_hopped(&mut self, layouts: &Layouts) {
+    fn time_hopped(&mut self, layouts: &Layouts, in_place: &[&[u8]]) {
         let mut fields = FieldReader::new(layouts);
         let (followers, copies) = (&self.followers, &self.copies[..]);
         self.records.time_hopped(
-            |took| followers[took.follower as usize].record(took.offset, took.len as usize, copies),
+            |took| {
+                let (i, len) = (took.follower as usize, took.len as usize);
+                followers[i].record(took.offset, len, held(copies, in_place, i))
+            },
             |sample| fields.time(sample, RecordType::SAMPLE).unwrap_or(0),
         );
     }
@@ -455,7 +491,12 @@ impl Rounds {
     /// Hands `runs` to `sink` from where the followers hold them: those
     /// that go out as they lie as pieces of one write, the others record
     /// by record.
-    fn put_runs(&self, runs: &[Run], sink: &mut impl RoundSink) -> io::Result<()> {
+    fn put_runs(
+        &self,
+        runs: &[Run],
+        sink: &mut impl RoundSink,
+        in_place: &[&[u8]],
+    ) -> io::Result<()> {
         let mut pieces: Vec<&[u8]> = Vec::new();
         for run in runs {
             // A writev takes at most 1024 pieces.
@@ -466,7 +507,7 @@ impl Rounds {
                 Out::AsIs => pieces.push(self.followers[run.follower].record(
                     run.offset,
                     run.len,
-                    &self.copies,
+                    held(&self.copies, in_place, run.follower),
                 )),
                 Out::Changed(i) => sink.put_changed(&self.records.changed[i as usize])?,
                 Out::Dropped => {}
@@ -486,6 +527,15 @@ impl Rounds {
         for follower in &self.followers {
             follower.release_before(follower.taken());
         }
+    }
+}
+
+/// Where follower `i`'s copy of its ring lies this round: in place, or
+/// in the round's `copies`.
+fn held<'a>(copies: &'a [u8], in_place: &[&'a [u8]], i: usize) -> &'a [u8] {
+    match in_place.get(i) {
+        Some(bytes) if !bytes.is_empty() => bytes,
+        _ => copies,
     }
 }
 

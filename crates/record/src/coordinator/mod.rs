@@ -381,6 +381,7 @@ fn watched_rings<'r>(
         pages,
         base: Some(w.base()),
         reads_first,
+        claim: w.events.ring.claim_slot().filter(|_| reads_first).cloned(),
     });
     cpus.chain(side_band.watched_rings()).collect()
 }

@@ -47,7 +47,11 @@ impl Recording<'_> {
             // The output's mergers stop the recording only where nothing
             // else did; a writer's or the VIP's reason is the one told.
             let (ended_as, theirs) = match self.output.helper_ended(ended.pid, ended.code) {
-                Some(ended_as) => (Some(("live merger".to_string(), ended_as)), true),
+                Some(ended_as) => {
+                    // A merger killed mid-round leaves its claims.
+                    self.pool.drop_claims();
+                    (Some(("live merger".to_string(), ended_as)), true)
+                }
                 None => (self.helper_ended(ended.pid), false),
             };
             let Some((name, ended_as)) = ended_as else {

@@ -178,6 +178,7 @@ impl SideBand {
             pages: crate::open::SIDE_BAND_RING_PAGES,
             base: None,
             reads_first: false,
+            claim: None,
         })
     }
 

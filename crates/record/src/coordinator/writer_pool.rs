@@ -79,12 +79,34 @@ impl WriterPool {
         options: WriterOptions,
         windows: Option<WindowCursor>,
     ) -> Result<(), RecordError> {
+        if options.merger_reads_first && !options.overwrite {
+            self.share_claims()?;
+        }
         for writer in self.writers.iter_mut() {
             writer.in_windows(windows.clone());
             let shard = dir.create_file(&dir.shard_path(writer.cpu()))?;
             writer.spawn(side_band.on_cpu(writer.cpu()), options, shard)?;
         }
         Ok(())
+    }
+
+    /// Gives every ring a claim slot its writer and the live merger share
+    /// (see `shardrec_sys::ring::RingClaims`), before either is forked.
+    fn share_claims(&mut self) -> Result<(), RecordError> {
+        let claims = shardrec_sys::ring::RingClaims::new(self.writers.len())
+            .map_err(RecordError::system("mapping the rings' claims"))?;
+        for (index, writer) in self.writers.iter_mut().enumerate() {
+            writer.events.ring.share_claim(claims.slot(index));
+        }
+        Ok(())
+    }
+
+    /// Drops whatever claim a live merger that ended left on the rings:
+    /// what their writers kept meanwhile is freed.
+    pub(super) fn drop_claims(&mut self) {
+        for writer in &mut self.writers {
+            writer.events.ring.unclaim();
+        }
     }
 
     /// Waits until every writer has pinned itself and mapped its ring.

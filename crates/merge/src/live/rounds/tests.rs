@@ -14,7 +14,7 @@ use shardrec_format::sample_id::{ADDR, IDENTIFIER, PERIOD, TID, TIME};
 use shardrec_format::views::Comm;
 use shardrec_format::{SampleId, SampleIdLayout};
 
-use super::{records_of, Going, RoundSink, Rounds};
+use super::{records_of, Going, RoundSink, Rounds, Unwritten};
 use crate::live::follow::Follower;
 
 const ID: u64 = 7;
@@ -168,16 +168,20 @@ impl Out {
 /// A round in which every shard is written to its end and is its own
 /// ring, whose head is `heads` (its length where `None`).
 fn round(rounds: &mut Rounds, shards: &Shards, heads: &[Option<u64>], out: &mut Out) {
-    round_copying(rounds, shards, (heads, &[]), out);
+    round_copying(rounds, shards, (heads, &[], &[]), out);
 }
 
+/// Each ring's head (if not the shard's end), its bytes not written (if
+/// any), and whether those are handed over in place.
+type RingsNow<'a> = (&'a [Option<u64>], &'a [Option<&'a [u8]>], &'a [bool]);
+
 /// [`round`], the rings also holding `unwritten[i]` (if any) past what
-/// their writers wrote, copied to the merge (its head then the shard's
-/// length and that copy's).
+/// their writers wrote, handed to the merge (its head then the shard's
+/// length and that copy's): in place where `in_place[i]`, else copied.
 fn round_copying(
     rounds: &mut Rounds,
     shards: &Shards,
-    (heads, unwritten): (&[Option<u64>], &[Option<&[u8]>]),
+    (heads, unwritten, in_place): RingsNow,
     out: &mut Out,
 ) {
     let lens: Vec<u64> = (0..heads.len()).map(|i| shards.len(i)).collect();
@@ -186,8 +190,12 @@ fn round_copying(
         .map(|i| heads[i].unwrap_or(lens[i] + copy(i).map_or(0, |c| c.len() as u64)))
         .collect();
     let copied = |i: usize, at: u64, into: &mut Vec<u8>| {
-        let copy = copy(i).filter(|_| at == lens[i]);
-        copy.inspect(|copy| into.extend_from_slice(copy)).is_some()
+        let copy = copy(i).filter(|_| at == lens[i])?;
+        if in_place.get(i) == Some(&true) {
+            return Some(Unwritten::InPlace(copy));
+        }
+        into.extend_from_slice(copy);
+        Some(Unwritten::Copied)
     };
     rounds
         .round(
@@ -281,16 +289,42 @@ fn a_ring_its_writer_has_not_written_ends_no_round_until_it_is_read() {
 
 #[test]
 fn a_rings_unwritten_records_go_out_from_a_copy_and_once() {
-    let shards = Shards::new("copied", 2);
+    rings_unwritten_records_go_out_once("copied", &[false, false]);
+}
+
+#[test]
+fn a_rings_unwritten_records_go_out_in_place_and_once() {
+    rings_unwritten_records_go_out_once("in-place", &[false, true]);
+}
+
+#[test]
+fn one_ring_copied_and_one_in_place_go_out_in_one_round() {
+    let shards = Shards::new("copied-and-in-place", 2);
+    let mut rounds = shards.rounds(2);
+    let mut out = Out::default();
+    let (copied, in_place) = (shard_bytes(&[120 * MS], 1), shard_bytes(&[130 * MS], 2));
+    let rings = [Some(&copied[..]), Some(&in_place[..])];
+    round_copying(
+        &mut rounds,
+        &shards,
+        (&[None, None], &rings, &[false, true]),
+        &mut out,
+    );
+    assert_eq!(out.records(), [(120 * MS, 1), (130 * MS, 2)]);
+}
+
+fn rings_unwritten_records_go_out_once(name: &str, in_place: &[bool]) {
+    let shards = Shards::new(name, 2);
     let mut rounds = shards.rounds(2);
     let mut out = Out::default();
     shards.append(0, &shard_bytes(&[100 * MS, 200 * MS], 1));
-    // Ring 1 holds a record its writer has not written: the merge copies
+    // Ring 1 holds a record its writer has not written: the merge takes
     // it, and the round ends without waiting for the writer.
     let unwritten = shard_bytes(&[150 * MS], 2);
     let rings = [None, Some(&unwritten[..])];
     for _ in 0..3 {
-        round_copying(&mut rounds, &shards, (&[None, None], &rings), &mut out);
+        let round = (&[None, None][..], &rings[..], in_place);
+        round_copying(&mut rounds, &shards, round, &mut out);
     }
     assert_eq!(
         out.went,
