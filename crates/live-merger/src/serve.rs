@@ -382,11 +382,13 @@ impl Rings {
         }
     }
 
-    /// A round, and at once another while one left bytes that wrap
-    /// around a ring's end: pacing goes by the heads, and would leave them
-    /// for the ring's next round's worth.
+    /// A round, and at once another while one left bytes past a ring's
+    /// end: pacing goes by the heads, and would leave them for the ring's
+    /// next round's worth, or, once the rings are still, in the rings.
     fn rounds(&mut self, merge: &mut LiveMerge) -> std::io::Result<()> {
-        for _ in 0..3 {
+        // Three suffice: up to a ring's end, around it, the rest. A
+        // damaged ring's bytes, which no round takes, end it too.
+        for _ in 0..4 {
             if !self.round(merge)?.1 {
                 break;
             }
@@ -398,7 +400,7 @@ impl Rings {
     /// took from the rings it reads first goes back to the kernel once
     /// the output holds the round and its checkpoint says so; its claims
     /// on what it read in place, once the round is out. Returns the
-    /// round and whether it left bytes that wrap around a ring's end.
+    /// round and whether it left bytes past a ring's end.
     fn round(
         &mut self,
         merge: &mut LiveMerge,
@@ -445,7 +447,7 @@ impl Rings {
             self.unreleased[i] = Some(copied.up_to(read_to[i]));
         }
         self.give_back_when_due(merge)?;
-        Ok((round, taken.wrapped))
+        Ok((round, taken.left))
     }
 
     /// How long until what the merger took and holds is due a
@@ -490,8 +492,9 @@ struct TakenFromRings {
     held: Vec<(usize, Copied)>,
     /// The rings read in place, whose claims go once the round is out.
     claimed: Vec<usize>,
-    /// Whether one was read in place up to its end, more past it.
-    wrapped: bool,
+    /// Whether a ring was read up to its end, or copied around it, and
+    /// holds more past that.
+    left: bool,
     bytes: u64,
 }
 
@@ -532,17 +535,21 @@ impl TakenFromRings {
         // Only a ring read first has a claim slot.
         let taken = match ring.ring.claim_slot() {
             Some(_) => ring.ring.take_unread(from, most, into)?,
-            None => Taken::Copied(ring.ring.peek_unread(from, most, into)?),
+            None => Taken {
+                in_place: None,
+                copied: ring.ring.peek_unread(from, most, into)?,
+                left: false,
+            },
         };
-        let (copied, unwritten, bytes) = match taken {
-            Taken::InPlace(in_place) => {
+        self.left |= taken.left;
+        let (unwritten, bytes) = match taken.in_place {
+            Some(bytes) => {
                 self.claimed.push(i);
-                self.wrapped |= in_place.wrapped;
-                let bytes = in_place.bytes.len();
-                (in_place.copied, Unwritten::InPlace(in_place.bytes), bytes)
+                (Unwritten::InPlace(bytes), bytes.len())
             }
-            Taken::Copied(copied) => (copied, Unwritten::Copied, into.len() - before),
+            None => (Unwritten::Copied, into.len() - before),
         };
+        let copied = taken.copied;
         if ring.reads_first {
             self.bytes += bytes as u64;
             self.held.push((i, copied));

@@ -7,7 +7,7 @@
 //!
 //! Needs root. Skips when not root, unless `CI` is set, where that fails.
 
-use shardrec_sys::ring::{RingClaims, Taken};
+use shardrec_sys::ring::RingClaims;
 use shardrec_sys::{abi, Attr, PerfEvent, RingBuffer, Target};
 
 /// 32 data pages: more than a record's longest (64 KiB) before the end.
@@ -57,12 +57,11 @@ fn bytes_read_in_place_stay_until_the_claim_is_dropped() {
     let (from, head) = (writer.kept(), writer.head());
     let unread: Vec<u8> = writer.segments(from, head).concat();
     let mut copies = Vec::new();
-    let Some(Taken::InPlace(in_place)) = merger.take_unread(from, size, &mut copies) else {
-        panic!("not read in place");
-    };
-    assert_eq!(in_place.bytes, unread);
-    assert_eq!(in_place.copied.end(), head);
-    assert!(!in_place.wrapped);
+    let taken = merger.take_unread(from, size, &mut copies).expect("taken");
+    let in_place = taken.in_place.expect("read in place");
+    assert_eq!(in_place, unread);
+    assert_eq!(taken.copied.end(), head);
+    assert!(!taken.left);
     assert!(copies.is_empty());
     // The writer keeps them, and more: the tail stays at the claim.
     keep_all(&writer);
@@ -73,7 +72,7 @@ fn bytes_read_in_place_stay_until_the_claim_is_dropped() {
     // The kernel fills the ring many times over: it drops what it cannot
     // write rather than write over the claim.
     renames(4 * size as usize / 32);
-    assert_eq!(in_place.bytes, unread, "claimed bytes written over");
+    assert_eq!(in_place, unread, "claimed bytes written over");
     let kept = writer.kept();
     merger.unclaim();
     assert_eq!(
@@ -122,12 +121,11 @@ fn bytes_around_the_end_are_taken_in_place_up_to_it_or_copied() {
         "the unread bytes do not wrap"
     );
     let mut copies = Vec::new();
-    let Some(Taken::InPlace(in_place)) = merger.take_unread(from, size, &mut copies) else {
-        panic!("not read in place");
-    };
-    assert_eq!(in_place.bytes, writer.segments(from, head)[0]);
-    assert_eq!(in_place.copied.end(), from + in_place.bytes.len() as u64);
-    assert!(in_place.wrapped, "the bytes past the end not left");
+    let taken = merger.take_unread(from, size, &mut copies).expect("taken");
+    let in_place = taken.in_place.expect("read in place");
+    assert_eq!(in_place, writer.segments(from, head)[0]);
+    assert_eq!(taken.copied.end(), from + in_place.len() as u64);
+    assert!(taken.left, "the bytes past the end not left");
     merger.unclaim();
     keep_all(&writer);
     // Near the end: a copy around it, a record's longest past it.
@@ -135,12 +133,12 @@ fn bytes_around_the_end_are_taken_in_place_up_to_it_or_copied() {
     renames(3000);
     let (from, head) = (writer.kept(), writer.head());
     let mut copies = vec![7];
-    let Some(Taken::Copied(copied)) = merger.take_unread(from, size, &mut copies) else {
-        panic!("not copied");
-    };
+    let taken = merger.take_unread(from, size, &mut copies).expect("taken");
+    assert!(taken.in_place.is_none(), "not copied");
     let around = (size - from % size) + (1 << 16);
-    assert_eq!(copied.end(), head.min(from + around));
-    let expected: Vec<u8> = writer.segments(from, copied.end()).concat();
+    assert_eq!(taken.copied.end(), head.min(from + around));
+    assert!(taken.left, "the bytes past the copy not left");
+    let expected: Vec<u8> = writer.segments(from, taken.copied.end()).concat();
     assert_eq!(copies[1..], expected);
     keep_all(&writer);
     event.disable().unwrap();

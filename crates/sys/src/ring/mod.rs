@@ -78,26 +78,18 @@ impl Copied {
 /// The longest a record can be: its header's size is 16 bits.
 const LONGEST_RECORD: usize = 1 << 16;
 
-/// What [`RingBuffer::take_unread`] took.
+/// What [`RingBuffer::take_unread`] took from a ring.
 #[derive(Debug)]
-pub enum Taken<'a> {
-    /// Bytes read in place.
-    InPlace(InPlace<'a>),
-    /// A copy, appended to the buffer given.
-    Copied(Copied),
-}
-
-/// A ring's unread bytes the live merger reads in place, under its claim
-/// ([`RingBuffer::take_unread`]).
-#[derive(Debug)]
-pub struct InPlace<'a> {
-    /// The bytes, in the ring's mapping.
-    pub bytes: &'a [u8],
+pub struct Taken<'a> {
+    /// The bytes, in the ring's mapping, under the claim; `None` where
+    /// they were copied (appended to the buffer given).
+    pub in_place: Option<&'a [u8]>,
     /// What to give back once the output holds them (after the claim is
     /// dropped: the claim ends the borrow).
     pub copied: Copied,
-    /// Whether bytes past the data area's end were left for another read.
-    pub wrapped: bool,
+    /// Whether unread bytes were left for another read: those past the
+    /// data area's end, or past what was copied around it.
+    pub left: bool,
 }
 
 /// An overwrite ring with its output paused ([`RingBuffer::pause`]).
@@ -413,13 +405,13 @@ impl RingBuffer {
     /// For the live merger, reading first: the unread bytes from `from`
     /// (where the writer kept the ring up to, or past it) to the head, if
     /// there are some, at most `most`, and the writer has not kept past
-    /// `from`. They are read in place ([`Taken::InPlace`]) up to the
+    /// `from`. They are read in place ([`Taken::in_place`]) up to the
     /// data area's end, under a claim: the kernel writes over none of
     /// them until [`unclaim`](Self::unclaim) (the writer still writes
     /// them into its shard, but frees them only then). Where less than a
     /// record's longest lies before the end, those bytes and the next
     /// record's longest are copied into `into` instead
-    /// ([`Taken::Copied`], as [`peek_unread`](Self::peek_unread)): the
+    /// (as [`peek_unread`](Self::peek_unread) copies them): the
     /// record that wraps around the end, so the next read begins past it.
     /// `None` without a claim slot.
     pub fn take_unread(&self, from: u64, most: u64, into: &mut Vec<u8>) -> Option<Taken<'_>> {
@@ -432,18 +424,22 @@ impl RingBuffer {
         let before_end = len.min(self.data_size - start);
         if before_end < len && before_end < LONGEST_RECORD {
             let to = head.min(from + (before_end + LONGEST_RECORD) as u64);
-            return self.peek(from, to, into).map(Taken::Copied);
+            return self.peek(from, to, into).map(|copied| Taken {
+                in_place: None,
+                copied,
+                left: to < head,
+            });
         }
         if !slot.words().claim(self.meta_atomic(DATA_TAIL), from) {
             return None;
         }
-        Some(Taken::InPlace(InPlace {
-            bytes: self.data(start, before_end),
+        Some(Taken {
+            in_place: Some(self.data(start, before_end)),
             copied: Copied {
                 head: from + before_end as u64,
             },
-            wrapped: before_end < len,
-        }))
+            left: before_end < len,
+        })
     }
 
     /// Drops the merger's claim, if it holds one: the tail moves up to
