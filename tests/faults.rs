@@ -625,6 +625,41 @@ fn a_live_merger_killed_while_recording_is_restarted_and_nothing_is_lost_or_repe
     }
 }
 
+/// The live merger stalled mid-round (half a second in its second round
+/// with records), holding its claims on the rings it reads in place: a
+/// writer whose ring fills to three quarters meanwhile (16 MiB rings at
+/// about 100 MB/s) breaks the claim and frees what it kept, so the
+/// kernel drops nothing; the merger, told as it drops its claims, stops
+/// as one killed, and a new one goes on from the last checkpoint.
+/// perf.data holds every `getppid` once (with the claim unbroken, 1,006
+/// of 6,000 were lost).
+#[test]
+fn a_live_merger_stalled_holding_its_rings_is_overtaken_and_nothing_is_lost() {
+    const CALLS: usize = 6000;
+    let Some((_serial, scratch)) = recording_test("faults-overtaken") else {
+        return;
+    };
+    let mut record = shardrec();
+    record
+        .env("SHARDREC_FAULTS", "merge.round=stall@2")
+        .args(["record", "-a", "-e", "syscalls:sys_enter_getppid"])
+        .args(["--call-graph", "dwarf,32768", "-m", "16M", "-o"])
+        .arg(scratch.output())
+        .args(["--", "taskset", "-c", "0", load(), "syscalls-paced"])
+        .args([&CALLS.to_string(), "2"]);
+    let recorded = run(record);
+    let stderr = String::from_utf8_lossy(&recorded.stderr).into_owned();
+    assert!(recorded.status.success(), "{stderr}");
+    let warnings: Vec<&str> = stderr.lines().filter(|l| l.contains("warning")).collect();
+    assert!(
+        warnings.len() == 1 && warnings[0].contains("held its rings too long"),
+        "{stderr}"
+    );
+    assert_eq!(samples_lost(&stderr), 0, "{stderr}");
+    assert_eq!(workload_calls(&scratch.output()), CALLS, "{stderr}");
+    assert_eq!(processes_naming(&scratch.0), 0, "a process still runs");
+}
+
 /// A full disk under the live merger, which reads the rings first: its
 /// write fails (the fifth), the recorder's merge at the stop fails too,
 /// with one line, and `shardrec merge` makes perf.data of what the
@@ -690,7 +725,10 @@ fn writers_killed_while_they_spill_past_a_stalled_merger_lose_and_repeat_nothing
     assert!(recorded.status.success(), "{stderr}");
     let replaced = stderr.matches("died and was replaced at").count();
     let warnings = stderr.lines().filter(|l| l.contains("warning"));
-    let others = warnings.filter(|l| !l.contains("failed while stopping"));
+    // The stall may last until the ring is three quarters full: its
+    // writer then breaks the merger's claim, and a new merger follows.
+    let others = warnings
+        .filter(|l| !l.contains("failed while stopping") && !l.contains("held its rings too long"));
     assert!(replaced >= 1 && others.count() == 0, "{stderr}");
     // The summary says what the writers spilled past the stalled merger.
     let spilled = stderr.lines().find(|l| l.contains("through the shards: "));

@@ -234,6 +234,8 @@ impl LiveMerger {
                 Ok(None) => return 0,
                 Ok(Some(serve::Merged { report, cpus })) => (Outcome::Merged { report, cpus }, 0),
                 Err(serve::Stopped::ReaderLeft) => (Outcome::ReaderLeft, READER_LEFT),
+                // As one killed: no word, and a new one goes on.
+                Err(serve::Stopped::Overtaken) => return OVERTAKEN,
                 Err(serve::Stopped::Failed(why)) => (Outcome::Failed(why), 1),
             };
             match Message::Ended(outcome).write_to(&mut reports) {
@@ -372,3 +374,9 @@ pub enum Outcome {
 /// shell's for a process killed by SIGPIPE): the coordinator stops the
 /// recording when it sees it.
 pub const READER_LEFT: i32 = 141;
+
+/// The merger's exit status when a writer broke its claim on a ring
+/// (`shardrec_sys::ring::RingClaims`): it stopped as one killed, and
+/// the coordinator starts another, which goes on from the last
+/// checkpoint. Past every signal's 128 + number.
+pub const OVERTAKEN: i32 = 200;

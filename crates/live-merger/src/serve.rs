@@ -22,14 +22,39 @@ use crate::{Destination, Message, Order, WatchedRing, WindowDone, WindowsOutput}
 /// Why the merger stopped early.
 pub(super) enum Stopped {
     ReaderLeft,
+    /// A writer broke its claim: its output past the last checkpoint
+    /// cannot be trusted ([`ClaimBroken`]).
+    Overtaken,
     Failed(String),
 }
+
+/// A ring's writer broke the merger's claim on the bytes it read in
+/// place, which it held too long (a merger stopped mid-round): they may
+/// have been written over before they reached the output. The merger
+/// stops before its next checkpoint, as one killed, and the next takes
+/// the output up from the last (`shardrec_sys::ring::RingClaims`).
+#[derive(Debug)]
+struct ClaimBroken;
+
+impl std::fmt::Display for ClaimBroken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "a writer took back a ring the merger held too long")
+    }
+}
+
+impl std::error::Error for ClaimBroken {}
 
 impl<E: std::error::Error + 'static> From<E> for Stopped {
     fn from(error: E) -> Stopped {
         let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&error);
         while let Some(error) = cause {
             let io = error.downcast_ref::<std::io::Error>();
+            if io
+                .and_then(|e| e.get_ref())
+                .is_some_and(|e| e.is::<ClaimBroken>())
+            {
+                return Stopped::Overtaken;
+            }
             if io.is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe) {
                 return Stopped::ReaderLeft;
             }
@@ -439,10 +464,14 @@ impl Rings {
             || rings.iter().map(|r| r.ring.head()).collect(),
         );
         // Nothing reads the rings in place any more.
+        let mut held = true;
         for &i in &taken.claimed {
-            self.rings[i].ring.unclaim();
+            held &= self.rings[i].ring.unclaim();
         }
         let round = round?;
+        if !held {
+            return Err(std::io::Error::other(ClaimBroken));
+        }
         for (i, copied) in taken.held {
             self.unreleased[i] = Some(copied.up_to(read_to[i]));
         }

@@ -1,17 +1,19 @@
 //! `RingBuffer::take_unread` and the claim a ring's two readers share,
 //! against the kernel: the merger's mapping reads the writer's unread
 //! bytes in place, and while it holds its claim neither the writer's
-//! release nor the kernel touches them; bytes that wrap around the
-//! ring's end are read in place up to it, or copied where only a record
-//! or so lies before it.
+//! release nor the kernel touches them, until the ring is three quarters
+//! full and the writer breaks it; bytes that wrap around the ring's end
+//! are read in place up to it, or copied where only a record or so lies
+//! before it.
 //!
 //! Needs root. Skips when not root, unless `CI` is set, where that fails.
 
 use shardrec_sys::ring::RingClaims;
 use shardrec_sys::{abi, Attr, PerfEvent, RingBuffer, Target};
 
-/// 32 data pages: more than a record's longest (64 KiB) before the end.
-const PAGES: usize = 32;
+/// 512 KiB: room for more than a record's longest (64 KiB) before the
+/// end and past it, a quarter of the ring.
+const PAGES: usize = 128;
 
 /// A COMM record on the event for each of `n` renames of this thread.
 fn renames(n: usize) {
@@ -70,7 +72,8 @@ fn bytes_read_in_place_stay_until_the_claim_is_dropped() {
     assert_eq!(writer.tail(), from, "the writer freed claimed bytes");
     assert_eq!(writer.kept(), writer.head());
     // The kernel fills the ring many times over: it drops what it cannot
-    // write rather than write over the claim.
+    // write rather than write over the claim (the writer releasing
+    // nothing meanwhile, so not breaking it).
     renames(4 * size as usize / 32);
     assert_eq!(in_place, unread, "claimed bytes written over");
     let kept = writer.kept();
@@ -111,10 +114,10 @@ fn bytes_around_the_end_are_taken_in_place_up_to_it_or_copied() {
         return;
     };
     let size = writer.data_size() as u64;
-    // Far from the end: in place up to it.
-    let far = size / 4;
+    // 96 KiB before the end: in place up to it.
+    let far = size - (96 << 10);
     fill_until(&writer, |at| at >= far && at < far + 4096);
-    renames((size as usize - far as usize) / 32 + 200);
+    renames(3200);
     let (from, head) = (writer.kept(), writer.head());
     assert!(
         (from % size) + (head - from) > size,
@@ -141,6 +144,29 @@ fn bytes_around_the_end_are_taken_in_place_up_to_it_or_copied() {
     let expected: Vec<u8> = writer.segments(from, taken.copied.end()).concat();
     assert_eq!(copies[1..], expected);
     keep_all(&writer);
+    event.disable().unwrap();
+}
+
+#[test]
+fn a_claim_held_while_the_ring_fills_to_three_quarters_is_broken() {
+    let Some((event, writer, mut merger)) = rings() else {
+        return;
+    };
+    let size = writer.data_size() as u64;
+    renames(100);
+    let from = writer.kept();
+    let mut copies = Vec::new();
+    let taken = merger.take_unread(from, size, &mut copies).expect("taken");
+    assert!(taken.in_place.is_some());
+    // Half full: the writer's release is held back.
+    renames(size as usize / 2 / 32);
+    keep_all(&writer);
+    assert_eq!(writer.tail(), from);
+    // Three quarters: broken, everything kept is freed.
+    renames(size as usize / 4 / 32);
+    keep_all(&writer);
+    assert_eq!(writer.tail(), writer.head());
+    assert!(!merger.unclaim(), "the merger not told");
     event.disable().unwrap();
 }
 

@@ -136,6 +136,7 @@ impl RingWriter for ShardWriter<'_> {
 impl ShardWriter<'_> {
     /// What to do, with no write in flight, on the present course.
     fn step(&mut self) -> io::Result<Step> {
+        self.ring.free_kept();
         // Past what it kept, even where a claim holds the tail back.
         let (tail, head) = (self.ring.kept(), self.ring.head());
         let batch = self.config.batch_bytes;

@@ -301,7 +301,8 @@ impl RecordingOutput {
         // one killed (a signal, or an injected crash) is restarted.
         match code {
             live_merger::READER_LEFT => Some(Ended::ReaderLeft),
-            killed if killed > 128 => Some(Ended::LiveMergerDied),
+            live_merger::OVERTAKEN => Some(Ended::LiveMergerDied { overtaken: true }),
+            killed if killed > 128 => Some(Ended::LiveMergerDied { overtaken: false }),
             _ => Some(Ended::MergerStopped),
         }
     }

@@ -23,8 +23,9 @@ pub(super) enum Ended {
     WriterDied(usize, Option<RecordError>),
     /// The VIP ended, and what it said went wrong, if anything.
     VipDied(Option<RecordError>),
-    /// The live merger was killed.
-    LiveMergerDied,
+    /// The live merger was killed, or stopped as one killed when a writer
+    /// took back a ring it held too long (`overtaken`).
+    LiveMergerDied { overtaken: bool },
     /// The live merger stopped as the stream's reader left.
     ReaderLeft,
     /// A merger ended on its own (the switch-output merger, or a live
@@ -78,15 +79,15 @@ impl Recording<'_> {
             // As perf record, killed by SIGPIPE when its reader goes.
             Ended::ReaderLeft => Some((StopReason::Signal("SIGPIPE".into()), None)),
             Ended::MergerStopped => None,
-            Ended::LiveMergerDied if self.stopping => None,
+            Ended::LiveMergerDied { .. } if self.stopping => None,
             // What a stream's reader got is nowhere else, nor where inside
             // a record the merger stopped: the recording stops, as perf
             // record's does when its output fails, and the shards keep it.
-            Ended::LiveMergerDied if self.output.streamed() => {
+            Ended::LiveMergerDied { .. } if self.output.streamed() => {
                 Some((StopReason::HelperFailed(name), None))
             }
-            Ended::LiveMergerDied => {
-                if let Err(error) = self.restart_live_merger() {
+            Ended::LiveMergerDied { overtaken } => {
+                if let Err(error) = self.restart_live_merger(overtaken) {
                     // The merge at the stop completes the output.
                     say::warning(&shardrec_shard::with_causes(&error));
                 }
@@ -142,15 +143,19 @@ impl Recording<'_> {
     /// its output stopped. A tracepoint takes one filter for good (a
     /// second is refused, EEXIST), so the new merger's own events are
     /// recorded, as a replaced writer's are.
-    fn restart_live_merger(&mut self) -> Result<(), RecordError> {
+    fn restart_live_merger(&mut self, overtaken: bool) -> Result<(), RecordError> {
         let reads_first = self.output.merger_reads_first();
         let pages = self.plan.ring_pages;
         let rings = super::watched_rings(&self.pool, &self.side_band, pages, reads_first);
         let Some(pid) = self.output.restart_live_merger(rings)? else {
             return Ok(());
         };
+        let how = match overtaken {
+            true => "held its rings too long (stalled mid-round) and their writers took them back",
+            false => "died",
+        };
         say::warning(&format!(
-            "the live merger died at {:.2} s; a new one goes on from where its output stopped",
+            "the live merger {how} at {:.2} s; a new one goes on from where its output stopped",
             self.since_start().as_secs_f64()
         ));
         self.output.meta.recorder_pids.push(pid.as_raw());

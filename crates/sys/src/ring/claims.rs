@@ -20,7 +20,13 @@
 //! writer never frees bytes the merger is reading, and a kept position
 //! held back by a claim is applied by whichever of the two comes last.
 //! A merger that dies holding a claim leaves it for the coordinator to
-//! drop ([`RingClaims::drop_claim`] through its own mapping of the ring).
+//! drop (`RingBuffer::unclaim` through its own mapping of the ring).
+//!
+//! A claim lasts a round, milliseconds. One that holds the tail back
+//! while the ring fills to three quarters (a merger stopped or slowed
+//! mid-round) is **broken** by the writer, which then frees what it kept: the ring
+//! never waits on a stalled merger. The merger finds out as it drops the
+//! claim, and must not trust what it read in place.
 
 use std::num::NonZeroUsize;
 use std::ptr::NonNull;
@@ -32,6 +38,9 @@ use nix::sys::mman::{MapFlags, ProtFlags};
 /// No claim: the writer may free everything it kept.
 const UNCLAIMED: u64 = u64::MAX;
 
+/// A claim the writer broke: no claim either.
+const BROKEN: u64 = u64::MAX - 1;
+
 /// One ring's words, on a cache line of its own: rings of different
 /// CPUs share no line.
 #[repr(C, align(64))]
@@ -42,11 +51,19 @@ pub(crate) struct Slot {
 
 impl Slot {
     /// The writer has the bytes before `to` in its shard: the tail moves
-    /// up to there, or to the claim if one holds the tail back.
-    pub(crate) fn keep(&self, tail: &AtomicU64, to: u64) {
+    /// up to there, or to the claim if one holds the tail back, unless
+    /// `overdue` says the claim has held it too long: then the claim is
+    /// broken.
+    pub(crate) fn keep(&self, tail: &AtomicU64, to: u64, overdue: impl FnOnce() -> bool) {
         self.kept.fetch_max(to, Ordering::SeqCst);
         let claim = self.claim.load(Ordering::SeqCst);
-        tail.fetch_max(to.min(claim), Ordering::Release);
+        let broken = claim < to
+            && overdue()
+            && (self.claim)
+                .compare_exchange(claim, BROKEN, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok();
+        let to = if broken { to } else { to.min(claim) };
+        tail.fetch_max(to, Ordering::Release);
     }
 
     /// Where the writer has kept the ring up to (0 before it kept any).
@@ -56,8 +73,8 @@ impl Slot {
 
     /// The merger claims the bytes from `from`: true if neither the
     /// writer has kept past them nor the tail has passed them, so nothing
-    /// frees them until [`unclaim`](Self::unclaim); otherwise no claim is
-    /// left.
+    /// frees them until [`unclaim`](Self::unclaim) (unless the writer
+    /// breaks the claim); otherwise no claim is left.
     pub(crate) fn claim(&self, tail: &AtomicU64, from: u64) -> bool {
         self.claim.store(from, Ordering::SeqCst);
         let kept = self.kept.load(Ordering::SeqCst);
@@ -69,11 +86,13 @@ impl Slot {
     }
 
     /// No claim any more: the tail moves up to what the writer kept
-    /// meanwhile.
-    pub(crate) fn unclaim(&self, tail: &AtomicU64) {
-        self.claim.store(UNCLAIMED, Ordering::SeqCst);
+    /// meanwhile. Returns whether the claim held: false if the writer
+    /// broke it.
+    pub(crate) fn unclaim(&self, tail: &AtomicU64) -> bool {
+        let claim = self.claim.swap(UNCLAIMED, Ordering::SeqCst);
         let kept = self.kept.load(Ordering::SeqCst);
         tail.fetch_max(kept, Ordering::Release);
+        claim != BROKEN
     }
 }
 
@@ -180,6 +199,13 @@ impl Drop for SharedSlots {
 mod tests {
     use super::*;
 
+    impl Slot {
+        /// A writer that never breaks a claim.
+        fn keep_patiently(&self, tail: &AtomicU64, to: u64) {
+            self.keep(tail, to, || false)
+        }
+    }
+
     fn slot() -> (RingClaims, ClaimSlot, AtomicU64) {
         let claims = RingClaims::new(2).unwrap();
         let slot = claims.slot(1);
@@ -191,13 +217,13 @@ mod tests {
         let (_claims, slot, tail) = slot();
         let words = slot.words();
         assert!(words.claim(&tail, 0));
-        words.keep(&tail, 4096);
+        words.keep_patiently(&tail, 4096);
         assert_eq!(tail.load(Ordering::Relaxed), 0);
         assert_eq!(words.kept(), 4096);
         words.unclaim(&tail);
         assert_eq!(tail.load(Ordering::Relaxed), 4096);
         // Unclaimed, the writer frees what it keeps at once.
-        words.keep(&tail, 8192);
+        words.keep_patiently(&tail, 8192);
         assert_eq!(tail.load(Ordering::Relaxed), 8192);
     }
 
@@ -206,7 +232,7 @@ mod tests {
         let (_claims, slot, tail) = slot();
         let words = slot.words();
         assert!(words.claim(&tail, 1024));
-        words.keep(&tail, 4096);
+        words.keep_patiently(&tail, 4096);
         assert_eq!(tail.load(Ordering::Relaxed), 1024);
     }
 
@@ -214,7 +240,7 @@ mod tests {
     fn bytes_the_writer_kept_or_freed_are_not_claimed() {
         let (_claims, slot, tail) = slot();
         let words = slot.words();
-        words.keep(&tail, 4096);
+        words.keep_patiently(&tail, 4096);
         assert!(!words.claim(&tail, 1024));
         assert!(words.claim(&tail, 4096));
         words.unclaim(&tail);
@@ -222,8 +248,26 @@ mod tests {
         tail.store(9000, Ordering::Relaxed);
         assert!(!words.claim(&tail, 8192));
         // A refused claim leaves none behind.
-        words.keep(&tail, 12288);
+        words.keep_patiently(&tail, 12288);
         assert_eq!(tail.load(Ordering::Relaxed), 12288);
+    }
+
+    #[test]
+    fn an_overdue_claim_is_broken_and_the_merger_told() {
+        let (_claims, slot, tail) = slot();
+        let words = slot.words();
+        assert!(words.claim(&tail, 1024));
+        // Not overdue: held back.
+        words.keep(&tail, 4096, || false);
+        assert_eq!(tail.load(Ordering::Relaxed), 1024);
+        words.keep(&tail, 8192, || true);
+        assert_eq!(tail.load(Ordering::Relaxed), 8192);
+        // Broken, it holds nothing back any more.
+        words.keep(&tail, 9000, || panic!("asked again"));
+        assert_eq!(tail.load(Ordering::Relaxed), 9000);
+        assert!(!words.unclaim(&tail), "the merger not told");
+        assert!(words.claim(&tail, 9000));
+        assert!(words.unclaim(&tail));
     }
 
     #[test]
@@ -233,7 +277,7 @@ mod tests {
         // `_exit`, which is safe after a fork of a threaded process.
         match unsafe { nix::unistd::fork() }.unwrap() {
             nix::unistd::ForkResult::Child => {
-                slot.words().keep(&AtomicU64::new(0), 777);
+                slot.words().keep_patiently(&AtomicU64::new(0), 777);
                 // SAFETY: ends the child at once, running nothing of ours.
                 unsafe { libc::_exit(0) }
             }
@@ -274,7 +318,7 @@ mod tests {
                     let to = head.load(Ordering::Acquire);
                     let from = slot.words().kept().max(tail.load(Ordering::Acquire));
                     if to.saturating_sub(from) >= WORDS / 2 {
-                        slot.words().keep(&tail, to);
+                        slot.words().keep_patiently(&tail, to);
                     }
                 }
             });
@@ -298,7 +342,7 @@ mod tests {
                         let word = ring[(at % WORDS) as usize].load(Ordering::Relaxed);
                         torn += u64::from(word != at);
                     }
-                    slot.words().unclaim(&tail);
+                    assert!(slot.words().unclaim(&tail), "a claim broken");
                     // Its output holds them.
                     tail.fetch_max(to, Ordering::Release);
                     from = to;

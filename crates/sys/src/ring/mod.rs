@@ -444,10 +444,14 @@ impl RingBuffer {
 
     /// Drops the merger's claim, if it holds one: the tail moves up to
     /// what the writer kept meanwhile. The coordinator drops the claim of
-    /// a merger that died, through its own mapping.
-    pub fn unclaim(&mut self) {
-        if let Some(slot) = &self.claims {
-            slot.words().unclaim(self.meta_atomic(DATA_TAIL));
+    /// a merger that died, through its own mapping. Returns whether the
+    /// claim held: false if the writer broke it, the ring having filled
+    /// to three quarters meanwhile, and what was read in place under it
+    /// may have been written over since.
+    pub fn unclaim(&mut self) -> bool {
+        match &self.claims {
+            Some(slot) => slot.words().unclaim(self.meta_atomic(DATA_TAIL)),
+            None => true,
         }
     }
 
@@ -486,9 +490,36 @@ impl RingBuffer {
     pub unsafe fn release(&self, to: u64) {
         assert!(to <= self.head(), "releasing up to {to}, past the head");
         match &self.claims {
-            Some(slot) => slot.words().keep(self.meta_atomic(DATA_TAIL), to),
+            Some(slot) => {
+                let overdue = || self.claim_overdue();
+                slot.words().keep(self.meta_atomic(DATA_TAIL), to, overdue)
+            }
             None => self.advance_tail(to),
         }
+    }
+
+    /// For the writer, on each wakeup: frees what it kept that a claim
+    /// held back, if the claim is gone or overdue (the kernel wakes the
+    /// writer every watermark, so a stalled merger's claim is broken
+    /// before the ring fills).
+    pub fn free_kept(&self) {
+        let Some(slot) = &self.claims else {
+            return;
+        };
+        let kept = slot.words().kept();
+        if kept > self.tail() {
+            let overdue = || self.claim_overdue();
+            slot.words()
+                .keep(self.meta_atomic(DATA_TAIL), kept, overdue);
+        }
+    }
+
+    /// Whether a claim has held the tail back too long: the ring is
+    /// three quarters full, and the kernel would soon drop records for
+    /// want of room.
+    fn claim_overdue(&self) -> bool {
+        let held = self.head() - self.tail();
+        held >= self.data_size as u64 / 4 * 3
     }
 
     /// Moves the tail up to `to`, unless it is further already.
