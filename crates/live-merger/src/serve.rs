@@ -433,11 +433,11 @@ impl Rings {
         let rings = &self.rings;
         // How far the writers kept first: everything before is in the
         // files read next.
-        let tails: Vec<u64> = rings.iter().map(|r| r.ring.kept()).collect();
+        let kept: Vec<u64> = rings.iter().map(|r| r.ring.kept()).collect();
         let written: Vec<u64> = rings
             .iter()
-            .zip(&tails)
-            .filter_map(|(r, tail)| Some(tail.saturating_sub(r.base?)))
+            .zip(&kept)
+            .filter_map(|(r, kept)| Some(kept.saturating_sub(r.base?)))
             .collect();
         let mut taken = TakenFromRings::default();
         let mut read_to = Vec::new();
@@ -452,11 +452,11 @@ impl Rings {
             |taken| {
                 read_to = rings
                     .iter()
-                    .zip(&tails)
+                    .zip(&kept)
                     .enumerate()
-                    .map(|(i, (r, tail))| match r.base {
+                    .map(|(i, (r, kept))| match r.base {
                         Some(base) => base + taken[i],
-                        None => *tail,
+                        None => *kept,
                     })
                     .collect();
                 read_to.clone()
@@ -464,12 +464,12 @@ impl Rings {
             || rings.iter().map(|r| r.ring.head()).collect(),
         );
         // Nothing reads the rings in place any more.
-        let mut held = true;
+        let mut claims_held = true;
         for &i in &taken.claimed {
-            held &= self.rings[i].ring.unclaim();
+            claims_held &= self.rings[i].ring.unclaim();
         }
         let round = round?;
-        if !held {
+        if !claims_held {
             return Err(std::io::Error::other(ClaimBroken));
         }
         for (i, copied) in taken.held {

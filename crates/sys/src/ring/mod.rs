@@ -49,7 +49,7 @@ pub struct RingBuffer {
     mapped: MappedPages,
     /// The claim its two readers share, where the live merger reads it
     /// in place.
-    claims: Option<ClaimSlot>,
+    claim: Option<ClaimSlot>,
 }
 
 /// How far a [`RingBuffer::copy_unread`] or [`RingBuffer::peek_unread`]
@@ -84,8 +84,8 @@ pub struct Taken<'a> {
     /// The bytes, in the ring's mapping, under the claim; `None` where
     /// they were copied (appended to the buffer given).
     pub in_place: Option<&'a [u8]>,
-    /// What to give back once the output holds them (after the claim is
-    /// dropped: the claim ends the borrow).
+    /// What to give back once the output holds them, after the claim is
+    /// dropped (which ends the borrow of the bytes).
     pub copied: Copied,
     /// Whether unread bytes were left for another read: those past the
     /// data area's end, or past what was copied around it.
@@ -217,7 +217,7 @@ impl RingBuffer {
             data_size: data_pages * page,
             overwrite,
             mapped: MappedPages::new(data_pages * page),
-            claims: None,
+            claim: None,
         };
         // Kernels since 4.1 publish where the data area is; older ones leave 0.
         let (offset, size) = (ring.meta_u64(DATA_OFFSET), ring.meta_u64(DATA_SIZE));
@@ -387,18 +387,18 @@ impl RingBuffer {
     /// then stop at the merger's claim, and the merger may read in place
     /// ([`take_unread`](Self::take_unread)).
     pub fn share_claim(&mut self, slot: ClaimSlot) {
-        self.claims = Some(slot);
+        self.claim = Some(slot);
     }
 
     /// The claim slot it shares, if any, for another mapping of the ring.
     pub fn claim_slot(&self) -> Option<&ClaimSlot> {
-        self.claims.as_ref()
+        self.claim.as_ref()
     }
 
     /// Where the writer has put the ring into its shard up to: the tail,
     /// or past it where a claim holds the tail back.
     pub fn kept(&self) -> u64 {
-        let kept = self.claims.as_ref().map_or(0, |c| c.words().kept());
+        let kept = self.claim.as_ref().map_or(0, |c| c.words().kept());
         self.tail().max(kept)
     }
 
@@ -408,14 +408,16 @@ impl RingBuffer {
     /// `from`. They are read in place ([`Taken::in_place`]) up to the
     /// data area's end, under a claim: the kernel writes over none of
     /// them until [`unclaim`](Self::unclaim) (the writer still writes
-    /// them into its shard, but frees them only then). Where less than a
+    /// them into its shard, but frees them only then, unless its ring
+    /// fills to three quarters: it then breaks the claim, `unclaim` says
+    /// so, and what was read is not to be used). Where less than a
     /// record's longest lies before the end, those bytes and the next
     /// record's longest are copied into `into` instead
     /// (as [`peek_unread`](Self::peek_unread) copies them): the
     /// record that wraps around the end, so the next read begins past it.
     /// `None` without a claim slot.
     pub fn take_unread(&self, from: u64, most: u64, into: &mut Vec<u8>) -> Option<Taken<'_>> {
-        let slot = self.claims.as_ref()?;
+        let slot = self.claim.as_ref()?;
         let head = self.head();
         let len = head
             .checked_sub(from)
@@ -449,7 +451,7 @@ impl RingBuffer {
     /// to three quarters meanwhile, and what was read in place under it
     /// may have been written over since.
     pub fn unclaim(&mut self) -> bool {
-        match &self.claims {
+        match &self.claim {
             Some(slot) => slot.words().unclaim(self.meta_atomic(DATA_TAIL)),
             None => true,
         }
@@ -489,7 +491,7 @@ impl RingBuffer {
     /// reading in place, [`consume`](Self::consume) keeps this promise.
     pub unsafe fn release(&self, to: u64) {
         assert!(to <= self.head(), "releasing up to {to}, past the head");
-        match &self.claims {
+        match &self.claim {
             Some(slot) => {
                 let overdue = || self.claim_overdue();
                 slot.words().keep(self.meta_atomic(DATA_TAIL), to, overdue)
@@ -503,7 +505,7 @@ impl RingBuffer {
     /// writer every watermark, so a stalled merger's claim is broken
     /// before the ring fills).
     pub fn free_kept(&self) {
-        let Some(slot) = &self.claims else {
+        let Some(slot) = &self.claim else {
             return;
         };
         let kept = slot.words().kept();
