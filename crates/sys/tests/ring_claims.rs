@@ -148,7 +148,7 @@ fn bytes_around_the_end_are_taken_in_place_up_to_it_or_copied() {
 }
 
 #[test]
-fn a_claim_held_while_the_ring_fills_to_three_quarters_is_broken() {
+fn a_claim_that_holds_the_ring_three_quarters_full_too_long_is_broken() {
     let Some((event, writer, mut merger)) = rings() else {
         return;
     };
@@ -162,8 +162,14 @@ fn a_claim_held_while_the_ring_fills_to_three_quarters_is_broken() {
     renames(size as usize / 2 / 32);
     keep_all(&writer);
     assert_eq!(writer.tail(), from);
-    // Three quarters: broken, everything kept is freed.
+    // Three quarters, but a claim younger than the writer's patience:
+    // still held.
     renames(size as usize / 4 / 32);
+    keep_all(&writer);
+    assert_eq!(writer.tail(), from);
+    // Older: broken, everything kept is freed.
+    std::thread::sleep(shardrec_sys::ring::CLAIM_PATIENCE);
+    renames(10);
     keep_all(&writer);
     assert_eq!(writer.tail(), writer.head());
     assert!(!merger.unclaim(), "the merger not told");

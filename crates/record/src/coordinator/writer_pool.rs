@@ -79,7 +79,11 @@ impl WriterPool {
         options: WriterOptions,
         windows: Option<WindowCursor>,
     ) -> Result<(), RecordError> {
-        if options.merger_reads_first && !options.overwrite {
+        // A ring under 1 MiB fills within a storm's round: a claim would
+        // hold it full, so the merger copies it.
+        let ring_bytes = options.ring_pages * shardrec_sys::ring::page_size();
+        let in_place = ring_bytes >= shardrec_writer::SPILL_AT_HALF_FROM;
+        if options.merger_reads_first && !options.overwrite && in_place {
             self.share_claims()?;
         }
         for writer in self.writers.iter_mut() {

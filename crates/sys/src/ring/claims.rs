@@ -22,9 +22,9 @@
 //! A merger that dies holding a claim leaves it for the coordinator to
 //! drop (`RingBuffer::unclaim` through its own mapping of the ring).
 //!
-//! A claim lasts a round, milliseconds. One that holds the tail back
-//! while the ring fills to three quarters (a merger stopped or slowed
-//! mid-round) is **broken** by the writer, which then frees what it kept: the ring
+//! A claim lasts a round, milliseconds. One that has held the tail back
+//! for [`CLAIM_PATIENCE`] and the ring three quarters full (a merger
+//! stopped mid-round) is **broken** by the writer, which then frees what it kept: the ring
 //! never waits on a stalled merger. The merger finds out as it drops the
 //! claim, and must not trust what it read in place.
 
@@ -41,24 +41,34 @@ const UNCLAIMED: u64 = u64::MAX;
 /// A claim the writer broke: no claim either.
 const BROKEN: u64 = u64::MAX - 1;
 
+/// How long a claim may hold a ring three quarters full before its
+/// writer breaks it: far longer than a round (1 to 12 ms in a DWARF
+/// storm on a slow page cache; rings of 16 MiB and more at 100 MB/s
+/// are not full yet), so that only a merger stopped mid-round loses its
+/// claims. Breaking at three quarters alone broke claims in ordinary
+/// recordings on a busy CI host.
+pub const CLAIM_PATIENCE: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// One ring's words, on a cache line of its own: rings of different
 /// CPUs share no line.
 #[repr(C, align(64))]
 pub(crate) struct Slot {
     claim: AtomicU64,
     kept: AtomicU64,
+    /// When the claim was made (`CLOCK_MONOTONIC`, nanoseconds).
+    claimed_at: AtomicU64,
 }
 
 impl Slot {
     /// The writer has the bytes before `to` in its shard: the tail moves
     /// up to there, or to the claim if one holds the tail back, unless
-    /// `overdue` says the claim has held it too long: then the claim is
-    /// broken.
-    pub(crate) fn keep(&self, tail: &AtomicU64, to: u64, overdue: impl FnOnce() -> bool) {
+    /// `overdue` says, from when it was made, that the claim has held it
+    /// too long: then the claim is broken.
+    pub(crate) fn keep(&self, tail: &AtomicU64, to: u64, overdue: impl FnOnce(u64) -> bool) {
         self.kept.fetch_max(to, Ordering::SeqCst);
         let claim = self.claim.load(Ordering::SeqCst);
         let broken = claim < to
-            && overdue()
+            && overdue(self.claimed_at.load(Ordering::Relaxed))
             && (self.claim)
                 .compare_exchange(claim, BROKEN, Ordering::SeqCst, Ordering::SeqCst)
                 .is_ok();
@@ -71,11 +81,14 @@ impl Slot {
         self.kept.load(Ordering::Acquire)
     }
 
-    /// The merger claims the bytes from `from`: true if neither the
-    /// writer has kept past them nor the tail has passed them, so nothing
-    /// frees them until [`unclaim`](Self::unclaim) (unless the writer
-    /// breaks the claim); otherwise no claim is left.
-    pub(crate) fn claim(&self, tail: &AtomicU64, from: u64) -> bool {
+    /// The merger claims the bytes from `from`, `now`
+    /// ([`monotonic_ns`]): true if neither the writer has kept past them
+    /// nor the tail has passed them, so nothing frees them until
+    /// [`unclaim`](Self::unclaim) (unless the writer breaks the claim);
+    /// otherwise no claim is left.
+    pub(crate) fn claim(&self, tail: &AtomicU64, from: u64, now: u64) -> bool {
+        // Seen by a writer that sees the claim, stored after it.
+        self.claimed_at.store(now, Ordering::Relaxed);
         self.claim.store(from, Ordering::SeqCst);
         let kept = self.kept.load(Ordering::SeqCst);
         if kept > from || tail.load(Ordering::SeqCst) > from {
@@ -94,6 +107,14 @@ impl Slot {
         tail.fetch_max(kept, Ordering::Release);
         claim != BROKEN
     }
+}
+
+/// Now, as claims are timed: `CLOCK_MONOTONIC` in nanoseconds.
+pub(crate) fn monotonic_ns() -> u64 {
+    let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC);
+    now.map_or(0, |t| {
+        t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
+    })
 }
 
 /// One slot per CPU ring, in a shared anonymous mapping made before the
@@ -200,9 +221,13 @@ mod tests {
     use super::*;
 
     impl Slot {
+        fn claim_now(&self, tail: &AtomicU64, from: u64) -> bool {
+            self.claim(tail, from, monotonic_ns())
+        }
+
         /// A writer that never breaks a claim.
         fn keep_patiently(&self, tail: &AtomicU64, to: u64) {
-            self.keep(tail, to, || false)
+            self.keep(tail, to, |_| false)
         }
     }
 
@@ -216,7 +241,7 @@ mod tests {
     fn a_claim_holds_the_writers_tail_back_until_it_is_dropped() {
         let (_claims, slot, tail) = slot();
         let words = slot.words();
-        assert!(words.claim(&tail, 0));
+        assert!(words.claim_now(&tail, 0));
         words.keep_patiently(&tail, 4096);
         assert_eq!(tail.load(Ordering::Relaxed), 0);
         assert_eq!(words.kept(), 4096);
@@ -231,7 +256,7 @@ mod tests {
     fn the_writer_frees_up_to_the_claim() {
         let (_claims, slot, tail) = slot();
         let words = slot.words();
-        assert!(words.claim(&tail, 1024));
+        assert!(words.claim_now(&tail, 1024));
         words.keep_patiently(&tail, 4096);
         assert_eq!(tail.load(Ordering::Relaxed), 1024);
     }
@@ -241,12 +266,12 @@ mod tests {
         let (_claims, slot, tail) = slot();
         let words = slot.words();
         words.keep_patiently(&tail, 4096);
-        assert!(!words.claim(&tail, 1024));
-        assert!(words.claim(&tail, 4096));
+        assert!(!words.claim_now(&tail, 1024));
+        assert!(words.claim_now(&tail, 4096));
         words.unclaim(&tail);
         // The merger's own release moved the tail on.
         tail.store(9000, Ordering::Relaxed);
-        assert!(!words.claim(&tail, 8192));
+        assert!(!words.claim_now(&tail, 8192));
         // A refused claim leaves none behind.
         words.keep_patiently(&tail, 12288);
         assert_eq!(tail.load(Ordering::Relaxed), 12288);
@@ -256,17 +281,20 @@ mod tests {
     fn an_overdue_claim_is_broken_and_the_merger_told() {
         let (_claims, slot, tail) = slot();
         let words = slot.words();
-        assert!(words.claim(&tail, 1024));
+        assert!(words.claim(&tail, 1024, 5));
         // Not overdue: held back.
-        words.keep(&tail, 4096, || false);
+        words.keep(&tail, 4096, |at| {
+            assert_eq!(at, 5);
+            false
+        });
         assert_eq!(tail.load(Ordering::Relaxed), 1024);
-        words.keep(&tail, 8192, || true);
+        words.keep(&tail, 8192, |_| true);
         assert_eq!(tail.load(Ordering::Relaxed), 8192);
         // Broken, it holds nothing back any more.
-        words.keep(&tail, 9000, || panic!("asked again"));
+        words.keep(&tail, 9000, |_| panic!("asked again"));
         assert_eq!(tail.load(Ordering::Relaxed), 9000);
         assert!(!words.unclaim(&tail), "the merger not told");
-        assert!(words.claim(&tail, 9000));
+        assert!(words.claim(&tail, 9000, 6));
         assert!(words.unclaim(&tail));
     }
 
@@ -286,7 +314,7 @@ mod tests {
             }
         }
         assert_eq!(slot.words().kept(), 777);
-        assert!(!slot.words().claim(&tail, 700));
+        assert!(!slot.words().claim_now(&tail, 700));
     }
 
     /// The kernel, the writer and the merger of one ring as three
@@ -330,7 +358,7 @@ mod tests {
                     if to == from {
                         continue;
                     }
-                    if !slot.words().claim(&tail, from) {
+                    if !slot.words().claim_now(&tail, from) {
                         // The shard has them.
                         from = slot.words().kept();
                         continue;

@@ -32,7 +32,7 @@ use crate::PerfEvent;
 mod claims;
 mod pages;
 
-pub use claims::{ClaimSlot, RingClaims};
+pub use claims::{ClaimSlot, RingClaims, CLAIM_PATIENCE};
 use pages::MappedPages;
 
 /// One event's ring, mapped read-write so the reader can publish
@@ -408,9 +408,10 @@ impl RingBuffer {
     /// `from`. They are read in place ([`Taken::in_place`]) up to the
     /// data area's end, under a claim: the kernel writes over none of
     /// them until [`unclaim`](Self::unclaim) (the writer still writes
-    /// them into its shard, but frees them only then, unless its ring
-    /// fills to three quarters: it then breaks the claim, `unclaim` says
-    /// so, and what was read is not to be used). Where less than a
+    /// them into its shard, but frees them only then, unless the claim
+    /// holds its ring three quarters full for [`CLAIM_PATIENCE`]: it then
+    /// breaks the claim, `unclaim` says so, and what was read is not to
+    /// be used). Where less than a
     /// record's longest lies before the end, those bytes and the next
     /// record's longest are copied into `into` instead
     /// (as [`peek_unread`](Self::peek_unread) copies them): the
@@ -432,7 +433,8 @@ impl RingBuffer {
                 left: to < head,
             });
         }
-        if !slot.words().claim(self.meta_atomic(DATA_TAIL), from) {
+        let now = claims::monotonic_ns();
+        if !slot.words().claim(self.meta_atomic(DATA_TAIL), from, now) {
             return None;
         }
         Some(Taken {
@@ -447,9 +449,8 @@ impl RingBuffer {
     /// Drops the merger's claim, if it holds one: the tail moves up to
     /// what the writer kept meanwhile. The coordinator drops the claim of
     /// a merger that died, through its own mapping. Returns whether the
-    /// claim held: false if the writer broke it, the ring having filled
-    /// to three quarters meanwhile, and what was read in place under it
-    /// may have been written over since.
+    /// claim held: false if the writer broke it ([`CLAIM_PATIENCE`]), and
+    /// what was read in place under it may have been written over since.
     pub fn unclaim(&mut self) -> bool {
         match &self.claim {
             Some(slot) => slot.words().unclaim(self.meta_atomic(DATA_TAIL)),
@@ -493,7 +494,7 @@ impl RingBuffer {
         assert!(to <= self.head(), "releasing up to {to}, past the head");
         match &self.claim {
             Some(slot) => {
-                let overdue = || self.claim_overdue();
+                let overdue = |claimed_at| self.claim_overdue(claimed_at);
                 slot.words().keep(self.meta_atomic(DATA_TAIL), to, overdue)
             }
             None => self.advance_tail(to),
@@ -502,26 +503,27 @@ impl RingBuffer {
 
     /// For the writer, on each wakeup: frees what it kept that a claim
     /// held back, if the claim is gone or overdue (the kernel wakes the
-    /// writer every watermark, so a stalled merger's claim is broken
-    /// before the ring fills).
+    /// writer every watermark, a quarter of the ring: a stalled merger's
+    /// claim is broken at three quarters, if it is old enough by then).
     pub fn free_kept(&self) {
         let Some(slot) = &self.claim else {
             return;
         };
         let kept = slot.words().kept();
         if kept > self.tail() {
-            let overdue = || self.claim_overdue();
+            let overdue = |claimed_at| self.claim_overdue(claimed_at);
             slot.words()
                 .keep(self.meta_atomic(DATA_TAIL), kept, overdue);
         }
     }
 
-    /// Whether a claim has held the tail back too long: the ring is
-    /// three quarters full, and the kernel would soon drop records for
-    /// want of room.
-    fn claim_overdue(&self) -> bool {
+    /// Whether a claim made at `claimed_at` has held the tail back too
+    /// long: for [`CLAIM_PATIENCE`], and the ring is three quarters full
+    /// (the kernel would soon drop records for want of room).
+    fn claim_overdue(&self, claimed_at: u64) -> bool {
         let held = self.head() - self.tail();
-        held >= self.data_size as u64 / 4 * 3
+        let age = claims::monotonic_ns().saturating_sub(claimed_at);
+        held >= self.data_size as u64 / 4 * 3 && age >= CLAIM_PATIENCE.as_nanos() as u64
     }
 
     /// Moves the tail up to `to`, unless it is further already.
