@@ -639,15 +639,7 @@ fn a_live_merger_stalled_holding_its_rings_is_overtaken_and_nothing_is_lost() {
     let Some((_serial, scratch)) = recording_test("faults-overtaken") else {
         return;
     };
-    let mut record = shardrec();
-    record
-        .env("SHARDREC_FAULTS", "merge.round=stall@2")
-        .args(["record", "-a", "-e", "syscalls:sys_enter_getppid"])
-        .args(["--call-graph", "dwarf,32768", "-m", "16M", "-o"])
-        .arg(scratch.output())
-        .args(["--", "taskset", "-c", "0", load(), "syscalls-paced"])
-        .args([&CALLS.to_string(), "2"]);
-    let recorded = run(record);
+    let recorded = storm_on_cpu_0(&scratch, "merge.round=stall@2", "16M", CALLS);
     let stderr = String::from_utf8_lossy(&recorded.stderr).into_owned();
     assert!(recorded.status.success(), "{stderr}");
     let warnings: Vec<&str> = stderr.lines().filter(|l| l.contains("warning")).collect();
@@ -708,19 +700,8 @@ fn writers_killed_while_they_spill_past_a_stalled_merger_lose_and_repeat_nothing
     let Some((_serial, scratch)) = recording_test("faults-spill") else {
         return;
     };
-    let mut record = shardrec();
-    record
-        .env(
-            "SHARDREC_FAULTS",
-            "merge.round=stall@2,writer.write=crash@1",
-        )
-        .args(["record", "-a", "-e", "syscalls:sys_enter_getppid"])
-        .args(["--call-graph", "dwarf,32768", "-m", "16384", "-o"])
-        .arg(scratch.output())
-        // On one CPU, whose ring fills well within the merger's stall.
-        .args(["--", "taskset", "-c", "0", load(), "syscalls-paced"])
-        .args([&CALLS.to_string(), "2"]);
-    let recorded = run(record);
+    let faults = "merge.round=stall@2,writer.write=crash@1";
+    let recorded = storm_on_cpu_0(&scratch, faults, "16384", CALLS);
     let stderr = String::from_utf8_lossy(&recorded.stderr).into_owned();
     assert!(recorded.status.success(), "{stderr}");
     let replaced = stderr.matches("died and was replaced at").count();
@@ -880,6 +861,26 @@ fn a_live_merger_killed_between_switch_output_windows_is_restarted_and_each_call
             "{fault}: a process still runs"
         );
     }
+}
+
+/// Records `calls` getppid calls with 32 KiB stacks over two seconds, on
+/// CPU 0 alone (whose ring fills well within a merger's stall: about
+/// 100 MB/s), `-a` with rings of `ring` (`-m`), `faults` injected.
+fn storm_on_cpu_0(
+    scratch: &Scratch,
+    faults: &str,
+    ring: &str,
+    calls: usize,
+) -> std::process::Output {
+    let mut record = shardrec();
+    record
+        .env("SHARDREC_FAULTS", faults)
+        .args(["record", "-a", "-e", "syscalls:sys_enter_getppid"])
+        .args(["--call-graph", "dwarf,32768", "-m", ring, "-o"])
+        .arg(scratch.output())
+        .args(["--", "taskset", "-c", "0", load(), "syscalls-paced"])
+        .args([&calls.to_string(), "2"]);
+    run(record)
 }
 
 /// The samples of `shardrec-load` in `file`, as perf script reads it
