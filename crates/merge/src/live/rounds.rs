@@ -389,9 +389,8 @@ impl Rounds {
     ) -> io::Result<Vec<&'r [u8]>> {
         let mut fields = FieldReader::new(layouts);
         self.records.clear();
-        let mut in_place = Vec::new();
+        let mut in_place = vec![&[][..]; self.to_end];
         for (i, follower) in self.followers.iter_mut().enumerate() {
-            follower.forget_copy();
             let took_before = self.records.took.len();
             // A shard read to its end each round is read whole.
             let (limit, most) = match i >= self.to_end {
@@ -413,7 +412,6 @@ impl Rounds {
             let copy = match found {
                 Some(Unwritten::Copied) => Some((&self.copies[..], before..self.copies.len())),
                 Some(Unwritten::InPlace(bytes)) => {
-                    in_place.resize(i + 1, &[][..]);
                     in_place[i] = bytes;
                     Some((bytes, 0..bytes.len()))
                 }

@@ -411,10 +411,9 @@ impl RingBuffer {
     /// them into its shard, but frees them only then, unless the claim
     /// holds its ring three quarters full for [`CLAIM_PATIENCE`]: it then
     /// breaks the claim, `unclaim` says so, and what was read is not to
-    /// be used). Where less than a
-    /// record's longest lies before the end, those bytes and the next
-    /// record's longest are copied into `into` instead
-    /// (as [`peek_unread`](Self::peek_unread) copies them): the
+    /// be used). Where less than a record's longest lies before the end,
+    /// those bytes and the next record's longest are copied into `into`
+    /// instead (as [`peek_unread`](Self::peek_unread) copies them): the
     /// record that wraps around the end, so the next read begins past it.
     /// `None` without a claim slot.
     pub fn take_unread(&self, from: u64, most: u64, into: &mut Vec<u8>) -> Option<Taken<'_>> {
@@ -493,10 +492,7 @@ impl RingBuffer {
     pub unsafe fn release(&self, to: u64) {
         assert!(to <= self.head(), "releasing up to {to}, past the head");
         match &self.claim {
-            Some(slot) => {
-                let overdue = |claimed_at| self.claim_overdue(claimed_at);
-                slot.words().keep(self.meta_atomic(DATA_TAIL), to, overdue)
-            }
+            Some(slot) => self.keep(slot, to),
             None => self.advance_tail(to),
         }
     }
@@ -511,10 +507,15 @@ impl RingBuffer {
         };
         let kept = slot.words().kept();
         if kept > self.tail() {
-            let overdue = |claimed_at| self.claim_overdue(claimed_at);
-            slot.words()
-                .keep(self.meta_atomic(DATA_TAIL), kept, overdue);
+            self.keep(slot, kept);
         }
+    }
+
+    /// The writer has the bytes before `to` in its shard: the tail moves
+    /// up to there, or to the merger's claim, unless that is overdue.
+    fn keep(&self, slot: &ClaimSlot, to: u64) {
+        let overdue = |claimed_at| self.claim_overdue(claimed_at);
+        slot.words().keep(self.meta_atomic(DATA_TAIL), to, overdue);
     }
 
     /// Whether a claim made at `claimed_at` has held the tail back too
