@@ -193,13 +193,14 @@ fn parse(entry: &str) -> Result<Planned, String> {
     })
 }
 
-static CRASHES_DISARMED: AtomicBool = AtomicBool::new(false);
+static DISARMED: AtomicBool = AtomicBool::new(false);
 
-/// In a helper restarted after one that crashed: the crashes planned are
-/// not injected again (an injected crash stands for one kill, not for one
-/// in every process that replaces the killed one).
-pub fn disarm_crashes() {
-    CRASHES_DISARMED.store(true, Ordering::Relaxed);
+/// In a helper restarted after one that ended: the crashes and stalls
+/// planned are not injected again (an injected crash stands for one kill,
+/// a stall for one stall, not for one in every process that replaces the
+/// first).
+pub fn disarm_in_replacement() {
+    DISARMED.store(true, Ordering::Relaxed);
 }
 
 /// Counts a call at `site`; the fault to inject instead, if this is the
@@ -208,7 +209,7 @@ pub fn inject(site: Site) -> Option<Fault> {
     let planned = planned().iter().find(|p| p.site == site)?;
     let call = planned.calls.fetch_add(1, Ordering::Relaxed) + 1;
     match (call == planned.at).then_some(planned.fault) {
-        Some(Fault::Crash) if CRASHES_DISARMED.load(Ordering::Relaxed) => None,
+        Some(Fault::Crash | Fault::Stall) if DISARMED.load(Ordering::Relaxed) => None,
         // As a process killed: no clean-up, no report (and no core file).
         Some(Fault::Crash) => std::process::exit(137),
         Some(Fault::Stall) => {

@@ -213,7 +213,7 @@ impl LiveMerger {
                 return 1;
             }
             if restarted {
-                shardrec_control::fault::disarm_crashes();
+                shardrec_control::fault::disarm_in_replacement();
             }
             // Its rounds take and free buffers the size of what the rings
             // held (up to a ring each) and more for its output's runs.

@@ -22,14 +22,16 @@ use crate::{Destination, Message, Order, WatchedRing, WindowDone, WindowsOutput}
 /// Why the merger stopped early.
 pub(super) enum Stopped {
     ReaderLeft,
-    /// A writer broke its claim: its output past the last checkpoint
-    /// cannot be trusted ([`ClaimBroken`]).
+    /// A writer broke its claim and the kernel may have written over what
+    /// it read: its output past the last checkpoint cannot be trusted
+    /// ([`ClaimBroken`]).
     Overtaken,
     Failed(String),
 }
 
 /// A ring's writer broke the merger's claim on the bytes it read in
-/// place, which it held too long (a merger stopped mid-round): they may
+/// place, which held the ring half full (a merger stopped mid-round),
+/// and the kernel has written nearly a ring past them since: they may
 /// have been written over before they reached the output. The merger
 /// stops before its next checkpoint, as one killed, and the next takes
 /// the output up from the last (`shardrec_sys::ring::RingClaims`).
@@ -93,6 +95,8 @@ struct MergerRing {
     /// A CPU's ring the merger reads first: it gives back what it took
     /// once its output holds it and says so.
     reads_first: bool,
+    /// How far the last round read the ring (`None` before the first).
+    read_to: Option<u64>,
 }
 
 /// What the merger took from the rings it reads first goes back to the
@@ -135,6 +139,7 @@ pub(super) fn serve(
                     ring,
                     base: w.base,
                     reads_first: w.reads_first,
+                    read_to: None,
                 })
             })
             .collect::<std::io::Result<Vec<_>>>()?,
@@ -439,7 +444,20 @@ impl Rings {
             .zip(&kept)
             .filter_map(|(r, kept)| Some(kept.saturating_sub(r.base?)))
             .collect();
-        let mut taken = TakenFromRings::default();
+        let mut taken = TakenFromRings {
+            // Behind its writer by a quarter ring or more, a ring's round
+            // reads its shard and claims nothing: a claim would last that
+            // long round, and the kernel could come round to it (a
+            // merger that took up a stalled one's output, 16 MiB behind,
+            // was overtaken in turn).
+            may_claim: (rings.iter().zip(&kept))
+                .map(|(r, &kept)| {
+                    let quarter = r.ring.data_size() as u64 / 4;
+                    r.read_to.is_some_and(|read| read + quarter > kept)
+                })
+                .collect(),
+            ..TakenFromRings::default()
+        };
         let mut read_to = Vec::new();
         let copies = self.copies;
         let round = merge.round(
@@ -464,16 +482,19 @@ impl Rings {
             || rings.iter().map(|r| r.ring.head()).collect(),
         );
         // Nothing reads the rings in place any more.
-        let mut claims_held = true;
+        let mut read_whole = true;
         for &i in &taken.claimed {
-            claims_held &= self.rings[i].ring.unclaim();
+            read_whole &= self.rings[i].ring.unclaim();
         }
         let round = round?;
-        if !claims_held {
+        if !read_whole {
             return Err(std::io::Error::other(ClaimBroken));
         }
         for (i, copied) in taken.held {
             self.unreleased[i] = Some(copied.up_to(read_to[i]));
+        }
+        for (ring, read_to) in self.rings.iter_mut().zip(read_to) {
+            ring.read_to = Some(read_to);
         }
         self.give_back_when_due(merge)?;
         Ok((round, taken.left))
@@ -525,6 +546,8 @@ struct TakenFromRings {
     /// holds more past that.
     left: bool,
     bytes: u64,
+    /// By ring: whether the round may read it in place.
+    may_claim: Vec<bool>,
 }
 
 impl TakenFromRings {
@@ -563,7 +586,8 @@ impl TakenFromRings {
         let before = into.len();
         // Only a ring read first has a claim slot.
         let taken = match ring.ring.claim_slot() {
-            Some(_) => ring.ring.take_unread(from, most, into)?,
+            Some(_) if self.may_claim[i] => ring.ring.take_unread(from, most, into)?,
+            Some(_) => return None,
             None => Taken {
                 in_place: None,
                 copied: ring.ring.peek_unread(from, most, into)?,

@@ -192,7 +192,7 @@ impl Writer {
                     .collect();
                 keep.extend([shard.as_raw_fd(), control.as_raw_fd(), report.as_raw_fd()]);
                 if replacing {
-                    shardrec_control::fault::disarm_crashes();
+                    shardrec_control::fault::disarm_in_replacement();
                 }
                 // SAFETY: this forked child uses only the kept descriptors and
                 // leaves through `exit_now`, never dropping what it inherited.

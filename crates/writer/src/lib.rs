@@ -33,7 +33,7 @@ mod snapshot_writer;
 
 pub use config::{ShardWrites, WriterConfig};
 pub use kernel_check::{check as check_kernel, IoUringUnavailable};
-pub use process::{WriterOptions, WriterSetup, SPILL_AT_HALF_FROM};
+pub use process::{WriterOptions, WriterSetup};
 pub use shard_writer::ShardWriter;
 pub use snapshot_writer::SnapshotWriter;
 

@@ -68,9 +68,8 @@ impl WriterSetup<'_> {
 }
 
 /// The smallest ring whose writer leaves it to the live merger up to half
-/// full (see [`batch_bytes`]), and which the merger reads in place under
-/// a claim: a smaller one fills within a round.
-pub const SPILL_AT_HALF_FROM: usize = 1 << 20;
+/// full (see [`batch_bytes`]): a smaller one fills within a round.
+const SPILL_AT_HALF_FROM: usize = 1 << 20;
 
 /// What a writer writes at once in a ring of `size` bytes. Where the
 /// merger reads first, the writer spills only from half a ring on, in

@@ -79,10 +79,9 @@ impl WriterPool {
         options: WriterOptions,
         windows: Option<WindowCursor>,
     ) -> Result<(), RecordError> {
-        // A ring under 1 MiB fills within a storm's round: a claim would
-        // hold it full, so the merger copies it.
+        // The merger copies what it takes of a smaller ring.
         let ring_bytes = options.ring_pages * shardrec_sys::ring::page_size();
-        let in_place = ring_bytes >= shardrec_writer::SPILL_AT_HALF_FROM;
+        let in_place = ring_bytes >= shardrec_sys::ring::READ_IN_PLACE_FROM;
         if options.merger_reads_first && !options.overwrite && in_place {
             self.share_claims()?;
         }

@@ -22,11 +22,15 @@
 //! A merger that dies holding a claim leaves it for the coordinator to
 //! drop (`RingBuffer::unclaim` through its own mapping of the ring).
 //!
-//! A claim lasts a round, milliseconds. One that has held the tail back
-//! for [`CLAIM_PATIENCE`] and the ring three quarters full (a merger
-//! stopped mid-round) is **broken** by the writer, which then frees what it kept: the ring
-//! never waits on a stalled merger. The merger finds out as it drops the
-//! claim, and must not trust what it read in place.
+//! A claim lasts a round, milliseconds. One that holds the ring half
+//! full (a merger behind, or stopped mid-round) is **broken**
+//! by the writer, which then frees what it kept: the ring never waits on
+//! the merger, and the kernel drops nothing a claim kept it from. A
+//! broken claim costs the merger nothing unless the kernel comes round
+//! to the claimed bytes before the merger is done with them: as it drops
+//! the claim, the merger learns whether it could have
+//! (`RingBuffer::unclaim`), and must not trust what it read in place if
+//! so.
 
 use std::num::NonZeroUsize;
 use std::ptr::NonNull;
@@ -38,16 +42,9 @@ use nix::sys::mman::{MapFlags, ProtFlags};
 /// No claim: the writer may free everything it kept.
 const UNCLAIMED: u64 = u64::MAX;
 
-/// A claim the writer broke: no claim either.
-const BROKEN: u64 = u64::MAX - 1;
-
-/// How long a claim may hold a ring three quarters full before its
-/// writer breaks it: far longer than a round (1 to 12 ms in a DWARF
-/// storm on a slow page cache; rings of 16 MiB and more at 100 MB/s
-/// are not full yet), so that only a merger stopped mid-round loses its
-/// claims. Breaking at three quarters alone broke claims in ordinary
-/// recordings on a busy CI host.
-pub const CLAIM_PATIENCE: std::time::Duration = std::time::Duration::from_millis(100);
+/// Set in a claim the writer broke: it holds nothing back any more (ring
+/// positions never reach this bit), and still says where it began.
+const BROKEN: u64 = 1 << 63;
 
 /// One ring's words, on a cache line of its own: rings of different
 /// CPUs share no line.
@@ -55,25 +52,33 @@ pub const CLAIM_PATIENCE: std::time::Duration = std::time::Duration::from_millis
 pub(crate) struct Slot {
     claim: AtomicU64,
     kept: AtomicU64,
-    /// When the claim was made (`CLOCK_MONOTONIC`, nanoseconds).
-    claimed_at: AtomicU64,
+}
+
+/// A claim as it was dropped.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Dropped {
+    /// The first byte claimed.
+    pub(crate) from: u64,
+    /// The tail while the claim still held: past `from` if the writer
+    /// broke the claim.
+    pub(crate) tail: u64,
 }
 
 impl Slot {
     /// The writer has the bytes before `to` in its shard: the tail moves
     /// up to there, or to the claim if one holds the tail back, unless
-    /// `overdue` says, from when it was made, that the claim has held it
-    /// too long: then the claim is broken.
-    pub(crate) fn keep(&self, tail: &AtomicU64, to: u64, overdue: impl FnOnce(u64) -> bool) {
+    /// `overdue` says the claim holds the ring too full: then the writer
+    /// breaks it, and frees everything it kept.
+    pub(crate) fn keep(&self, tail: &AtomicU64, to: u64, overdue: impl FnOnce() -> bool) {
         self.kept.fetch_max(to, Ordering::SeqCst);
         let claim = self.claim.load(Ordering::SeqCst);
         let broken = claim < to
-            && overdue(self.claimed_at.load(Ordering::Relaxed))
+            && overdue()
             && (self.claim)
-                .compare_exchange(claim, BROKEN, Ordering::SeqCst, Ordering::SeqCst)
+                .compare_exchange(claim, claim | BROKEN, Ordering::SeqCst, Ordering::SeqCst)
                 .is_ok();
         let to = if broken { to } else { to.min(claim) };
-        tail.fetch_max(to, Ordering::Release);
+        tail.fetch_max(to, Ordering::SeqCst);
     }
 
     /// Where the writer has kept the ring up to (0 before it kept any).
@@ -81,14 +86,11 @@ impl Slot {
         self.kept.load(Ordering::Acquire)
     }
 
-    /// The merger claims the bytes from `from`, `now`
-    /// ([`monotonic_ns`]): true if neither the writer has kept past them
-    /// nor the tail has passed them, so nothing frees them until
-    /// [`unclaim`](Self::unclaim) (unless the writer breaks the claim);
-    /// otherwise no claim is left.
-    pub(crate) fn claim(&self, tail: &AtomicU64, from: u64, now: u64) -> bool {
-        // Seen by a writer that sees the claim, stored after it.
-        self.claimed_at.store(now, Ordering::Relaxed);
+    /// The merger claims the bytes from `from`: true if neither the
+    /// writer has kept past them nor the tail has passed them, so nothing
+    /// frees them until [`unclaim`](Self::unclaim) (unless the writer
+    /// breaks the claim); otherwise no claim is left.
+    pub(crate) fn claim(&self, tail: &AtomicU64, from: u64) -> bool {
         self.claim.store(from, Ordering::SeqCst);
         let kept = self.kept.load(Ordering::SeqCst);
         if kept > from || tail.load(Ordering::SeqCst) > from {
@@ -99,22 +101,21 @@ impl Slot {
     }
 
     /// No claim any more: the tail moves up to what the writer kept
-    /// meanwhile. Returns whether the claim held: false if the writer
-    /// broke it.
-    pub(crate) fn unclaim(&self, tail: &AtomicU64) -> bool {
+    /// meanwhile. Returns the claim dropped, if there was one.
+    pub(crate) fn unclaim(&self, tail: &AtomicU64) -> Option<Dropped> {
+        // Once the merger is done reading (its loads stay before the
+        // fence), while the claim holds: a tail not past it then kept the
+        // kernel off the claimed bytes all along.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        let held_at = tail.load(Ordering::SeqCst);
         let claim = self.claim.swap(UNCLAIMED, Ordering::SeqCst);
         let kept = self.kept.load(Ordering::SeqCst);
-        tail.fetch_max(kept, Ordering::Release);
-        claim != BROKEN
+        tail.fetch_max(kept, Ordering::SeqCst);
+        (claim != UNCLAIMED).then_some(Dropped {
+            from: claim & !BROKEN,
+            tail: held_at,
+        })
     }
-}
-
-/// Now, as claims are timed: `CLOCK_MONOTONIC` in nanoseconds.
-pub(crate) fn monotonic_ns() -> u64 {
-    let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC);
-    now.map_or(0, |t| {
-        t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
-    })
 }
 
 /// One slot per CPU ring, in a shared anonymous mapping made before the
@@ -222,12 +223,12 @@ mod tests {
 
     impl Slot {
         fn claim_now(&self, tail: &AtomicU64, from: u64) -> bool {
-            self.claim(tail, from, monotonic_ns())
+            self.claim(tail, from)
         }
 
         /// A writer that never breaks a claim.
         fn keep_patiently(&self, tail: &AtomicU64, to: u64) {
-            self.keep(tail, to, |_| false)
+            self.keep(tail, to, || false)
         }
     }
 
@@ -281,21 +282,21 @@ mod tests {
     fn an_overdue_claim_is_broken_and_the_merger_told() {
         let (_claims, slot, tail) = slot();
         let words = slot.words();
-        assert!(words.claim(&tail, 1024, 5));
+        assert!(words.claim(&tail, 1024));
         // Not overdue: held back.
-        words.keep(&tail, 4096, |at| {
-            assert_eq!(at, 5);
-            false
-        });
+        words.keep(&tail, 4096, || false);
         assert_eq!(tail.load(Ordering::Relaxed), 1024);
-        words.keep(&tail, 8192, |_| true);
+        words.keep(&tail, 8192, || true);
         assert_eq!(tail.load(Ordering::Relaxed), 8192);
         // Broken, it holds nothing back any more.
-        words.keep(&tail, 9000, |_| panic!("asked again"));
+        words.keep(&tail, 9000, || panic!("asked again"));
         assert_eq!(tail.load(Ordering::Relaxed), 9000);
-        assert!(!words.unclaim(&tail), "the merger not told");
-        assert!(words.claim(&tail, 9000, 6));
-        assert!(words.unclaim(&tail));
+        let dropped = words.unclaim(&tail).expect("a claim dropped");
+        assert_eq!((dropped.from, dropped.tail), (1024, 9000));
+        assert!(words.unclaim(&tail).is_none());
+        assert!(words.claim(&tail, 9000));
+        let dropped = words.unclaim(&tail).expect("a claim dropped");
+        assert_eq!((dropped.from, dropped.tail), (9000, 9000));
     }
 
     #[test]
@@ -370,7 +371,8 @@ mod tests {
                         let word = ring[(at % WORDS) as usize].load(Ordering::Relaxed);
                         torn += u64::from(word != at);
                     }
-                    assert!(slot.words().unclaim(&tail), "a claim broken");
+                    let dropped = slot.words().unclaim(&tail).expect("claimed");
+                    assert!(dropped.tail <= dropped.from, "a claim broken");
                     // Its output holds them.
                     tail.fetch_max(to, Ordering::Release);
                     from = to;

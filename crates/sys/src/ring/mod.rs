@@ -32,7 +32,7 @@ use crate::PerfEvent;
 mod claims;
 mod pages;
 
-pub use claims::{ClaimSlot, RingClaims, CLAIM_PATIENCE};
+pub use claims::{ClaimSlot, RingClaims};
 use pages::MappedPages;
 
 /// One event's ring, mapped read-write so the reader can publish
@@ -77,6 +77,20 @@ impl Copied {
 
 /// The longest a record can be: its header's size is 16 bits.
 const LONGEST_RECORD: usize = 1 << 16;
+
+/// What the kernel may be writing into a ring past the head it has
+/// published: a record of each context that can interrupt another on
+/// the ring's CPU (task, softirq, hardirq, NMI), each at most a record's
+/// longest.
+const KERNEL_IN_FLIGHT: usize = 4 * LONGEST_RECORD;
+
+/// The smallest ring worth reading in place under a claim: once the
+/// writer breaks a claim at half full, the merger still has the other
+/// half, less what the kernel may be writing unpublished, to finish its
+/// round before the kernel may come round to what it claimed (1.75 MiB
+/// here). In a small ring a broken claim would cost the merger its round
+/// often.
+pub const READ_IN_PLACE_FROM: usize = 16 * KERNEL_IN_FLIGHT;
 
 /// What [`RingBuffer::take_unread`] took from a ring.
 #[derive(Debug)]
@@ -409,9 +423,9 @@ impl RingBuffer {
     /// data area's end, under a claim: the kernel writes over none of
     /// them until [`unclaim`](Self::unclaim) (the writer still writes
     /// them into its shard, but frees them only then, unless the claim
-    /// holds its ring three quarters full for [`CLAIM_PATIENCE`]: it then
-    /// breaks the claim, `unclaim` says so, and what was read is not to
-    /// be used). Where less than a record's longest lies before the end,
+    /// holds its ring half full: it then breaks the claim, and
+    /// `unclaim` says whether the kernel may have come round to them
+    /// since). Where less than a record's longest lies before the end,
     /// those bytes and the next record's longest are copied into `into`
     /// instead (as [`peek_unread`](Self::peek_unread) copies them): the
     /// record that wraps around the end, so the next read begins past it.
@@ -432,8 +446,7 @@ impl RingBuffer {
                 left: to < head,
             });
         }
-        let now = claims::monotonic_ns();
-        if !slot.words().claim(self.meta_atomic(DATA_TAIL), from, now) {
+        if !slot.words().claim(self.meta_atomic(DATA_TAIL), from) {
             return None;
         }
         Some(Taken {
@@ -447,14 +460,20 @@ impl RingBuffer {
 
     /// Drops the merger's claim, if it holds one: the tail moves up to
     /// what the writer kept meanwhile. The coordinator drops the claim of
-    /// a merger that died, through its own mapping. Returns whether the
-    /// claim held: false if the writer broke it ([`CLAIM_PATIENCE`]), and
-    /// what was read in place under it may have been written over since.
+    /// a merger that died, through its own mapping. Returns whether what
+    /// was read in place under the claim was read whole: false if the
+    /// writer broke the claim and the kernel may have written over the
+    /// claimed bytes since (it writes a byte over once it has written a
+    /// ring past it).
     pub fn unclaim(&mut self) -> bool {
-        match &self.claim {
-            Some(slot) => slot.words().unclaim(self.meta_atomic(DATA_TAIL)),
-            None => true,
-        }
+        let Some(slot) = &self.claim else {
+            return true;
+        };
+        let Some(dropped) = slot.words().unclaim(self.meta_atomic(DATA_TAIL)) else {
+            return true;
+        };
+        let lapping = self.head() + KERNEL_IN_FLIGHT as u64;
+        dropped.tail <= dropped.from || lapping <= dropped.from + self.data_size as u64
     }
 
     /// The bytes in `[from, to)` as at most two slices (two when they wrap
@@ -499,8 +518,8 @@ impl RingBuffer {
 
     /// For the writer, on each wakeup: frees what it kept that a claim
     /// held back, if the claim is gone or overdue (the kernel wakes the
-    /// writer every watermark, a quarter of the ring: a stalled merger's
-    /// claim is broken at three quarters, if it is old enough by then).
+    /// writer every watermark, a quarter of the ring, so one wakeup finds
+    /// it between half and three quarters full, a quarter before full).
     pub fn free_kept(&self) {
         let Some(slot) = &self.claim else {
             return;
@@ -514,17 +533,19 @@ impl RingBuffer {
     /// The writer has the bytes before `to` in its shard: the tail moves
     /// up to there, or to the merger's claim, unless that is overdue.
     fn keep(&self, slot: &ClaimSlot, to: u64) {
-        let overdue = |claimed_at| self.claim_overdue(claimed_at);
+        let overdue = || self.claim_overdue();
         slot.words().keep(self.meta_atomic(DATA_TAIL), to, overdue);
     }
 
-    /// Whether a claim made at `claimed_at` has held the tail back too
-    /// long: for [`CLAIM_PATIENCE`], and the ring is three quarters full
-    /// (the kernel would soon drop records for want of room).
-    fn claim_overdue(&self, claimed_at: u64) -> bool {
-        let held = self.head() - self.tail();
-        let age = claims::monotonic_ns().saturating_sub(claimed_at);
-        held >= self.data_size as u64 / 4 * 3 && age >= CLAIM_PATIENCE.as_nanos() as u64
+    /// Whether the merger's claim holds the tail back too far: the ring
+    /// is half full. Breaking it any later, the writer could find the
+    /// ring full at its next wakeup, and wake no more (just short of
+    /// three quarters full at one wakeup is nearly full at the next).
+    /// The merger, done
+    /// long before the kernel has written half a ring more, loses
+    /// nothing by it ([`unclaim`](Self::unclaim)).
+    fn claim_overdue(&self) -> bool {
+        self.head() - self.tail() >= self.data_size as u64 / 2
     }
 
     /// Moves the tail up to `to`, unless it is further already.
