@@ -584,11 +584,14 @@ impl TakenFromRings {
             false => size / 2,
         };
         let before = into.len();
-        // Only a ring read first has a claim slot.
+        // Only a ring read first has a claim slot. One more than half
+        // full is copied: a claim on it could hold it full before its
+        // writer may break the claim (`shardrec_sys::ring::CLAIM_PATIENCE`).
+        let half_full = ring.ring.head().saturating_sub(from) > size / 2;
         let taken = match ring.ring.claim_slot() {
-            Some(_) if self.may_claim[i] => ring.ring.take_unread(from, most, into)?,
-            Some(_) => return None,
-            None => Taken {
+            Some(_) if !self.may_claim[i] => return None,
+            Some(_) if !half_full => ring.ring.take_unread(from, most, into)?,
+            _ => Taken {
                 in_place: None,
                 copied: ring.ring.peek_unread(from, most, into)?,
                 left: false,

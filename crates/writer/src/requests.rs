@@ -18,6 +18,7 @@ const CONTROL: u64 = 3;
 const WRITE: u64 = 4;
 const CANCEL: u64 = 5;
 const WARM_UP: u64 = 6;
+const TIMER: u64 = 7;
 
 /// What a reaped completion says.
 #[derive(Clone, Copy, Debug)]
@@ -28,6 +29,8 @@ pub(crate) enum Completion {
     Control,
     /// The write ended with this result (bytes, or `-errno`).
     Write(i32),
+    /// The timer ([`Requests::arm_timer`]) ran out.
+    Timer,
 }
 
 /// The io_uring of one writer. See the module docs.
@@ -46,6 +49,10 @@ pub(crate) struct Requests<'a> {
     /// Multishot polls need 5.13; older kernels reject them (EINVAL) and
     /// get a one-shot poll re-armed after each wakeup.
     multishot: bool,
+    /// The timer's time, read by the kernel as the request is submitted.
+    timer: Box<types::Timespec>,
+    /// A timer is armed.
+    timing: bool,
 }
 
 impl<'a> Requests<'a> {
@@ -73,6 +80,8 @@ impl<'a> Requests<'a> {
             writing: false,
             polling: false,
             multishot,
+            timer: Box::new(types::Timespec::new()),
+            timing: false,
         };
         requests.arm_poll()?;
         requests.arm_control()?;
@@ -106,6 +115,21 @@ impl<'a> Requests<'a> {
         // the write.
         unsafe { self.push(&entry) }?;
         self.writing = true;
+        Ok(())
+    }
+
+    /// A [`Completion::Timer`] in `after`, unless a timer is armed
+    /// already (it comes sooner, or soon enough).
+    pub(crate) fn arm_timer(&mut self, after: std::time::Duration) -> io::Result<()> {
+        if self.timing {
+            return Ok(());
+        }
+        *self.timer = types::Timespec::from(after);
+        let entry = opcode::Timeout::new(&*self.timer).build().user_data(TIMER);
+        // SAFETY: the timespec is boxed in `self`, which outlives the
+        // submission (the kernel copies it as it takes the request).
+        unsafe { self.push(&entry) }?;
+        self.timing = true;
         Ok(())
     }
 
@@ -148,6 +172,10 @@ impl<'a> Requests<'a> {
                     return Ok(Some(Completion::Wakeup));
                 }
                 CONTROL => return Ok(Some(Completion::Control)),
+                TIMER => {
+                    self.timing = false;
+                    return Ok(Some(Completion::Timer));
+                }
                 WRITE => {
                     self.writing = false;
                     return Ok(Some(Completion::Write(result)));

@@ -26,6 +26,11 @@ pub struct ShardWriter<'a> {
     writing: Option<Range>,
     /// Ring position of the shard's first byte.
     base: u64,
+    /// When to look at the ring again though nothing wakes the writer:
+    /// a claim of the live merger holds back what it kept, and may have
+    /// to be broken before the ring is full (see
+    /// [`RingBuffer::free_kept`]).
+    look_again_in: Option<std::time::Duration>,
     config: WriterConfig,
     /// Disabled when a stop comes, before the last drain.
     stop_events: Vec<&'a PerfEvent>,
@@ -63,6 +68,7 @@ impl<'a> ShardWriter<'a> {
             course: Course::Serving(Asked::Nothing),
             writing: None,
             base: ring.kept(),
+            look_again_in: None,
             config,
             stop_events: Vec::new(),
             stats: WriterStats::default(),
@@ -99,6 +105,9 @@ impl RingWriter for ShardWriter<'_> {
         let mut step = Step::Wait;
         loop {
             if let Step::Wait = step {
+                if let Some(after) = self.look_again_in {
+                    self.requests.arm_timer(after)?;
+                }
                 self.requests.wait()?;
             }
             self.reap()?;
@@ -136,7 +145,7 @@ impl RingWriter for ShardWriter<'_> {
 impl ShardWriter<'_> {
     /// What to do, with no write in flight, on the present course.
     fn step(&mut self) -> io::Result<Step> {
-        self.ring.free_kept();
+        self.look_again_in = self.ring.free_kept();
         // Past what it kept, even where a claim holds the tail back.
         let (tail, head) = (self.ring.kept(), self.ring.head());
         let batch = self.config.batch_bytes;
@@ -277,6 +286,7 @@ impl ShardWriter<'_> {
                 }
                 Completion::Control => self.read_command()?,
                 Completion::Write(result) => self.write_ended(result)?,
+                Completion::Timer => {}
             }
         }
         Ok(())

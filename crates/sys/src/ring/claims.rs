@@ -22,15 +22,16 @@
 //! A merger that dies holding a claim leaves it for the coordinator to
 //! drop (`RingBuffer::unclaim` through its own mapping of the ring).
 //!
-//! A claim lasts a round, milliseconds. One that holds the ring half
-//! full (a merger behind, or stopped mid-round) is **broken**
-//! by the writer, which then frees what it kept: the ring never waits on
-//! the merger, and the kernel drops nothing a claim kept it from. A
-//! broken claim costs the merger nothing unless the kernel comes round
-//! to the claimed bytes before the merger is done with them: as it drops
-//! the claim, the merger learns whether it could have
-//! (`RingBuffer::unclaim`), and must not trust what it read in place if
-//! so.
+//! A claim lasts a round, milliseconds. One that has lasted
+//! `CLAIM_PATIENCE` and holds the ring half full (a merger stopped
+//! mid-round) is **broken** by the writer, which then frees what it
+//! kept: the ring does not wait on a stalled merger. A merger that is
+//! only slow keeps its claims, and the kernel drops what the ring cannot
+//! hold, as perf's ring does when its thread is slow. A broken claim
+//! costs the merger nothing unless the kernel comes round to the claimed
+//! bytes before the merger is done with them: as it drops the claim, the
+//! merger learns whether it could have (`RingBuffer::unclaim`), and must
+//! not trust what it read in place if so.
 
 use std::num::NonZeroUsize;
 use std::ptr::NonNull;
@@ -52,6 +53,8 @@ const BROKEN: u64 = 1 << 63;
 pub(crate) struct Slot {
     claim: AtomicU64,
     kept: AtomicU64,
+    /// When the claim was made ([`monotonic_ns`]).
+    claimed_at: AtomicU64,
 }
 
 /// A claim as it was dropped.
@@ -67,13 +70,14 @@ pub(crate) struct Dropped {
 impl Slot {
     /// The writer has the bytes before `to` in its shard: the tail moves
     /// up to there, or to the claim if one holds the tail back, unless
-    /// `overdue` says the claim holds the ring too full: then the writer
-    /// breaks it, and frees everything it kept.
-    pub(crate) fn keep(&self, tail: &AtomicU64, to: u64, overdue: impl FnOnce() -> bool) {
+    /// `overdue` says, from when the claim was made, that it has held
+    /// the tail back too long: then the writer breaks it, and frees
+    /// everything it kept.
+    pub(crate) fn keep(&self, tail: &AtomicU64, to: u64, overdue: impl FnOnce(u64) -> bool) {
         self.kept.fetch_max(to, Ordering::SeqCst);
         let claim = self.claim.load(Ordering::SeqCst);
         let broken = claim < to
-            && overdue()
+            && overdue(self.claimed_at.load(Ordering::Relaxed))
             && (self.claim)
                 .compare_exchange(claim, claim | BROKEN, Ordering::SeqCst, Ordering::SeqCst)
                 .is_ok();
@@ -86,11 +90,20 @@ impl Slot {
         self.kept.load(Ordering::Acquire)
     }
 
-    /// The merger claims the bytes from `from`: true if neither the
-    /// writer has kept past them nor the tail has passed them, so nothing
-    /// frees them until [`unclaim`](Self::unclaim) (unless the writer
-    /// breaks the claim); otherwise no claim is left.
-    pub(crate) fn claim(&self, tail: &AtomicU64, from: u64) -> bool {
+    /// When the claim that holds the tail back was made, if one does.
+    pub(crate) fn holding_since(&self, tail: u64) -> Option<u64> {
+        let claim = self.claim.load(Ordering::SeqCst);
+        (claim <= tail).then(|| self.claimed_at.load(Ordering::Relaxed))
+    }
+
+    /// The merger claims the bytes from `from`, `now`
+    /// ([`monotonic_ns`]): true if neither the writer has kept past them
+    /// nor the tail has passed them, so nothing frees them until
+    /// [`unclaim`](Self::unclaim) (unless the writer breaks the claim);
+    /// otherwise no claim is left.
+    pub(crate) fn claim(&self, tail: &AtomicU64, from: u64, now: u64) -> bool {
+        // Seen by a writer that sees the claim, stored after it.
+        self.claimed_at.store(now, Ordering::Relaxed);
         self.claim.store(from, Ordering::SeqCst);
         let kept = self.kept.load(Ordering::SeqCst);
         if kept > from || tail.load(Ordering::SeqCst) > from {
@@ -116,6 +129,14 @@ impl Slot {
             tail: held_at,
         })
     }
+}
+
+/// Now, as claims are timed: `CLOCK_MONOTONIC` in nanoseconds.
+pub(crate) fn monotonic_ns() -> u64 {
+    let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC);
+    now.map_or(0, |t| {
+        t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
+    })
 }
 
 /// One slot per CPU ring, in a shared anonymous mapping made before the
@@ -223,12 +244,12 @@ mod tests {
 
     impl Slot {
         fn claim_now(&self, tail: &AtomicU64, from: u64) -> bool {
-            self.claim(tail, from)
+            self.claim(tail, from, monotonic_ns())
         }
 
         /// A writer that never breaks a claim.
         fn keep_patiently(&self, tail: &AtomicU64, to: u64) {
-            self.keep(tail, to, || false)
+            self.keep(tail, to, |_| false)
         }
     }
 
@@ -282,19 +303,24 @@ mod tests {
     fn an_overdue_claim_is_broken_and_the_merger_told() {
         let (_claims, slot, tail) = slot();
         let words = slot.words();
-        assert!(words.claim(&tail, 1024));
+        assert!(words.claim(&tail, 1024, 5));
         // Not overdue: held back.
-        words.keep(&tail, 4096, || false);
+        words.keep(&tail, 4096, |at| {
+            assert_eq!(at, 5);
+            false
+        });
         assert_eq!(tail.load(Ordering::Relaxed), 1024);
-        words.keep(&tail, 8192, || true);
+        assert_eq!(words.holding_since(1024), Some(5));
+        words.keep(&tail, 8192, |_| true);
         assert_eq!(tail.load(Ordering::Relaxed), 8192);
+        assert_eq!(words.holding_since(8192), None);
         // Broken, it holds nothing back any more.
-        words.keep(&tail, 9000, || panic!("asked again"));
+        words.keep(&tail, 9000, |_| panic!("asked again"));
         assert_eq!(tail.load(Ordering::Relaxed), 9000);
         let dropped = words.unclaim(&tail).expect("a claim dropped");
         assert_eq!((dropped.from, dropped.tail), (1024, 9000));
         assert!(words.unclaim(&tail).is_none());
-        assert!(words.claim(&tail, 9000));
+        assert!(words.claim(&tail, 9000, 6));
         let dropped = words.unclaim(&tail).expect("a claim dropped");
         assert_eq!((dropped.from, dropped.tail), (9000, 9000));
     }

@@ -19,6 +19,7 @@
 use std::io;
 use std::mem::offset_of;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use std::os::fd::{AsFd, AsRawFd};
 
@@ -83,6 +84,17 @@ const LONGEST_RECORD: usize = 1 << 16;
 /// the ring's CPU (task, softirq, hardirq, NMI), each at most a record's
 /// longest.
 const KERNEL_IN_FLIGHT: usize = 4 * LONGEST_RECORD;
+
+/// How long a claim may hold a ring half full before its writer breaks
+/// it: far longer than a round (1 to 24 ms in a DWARF storm on a slow
+/// page cache), so that a merger that is only slow keeps its claims, and
+/// the kernel drops what its rings cannot hold, as perf's would; a
+/// merger stopped mid-round loses them. Broken at half full alone, the
+/// claims of a merger that fell behind in such a storm were broken, the
+/// kernel came round to them, and the merger that took its place read
+/// back what the writers had spilled meanwhile, falling further behind:
+/// 5,000 to 19,000 samples were lost where perf lost 0 to 1,200.
+pub const CLAIM_PATIENCE: Duration = Duration::from_millis(50);
 
 /// The smallest ring worth reading in place under a claim: once the
 /// writer breaks a claim at half full, the merger still has the other
@@ -423,7 +435,8 @@ impl RingBuffer {
     /// data area's end, under a claim: the kernel writes over none of
     /// them until [`unclaim`](Self::unclaim) (the writer still writes
     /// them into its shard, but frees them only then, unless the claim
-    /// holds its ring half full: it then breaks the claim, and
+    /// holds its ring half full for [`CLAIM_PATIENCE`]: it then breaks
+    /// the claim, and
     /// `unclaim` says whether the kernel may have come round to them
     /// since). Where less than a record's longest lies before the end,
     /// those bytes and the next record's longest are copied into `into`
@@ -446,7 +459,8 @@ impl RingBuffer {
                 left: to < head,
             });
         }
-        if !slot.words().claim(self.meta_atomic(DATA_TAIL), from) {
+        let now = claims::monotonic_ns();
+        if !slot.words().claim(self.meta_atomic(DATA_TAIL), from, now) {
             return None;
         }
         Some(Taken {
@@ -517,35 +531,42 @@ impl RingBuffer {
     }
 
     /// For the writer, on each wakeup: frees what it kept that a claim
-    /// held back, if the claim is gone or overdue (the kernel wakes the
-    /// writer every watermark, a quarter of the ring, so one wakeup finds
-    /// it between half and three quarters full, a quarter before full).
-    pub fn free_kept(&self) {
-        let Some(slot) = &self.claim else {
-            return;
-        };
+    /// held back, if the claim is gone or overdue. Returns how soon to
+    /// look again, if a claim still holds the tail back and is not old
+    /// enough to be broken yet: a ring that fills meanwhile wakes the
+    /// writer no more. (Once old enough, the kernel's wakeups, every
+    /// quarter of the ring, suffice: one finds the ring between half and
+    /// three quarters full.)
+    pub fn free_kept(&self) -> Option<Duration> {
+        let slot = self.claim.as_ref()?;
         let kept = slot.words().kept();
-        if kept > self.tail() {
-            self.keep(slot, kept);
+        if kept <= self.tail() {
+            return None;
         }
+        self.keep(slot, kept);
+        let claimed_at = slot.words().holding_since(self.tail())?;
+        let age = claims::monotonic_ns().saturating_sub(claimed_at);
+        let patience = CLAIM_PATIENCE.as_nanos() as u64;
+        (age < patience).then(|| Duration::from_nanos(patience - age))
     }
 
     /// The writer has the bytes before `to` in its shard: the tail moves
     /// up to there, or to the merger's claim, unless that is overdue.
     fn keep(&self, slot: &ClaimSlot, to: u64) {
-        let overdue = || self.claim_overdue();
+        let overdue = |claimed_at| self.claim_overdue(claimed_at);
         slot.words().keep(self.meta_atomic(DATA_TAIL), to, overdue);
     }
 
-    /// Whether the merger's claim holds the tail back too far: the ring
-    /// is half full. Breaking it any later, the writer could find the
-    /// ring full at its next wakeup, and wake no more (just short of
-    /// three quarters full at one wakeup is nearly full at the next).
-    /// The merger, done
-    /// long before the kernel has written half a ring more, loses
-    /// nothing by it ([`unclaim`](Self::unclaim)).
-    fn claim_overdue(&self) -> bool {
-        self.head() - self.tail() >= self.data_size as u64 / 2
+    /// Whether a claim made at `claimed_at` holds the tail back too long:
+    /// for [`CLAIM_PATIENCE`], and the ring half full. Broken any fuller,
+    /// the writer could find the ring full at its next wakeup (just short
+    /// of three quarters full at one is nearly full at the next). A
+    /// merger that is done long before the kernel has written half a ring
+    /// more loses nothing by it ([`unclaim`](Self::unclaim)).
+    fn claim_overdue(&self, claimed_at: u64) -> bool {
+        let held = self.head() - self.tail();
+        let age = claims::monotonic_ns().saturating_sub(claimed_at);
+        held >= self.data_size as u64 / 2 && age >= CLAIM_PATIENCE.as_nanos() as u64
     }
 
     /// Moves the tail up to `to`, unless it is further already.
