@@ -174,7 +174,7 @@ const MERGER_FREED_KEPT: usize = 256 << 20;
 /// weight"). Its work is what the rings bring, whatever its weight; the
 /// weight decides only how soon it does it. perf's thread runs at the
 /// workload's nice level, and loses what its rings cannot hold.
-const MERGER_NICE_STEPS: i32 = process::READERS_NICE_STEPS;
+const MERGER_NICE_STEPS: i32 = 5;
 
 /// The coordinator's handle on the live merger.
 pub struct LiveMerger {

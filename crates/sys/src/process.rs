@@ -209,18 +209,6 @@ pub fn prefer_wakeups() -> &'static str {
     "unchanged"
 }
 
-/// How many nice levels the live merger runs above the recorder, where
-/// it may, and the writers with it, where the merger reads their rings
-/// first: a merger that catches up (from a stall, or a restart) reads
-/// the shards back at that weight, and writers below it, sharing a CPU
-/// with it and a busy task, were starved of the time to spill their
-/// rings: with one busy loop beside a 100 MB/s storm on 2 vCPUs, 3 of 22
-/// runs lost samples after a stalled merger with the writers at the
-/// recorder's weight, none of 10 at the merger's. The writers' work is
-/// what the merger leaves them; the weight decides only how soon they do
-/// it.
-pub const READERS_NICE_STEPS: i32 = 5;
-
 /// Gives this process `steps` nice levels more weight than it inherited
 /// (as `nice -n -STEPS` would), where it may (root, CAP_SYS_NICE): at
 /// the same policy, a larger share of a CPU it contends for, and no more

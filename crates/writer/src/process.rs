@@ -103,7 +103,7 @@ pub fn run(
             .disabling_at_stop(setup.disabled_at_stop());
         return serve(setup, writer, start, report, (&ring, next_shard));
     }
-    // Normal policy, as perf's reading thread: a writer at SCHED_FIFO
+    // Normal priority, as perf's reading thread: a writer at SCHED_FIFO
     // preempts the workload on its CPU at every wakeup (under -F max it
     // starved a 0.5 s workload for 33 s); -r is there for whoever wants
     // perf's -r. Short time slices let it run as it wakes (rather than
@@ -116,11 +116,6 @@ pub fn run(
             )
         })?;
     } else {
-        // Where the merger reads first, at its weight, which it runs at
-        // as it catches up (`process::READERS_NICE_STEPS`).
-        if setup.options.merger_reads_first {
-            let _ = process::raise_weight(process::READERS_NICE_STEPS);
-        }
         process::short_time_slices();
     }
     let mut ring = RingBuffer::map_reader(owner, setup.options.ring_pages)?;
