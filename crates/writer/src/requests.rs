@@ -358,6 +358,41 @@ mod tests {
         );
     }
 
+    /// A timer comes as one completion, after its time; armed twice, it
+    /// comes once; once it came, it may be armed again.
+    #[test]
+    fn a_timer_comes_once_after_its_time() {
+        let (event, ring) = sampled_ring();
+        let (control, _control_writer) = nix::unistd::pipe().unwrap();
+        let (control, shard) = (File::from(control), File::open("/dev/null").unwrap());
+        let mut requests = Requests::new(&ring, &event, &control, &shard, true, false).unwrap();
+        for _ in 0..2 {
+            let armed = Instant::now();
+            requests.arm_timer(Duration::from_millis(20)).unwrap();
+            requests.arm_timer(Duration::from_millis(20)).unwrap();
+            let mut timers = 0;
+            while armed.elapsed() < Duration::from_millis(60) {
+                requests.wait_at_most(Duration::from_millis(10));
+                while let Some(completion) = requests.next(false).unwrap() {
+                    if let Completion::Timer = completion {
+                        assert!(armed.elapsed() >= Duration::from_millis(20));
+                        timers += 1;
+                    }
+                }
+            }
+            assert_eq!(timers, 1);
+        }
+    }
+
+    impl Requests<'_> {
+        /// Waits for a completion or `most`, whichever comes first.
+        fn wait_at_most(&mut self, most: Duration) {
+            let timespec = types::Timespec::from(most);
+            let args = types::SubmitArgs::new().timespec(&timespec);
+            let _ = self.uring.submitter().submit_with_args(1, &args);
+        }
+    }
+
     /// Fills a pipe until it would block; returns how many bytes it took.
     fn fill(pipe: &File) -> usize {
         use nix::fcntl::{fcntl, FcntlArg, OFlag};
