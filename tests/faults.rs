@@ -627,20 +627,22 @@ fn a_live_merger_killed_while_recording_is_restarted_and_nothing_is_lost_or_repe
 
 /// The live merger stalled mid-round (half a second in its second round
 /// with records), holding its claims on the rings it reads in place: a
-/// writer whose ring fills to half meanwhile (16 MiB rings at about
-/// 100 MB/s) breaks the claim and frees what it kept, so the kernel
-/// drops nothing; the merger, told as it drops its claims that the kernel
-/// has since written a ring past them, stops as one killed, and a new one
-/// goes on from the last checkpoint. perf.data holds every `getppid` once
-/// (with the claim unbroken, 1,006 of 6,000 were lost; broken only at
-/// three quarters full and 100 ms old, 1,087 in a CI run).
+/// writer whose ring is half full under a claim 100 ms old breaks the
+/// claim and frees what it kept (32 MiB rings at about 100 MB/s, which
+/// a claim made at most half full does not fill in that time), so the
+/// kernel drops nothing; the merger, told as it drops its claims that
+/// the kernel has since written a ring past them, stops as one killed,
+/// and a new one goes on from the last checkpoint. perf.data holds every
+/// `getppid` once (with the claim unbroken, 1,006 of 6,000 were lost;
+/// broken only at three quarters full and 100 ms old, 1,087 in a CI
+/// run).
 #[test]
 fn a_live_merger_stalled_holding_its_rings_is_overtaken_and_nothing_is_lost() {
     const CALLS: usize = 6000;
     let Some((_serial, scratch)) = recording_test("faults-overtaken") else {
         return;
     };
-    let recorded = storm_on_cpu_0(&scratch, "merge.round=stall@2", "16M", CALLS);
+    let recorded = storm_on_cpu_0(&scratch, "merge.round=stall@2", "32M", CALLS);
     let stderr = String::from_utf8_lossy(&recorded.stderr).into_owned();
     assert!(recorded.status.success(), "{stderr}");
     let warnings: Vec<&str> = stderr.lines().filter(|l| l.contains("warning")).collect();
