@@ -490,6 +490,7 @@ impl Rings {
         if !read_whole {
             return Err(std::io::Error::other(ClaimBroken));
         }
+        merge.round_out(&round)?;
         for (i, copied) in taken.held {
             self.unreleased[i] = Some(copied.up_to(read_to[i]));
         }
