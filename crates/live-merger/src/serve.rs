@@ -490,7 +490,6 @@ impl Rings {
         if !read_whole {
             return Err(std::io::Error::other(ClaimBroken));
         }
-        merge.round_out(&round)?;
         for (i, copied) in taken.held {
             self.unreleased[i] = Some(copied.up_to(read_to[i]));
         }

@@ -161,9 +161,7 @@ impl<'a> LiveMerge<'a> {
     /// that offset of the shard, appended to `into` or in place
     /// ([`Unwritten`]); the VIP's shard is read to its end. `rings_read` turns what
     /// each shard has been read to into every ring's read position, and
-    /// `heads` reads every ring's head. The caller then ends the round
-    /// with [`round_out`](Self::round_out), once it reads the rings in
-    /// place no more.
+    /// `heads` reads every ring's head.
     pub fn round<'r>(
         &mut self,
         written: &[u64],
@@ -172,20 +170,12 @@ impl<'a> LiveMerge<'a> {
         heads: impl FnOnce() -> Vec<u64>,
     ) -> io::Result<Round> {
         let (layouts, sink) = (self.layouts, &mut self.records);
-        self.rounds
-            .round(layouts, written, unwritten, rings_read, heads, sink)
-    }
-
-    /// What follows a round once the output holds its records: frees
-    /// the shards behind the output, looks for build-id hits in what it
-    /// wrote, and hands a stream's round to its reader. Apart from
-    /// [`round`](Self::round) so that a merger reading rings in place
-    /// drops its claims on them first: in a DWARF storm this took up to
-    /// 7 ms of a round's 9 (timed by hand).
-    pub fn round_out(&mut self, round: &Round) -> io::Result<()> {
+        let round = self
+            .rounds
+            .round(layouts, written, unwritten, rings_read, heads, sink)?;
         self.free_behind()?;
         if round.written == 0 {
-            return Ok(());
+            return Ok(round);
         }
         self.walk_for_hits(false)?;
         if self.records.out.sink_mut().is_pipe() {
@@ -194,7 +184,7 @@ impl<'a> LiveMerge<'a> {
             self.records.out.sink_mut().flush()?;
         }
         self.rounds.reached_output();
-        Ok(())
+        Ok(round)
     }
 
     /// The recording's smallest CPU ring is `bytes` long: whether a file
