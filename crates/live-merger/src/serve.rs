@@ -584,14 +584,11 @@ impl TakenFromRings {
             false => size / 2,
         };
         let before = into.len();
-        // Only a ring read first has a claim slot. One more than half
-        // full is copied: a claim on it could hold it full before its
-        // writer may break the claim (`shardrec_sys::ring::CLAIM_PATIENCE`).
-        let half_full = ring.ring.head().saturating_sub(from) > size / 2;
+        // Only a ring read first has a claim slot.
         let taken = match ring.ring.claim_slot() {
             Some(_) if !self.may_claim[i] => return None,
-            Some(_) if !half_full => ring.ring.take_unread(from, most, into)?,
-            _ => Taken {
+            Some(_) => ring.ring.take_unread(from, most, into)?,
+            None => Taken {
                 in_place: None,
                 copied: ring.ring.peek_unread(from, most, into)?,
                 left: false,

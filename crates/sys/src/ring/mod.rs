@@ -439,12 +439,12 @@ impl RingBuffer {
     /// them until [`unclaim`](Self::unclaim) (the writer still writes
     /// them into its shard, but frees them only then, unless the claim
     /// holds its ring half full for [`CLAIM_PATIENCE`]: it then breaks
-    /// the claim, and
-    /// `unclaim` says whether the kernel may have come round to them
-    /// since). Where less than a record's longest lies before the end,
-    /// those bytes and the next record's longest are copied into `into`
-    /// instead (as [`peek_unread`](Self::peek_unread) copies them): the
-    /// record that wraps around the end, so the next read begins past it.
+    /// the claim, and `unclaim` says whether the kernel may have come
+    /// round to them since). Where less than a record's longest lies
+    /// before the end, those bytes and the next record's longest are
+    /// copied into `into` instead (as [`peek_unread`](Self::peek_unread)
+    /// copies them): the record that wraps around the end, so the next
+    /// read begins past it. More than half a ring is copied whole.
     /// `None` without a claim slot.
     pub fn take_unread(&self, from: u64, most: u64, into: &mut Vec<u8>) -> Option<Taken<'_>> {
         let slot = self.claim.as_ref()?;
@@ -452,6 +452,16 @@ impl RingBuffer {
         let len = head
             .checked_sub(from)
             .filter(|&len| len > 0 && len <= most)? as usize;
+        // More than half the ring is copied: a claim on it could hold the
+        // ring full before its writer may break the claim
+        // ([`CLAIM_PATIENCE`]).
+        if len > self.data_size / 2 {
+            return self.peek(from, head, into).map(|copied| Taken {
+                in_place: None,
+                copied,
+                left: false,
+            });
+        }
         let start = (from as usize) & (self.data_size - 1);
         let before_end = len.min(self.data_size - start);
         if before_end < len && before_end < LONGEST_RECORD {
