@@ -452,20 +452,17 @@ impl RingBuffer {
         let len = head
             .checked_sub(from)
             .filter(|&len| len > 0 && len <= most)? as usize;
-        // More than half the ring is copied: a claim on it could hold the
-        // ring full before its writer may break the claim
-        // ([`CLAIM_PATIENCE`]).
-        if len > self.data_size / 2 {
-            return self.peek(from, head, into).map(|copied| Taken {
-                in_place: None,
-                copied,
-                left: false,
-            });
-        }
         let start = (from as usize) & (self.data_size - 1);
         let before_end = len.min(self.data_size - start);
-        if before_end < len && before_end < LONGEST_RECORD {
-            let to = head.min(from + (before_end + LONGEST_RECORD) as u64);
+        // Copied, not claimed: more than half the ring (a claim on it
+        // could hold the ring full before its writer may break the claim,
+        // [`CLAIM_PATIENCE`]), or a record that wraps around the end.
+        let copy_to = match len > self.data_size / 2 {
+            true => Some(head),
+            false => (before_end < len && before_end < LONGEST_RECORD)
+                .then(|| head.min(from + (before_end + LONGEST_RECORD) as u64)),
+        };
+        if let Some(to) = copy_to {
             return self.peek(from, to, into).map(|copied| Taken {
                 in_place: None,
                 copied,
